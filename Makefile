@@ -1,0 +1,25 @@
+# Set-up and checks; every target makes its own environment from pyproject.toml.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: venv test lint migrate
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.installed
+
+test: venv
+	$(BIN)/pytest
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy --strict relay
+
+migrate: venv
+	$(BIN)/python -m relay.store.migrate

@@ -1,0 +1,88 @@
+"""Relay state behind one repository, `RelayStore`, on JSON files, SQLite or Postgres.
+
+    async with open_store("postgresql://relay@db/relay") as store:
+        revisions = await store.allocate_revisions(3, now_ms)
+
+`await open_store(url)` works too; the caller then closes the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from relay.store.base import (
+    DeletedScope,
+    DeletedView,
+    PresenceLease,
+    ProfileGrant,
+    RelayConfig,
+    RelayStore,
+    StartedEntry,
+    StartedScope,
+)
+from relay.store.url import StoreTarget, resolve
+
+__all__ = [
+    "DeletedScope",
+    "DeletedView",
+    "PresenceLease",
+    "ProfileGrant",
+    "RelayConfig",
+    "RelayStore",
+    "StartedEntry",
+    "StartedScope",
+    "StoreTarget",
+    "open_store",
+    "resolve",
+]
+
+ProfileHome = Callable[[str], Path]
+
+
+async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore:
+    target = resolve(url)
+    if target.backend == "json":
+        from relay.store.files import FileStore
+
+        assert target.path is not None
+        return await FileStore.open(target.path, profile_home=profile_home)
+    from relay.store.sql import SqlStore
+
+    return await SqlStore.open(target)
+
+
+class _Opening:
+    """What `open_store` returns: await it, or use it as an async context manager."""
+
+    def __init__(self, url: str | None, profile_home: ProfileHome | None) -> None:
+        self._url = url
+        self._profile_home = profile_home
+        self._store: RelayStore | None = None
+
+    def __await__(self) -> Generator[Any, None, RelayStore]:
+        return _open(self._url, self._profile_home).__await__()
+
+    async def __aenter__(self) -> RelayStore:
+        self._store = await _open(self._url, self._profile_home)
+        return self._store
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if self._store is not None:
+            await self._store.close()
+
+
+def open_store(url: str | None = None, *, profile_home: ProfileHome | None = None) -> _Opening:
+    """Open the store at `url`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite file.
+
+    `profile_home` maps a profile name to its home directory; a JSON store then keeps each
+    profile's identity in `<home>/.talaria-relay-profile-id`, as the Python original did.
+    """
+    return _Opening(url, profile_home)

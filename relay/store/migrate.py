@@ -1,0 +1,120 @@
+"""Alembic migrations from code: `upgrade(url)`, `downgrade(url, rev)`, `head_revision()`.
+
+The same scripts serve `alembic upgrade head` in a checkout (root `migrations/`) and
+`talaria-relay migrate` from a wheel (shipped as `relay/_migrations`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection
+
+from relay.errors import InvalidInputError, SchemaError
+from relay.store.engines import WRITE, postgres_engine, sqlite_engine
+from relay.store.url import resolve
+
+# Held (per transaction) by every Postgres migration, so replicas racing `upgrade head` take turns.
+ADVISORY_LOCK_KEY = 0x74616C61726961  # "talaria"
+
+
+def script_location() -> Path:
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "_migrations"
+    return shipped if shipped.is_dir() else package.parent / "migrations"
+
+
+def alembic_config(url: str | None = None, connection: Connection | None = None) -> Config:
+    """An Alembic config for our scripts, on `url` or on a connection the caller holds."""
+    config = Config()
+    config.set_main_option("script_location", str(script_location()))
+    if url is not None:
+        config.attributes["url"] = url
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@functools.cache
+def head_revision() -> str:
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    if len(heads) != 1:
+        raise SchemaError(f"the migrations have {len(heads)} heads; expected one")
+    return heads[0]
+
+
+def current_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+def schema_error(current: str | None) -> SchemaError:
+    state = "has no relay schema" if current is None else f"is at revision {current}"
+    return SchemaError(
+        f"the relay database {state}, not at head {head_revision()}: "
+        "run `talaria-relay migrate` (or `alembic upgrade head`) first"
+    )
+
+
+def upgrade_locked(connection: Connection, revision: str = "head") -> None:
+    """Upgrade on a connection whose open transaction already excludes other migrators."""
+    command.upgrade(alembic_config(connection=connection), revision)
+
+
+async def upgrade(url: str | None = None, revision: str = "head") -> None:
+    """Migrate the store at `url` (else `$TALARIA_RELAY_STORE_URL`, else the default)."""
+    await _run(
+        url, lambda connection: command.upgrade(alembic_config(connection=connection), revision)
+    )
+
+
+async def downgrade(url: str | None, revision: str) -> None:
+    await _run(
+        url, lambda connection: command.downgrade(alembic_config(connection=connection), revision)
+    )
+
+
+async def _run(url: str | None, step: Callable[[Connection], None]) -> None:
+    target = resolve(url)
+    if target.backend == "json":
+        raise InvalidInputError("a JSON store has no schema to migrate")
+    if target.backend == "postgres":
+        engine = postgres_engine(target.sqlalchemy_url)
+        try:
+            async with engine.connect() as connection:
+                await connection.run_sync(step)
+                await connection.commit()
+        finally:
+            await engine.dispose()
+        return
+    assert target.path is not None
+    path = target.path
+
+    def on_sqlite() -> None:
+        engine = sqlite_engine(path)
+        try:
+            with engine.connect() as connection:
+                connection.execution_options(**{WRITE: True})
+                with connection.begin():
+                    step(connection)
+        finally:
+            engine.dispose()
+
+    await asyncio.to_thread(on_sqlite)
+
+
+if __name__ == "__main__":
+    # `python -m relay.store.migrate [URL]`: upgrade the store (default: the embedded SQLite file).
+    import sys
+
+    from relay.store.url import resolve as _resolve
+
+    _target = _resolve(sys.argv[1] if len(sys.argv) > 1 else None)
+    asyncio.run(upgrade(sys.argv[1] if len(sys.argv) > 1 else None))
+    print(f"{_target.display} is at revision {head_revision()}")

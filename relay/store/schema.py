@@ -1,0 +1,126 @@
+"""The relay tables: the one `MetaData` that the migrations must reproduce exactly."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    false,
+)
+
+# Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+# Times are integer milliseconds, as on the wire.
+config = Table(
+    "relay_config",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("url", Text, nullable=False),
+    Column("publisher_id", Text, nullable=False),
+    Column("key_id", Text, nullable=False),
+    Column("key_ref", Text, nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    CheckConstraint("id = 1", name="singleton"),
+)
+
+profiles = Table(
+    "relay_profiles",
+    metadata,
+    Column("profile", Text, primary_key=True),
+    Column("identity", Text, nullable=False),
+    Column("profile_id", Text, nullable=False),
+)
+
+keys = Table(
+    "relay_keys",
+    metadata,
+    Column("ref", String(64), primary_key=True),
+    Column("pem", Text, nullable=False),
+    # Room for encryption at rest: a reader must refuse rows it cannot decrypt.
+    Column("encrypted", Boolean, nullable=False, server_default=false()),
+)
+
+identities = Table(
+    "relay_identities",
+    metadata,
+    Column("profile", Text, primary_key=True),
+    Column("identity", Text, nullable=False),
+)
+
+revision = Table(
+    "relay_revision",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("floor", BigInteger, nullable=False),
+    CheckConstraint("id = 1", name="singleton"),
+)
+
+started_scopes = Table(
+    "relay_started_scopes",
+    metadata,
+    Column("profile_id", Text, primary_key=True),
+    Column("floor", BigInteger, nullable=False),
+)
+
+started = Table(
+    "relay_started",
+    metadata,
+    Column("profile_id", Text, primary_key=True),
+    Column("session_id", String(191), primary_key=True),
+    Column("started_at", BigInteger, nullable=False),
+    Column("sent", Boolean, nullable=False, server_default=false()),
+    Column("claimed_by", Text),
+    Column("claimed_until", BigInteger),
+    # Claims scan one scope's unsent entries oldest first.
+    Index("ix_relay_started_unsent", "profile_id", "sent", "started_at"),
+)
+
+deleted = Table(
+    "relay_deleted",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("session_id", Text, nullable=False),
+    Column("profile", Text, nullable=False),
+    Column("through", BigInteger, nullable=False),
+    Column("identity", Text),
+    Column("scope_url", Text),
+    Column("scope_publisher_id", Text),
+    Column("scope_profile_id", Text),
+    UniqueConstraint("session_id", "profile", name="uq_relay_deleted_session_profile"),
+    CheckConstraint(
+        "(scope_url IS NULL) = (scope_publisher_id IS NULL)"
+        " AND (scope_url IS NULL) = (scope_profile_id IS NULL)",
+        name="scope_complete",
+    ),
+)
+
+presence = Table(
+    "relay_presence",
+    metadata,
+    Column("profile", Text, primary_key=True),
+    Column("tab_id", String(64), primary_key=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("active", Boolean, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
