@@ -1,0 +1,41 @@
+"""Run a worker body in several real processes that start their work at one barrier."""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+from collections.abc import Callable
+from typing import Any
+
+TIMEOUT_S = 300
+
+
+def run_processes(target: Callable[..., None], count: int, *args: Any) -> list[Any]:
+    """Start `count` processes of `target(index, barrier, results, *args)`; return their results."""
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(count)
+    results = context.Queue()
+    processes = [
+        context.Process(target=target, args=(index, barrier, results, *args))
+        for index in range(count)
+    ]
+    for process in processes:
+        process.start()
+    collected: dict[int, Any] = {}
+    try:
+        while len(collected) < count:
+            try:
+                index, value = results.get(timeout=TIMEOUT_S)
+            except queue.Empty:
+                codes = [p.exitcode for p in processes]
+                raise AssertionError(
+                    f"workers stopped without a result: exit codes {codes}"
+                ) from None
+            collected[index] = value
+    finally:
+        for process in processes:
+            process.join(timeout=TIMEOUT_S)
+            if process.is_alive():
+                process.kill()
+    assert [p.exitcode for p in processes] == [0] * count
+    return [collected[index] for index in range(count)]
