@@ -181,22 +181,22 @@ class SqlStore(RelayStore):
     # ── registration and key ──────────────────────────────────────────────────
 
     async def load_config(self) -> RelayConfig | None:
-        def body(conn: Connection) -> RelayConfig | None:
-            row = conn.execute(select(t.config)).first()
-            if row is None or row.version != CONFIG_VERSION:
-                return None
-            grants = {
-                p.profile: ProfileGrant(p.identity, p.profile_id)
-                for p in conn.execute(select(t.profiles))
-            }
-            problem = config_problem(row.url, row.publisher_id, row.key_id, row.key_ref, grants)
-            if problem:
-                raise CorruptStateError(f"saved relay configuration is invalid: {problem}")
-            return RelayConfig(
-                row.url, row.publisher_id, row.key_id, row.key_ref, grants, row.generation
-            )
-
-        return await self._run(body)
+        # One statement, so a concurrent save is seen whole or not at all (Postgres reads each
+        # statement of a READ COMMITTED transaction at its own snapshot).
+        query = select(
+            t.config, t.profiles.c.profile, t.profiles.c.identity, t.profiles.c.profile_id
+        ).select_from(t.config.outerjoin(t.profiles, true()))
+        rows = await self._run(lambda conn: conn.execute(query).all(), single=True)
+        if not rows or rows[0].version != CONFIG_VERSION:
+            return None
+        row = rows[0]
+        grants = {r.profile: ProfileGrant(r.identity, r.profile_id) for r in rows if r.profile}
+        problem = config_problem(row.url, row.publisher_id, row.key_id, row.key_ref, grants)
+        if problem:
+            raise CorruptStateError(f"saved relay configuration is invalid: {problem}")
+        return RelayConfig(
+            row.url, row.publisher_id, row.key_id, row.key_ref, grants, row.generation
+        )
 
     async def save_config(self, config: RelayConfig) -> None:
         checked_config(config)
@@ -398,24 +398,22 @@ class SqlStore(RelayStore):
         await self._run(lambda conn: conn.execute(statement), write=True, single=True)
 
     async def started_ledger(self) -> list[StartedScope]:
-        def body(conn: Connection) -> list[StartedScope]:
-            scopes = conn.execute(
-                select(t.started_scopes).order_by(t.started_scopes.c.profile_id)
-            ).all()
-            entries = conn.execute(
-                select(t.started).order_by(
-                    t.started.c.profile_id, t.started.c.started_at, t.started.c.session_id
-                )
-            ).all()
-            by_scope: dict[str, list[StartedEntry]] = {}
-            for row in entries:
-                by_scope.setdefault(row.profile_id, []).append(_started(row))
-            return [
-                StartedScope(s.profile_id, s.floor, tuple(by_scope.get(s.profile_id, ())))
-                for s in scopes
-            ]
-
-        return await self._run(body)
+        scopes, s = t.started_scopes, t.started.c
+        query = (
+            select(scopes.c.profile_id, scopes.c.floor, t.started)
+            .select_from(scopes.outerjoin(t.started, s.profile_id == scopes.c.profile_id))
+            .order_by(scopes.c.profile_id, s.started_at, s.session_id)
+        )
+        rows = await self._run(lambda conn: conn.execute(query).all(), single=True)
+        floors: dict[str, int] = {}
+        entries: dict[str, list[StartedEntry]] = {}
+        for row in rows:
+            floors[row[0]] = row.floor
+            if row.session_id is not None:
+                entries.setdefault(row[0], []).append(_started(row))
+        return [
+            StartedScope(pid, floor, tuple(entries.get(pid, ()))) for pid, floor in floors.items()
+        ]
 
     # ── deleted-session outbox ────────────────────────────────────────────────
 
