@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Protocol, TypeGuard
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
 from relay.errors import InvalidInputError, RelayError
 from relay.origin import validated_origin
 
@@ -260,6 +263,19 @@ def checked_config(config: RelayConfig) -> RelayConfig:
     if problem:
         raise InvalidInputError(problem)
     return config
+
+
+def checked_key(pem: object) -> str:
+    """`pem` if it is an unencrypted PKCS#8 Ed25519 private key, the only kind the relay takes."""
+    try:
+        if not isinstance(pem, str):
+            raise TypeError(pem)
+        key = serialization.load_pem_private_key(pem.encode(), password=None)
+    except (TypeError, ValueError):
+        raise InvalidInputError("publisher key must be an unencrypted PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InvalidInputError("publisher key must be an Ed25519 private key")
+    return pem
 
 
 def is_identity(value: object) -> TypeGuard[str]:

@@ -54,6 +54,7 @@ from relay.store.base import (
     StartedEntry,
     StartedScope,
     checked_config,
+    checked_key,
     checked_name,
     checked_presence,
     checked_time,
@@ -234,8 +235,7 @@ class SqlStore(RelayStore):
 
     async def save_key(self, key_id: str, pem: str) -> str:
         checked_name("key_id", key_id)
-        if not isinstance(pem, str) or "-----BEGIN" not in pem or "PRIVATE KEY-----" not in pem:
-            raise InvalidInputError("publisher key must be a PEM private key")
+        checked_key(pem)
         ref = hashlib.sha256(key_id.encode()).hexdigest()[:16]
         statement = self._insert(t.keys).values(ref=ref, pem=pem, encrypted=False)
         statement = statement.on_conflict_do_update(
@@ -377,10 +377,13 @@ class SqlStore(RelayStore):
             .limit(limit)
             # Concurrent claimers pass over each other's rows instead of queueing (no-op on SQLite).
             .with_for_update(skip_locked=True)
+            # Chosen once: as a plain subquery Postgres may rescan it per row, past the limit.
+            .cte("claimable")
+            .prefix_with("MATERIALIZED")
         )
         statement = (
             update(t.started)
-            .where(s.profile_id == profile_id, s.session_id.in_(claimable.scalar_subquery()))
+            .where(s.profile_id == profile_id, s.session_id.in_(select(claimable.c.session_id)))
             .values(claimed_by=owner, claimed_until=now_ms + lease_ms)
             .returning(*t.started.c)
         )
