@@ -50,7 +50,7 @@ async def test_cancelled_postgres_call_releases_its_connection(store_url: str) -
 @pytest.mark.sqlite
 @pytest.mark.parametrize("backend", ["sqlite"])
 async def test_cancelled_sqlite_call_still_ends_its_transaction(store_url: str) -> None:
-    """A call cancelled while SQLite is busy finishes in its thread; the file is never left locked."""
+    """A call cancelled while SQLite is busy ends in its thread; the file is never left locked."""
     path = make_url(store_url).database
     assert path is not None
     async with open_store(store_url) as store:
