@@ -12,12 +12,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from relay.errors import InvalidInputError, RelayError
-from relay.origin import validated_origin
+from relay.protocol import MAX_ID, MAX_SAFE_INTEGER, STARTED_WINDOW_MS, validated_origin
 
 CONFIG_VERSION = 2
-STARTED_WINDOW_MS = 24 * 60 * 60 * 1000
-MAX_SESSION_ID = 191
-MAX_SAFE_INTEGER = 2**53 - 1
 IDENTITY_PATTERN = re.compile(r"pfi_[0-9a-f]{32}")
 
 
@@ -319,7 +316,7 @@ def new_sightings(seen: Iterable[tuple[str, int]], cutoff: int) -> dict[str, int
         session_id = raw_id.strip() if isinstance(raw_id, str) else ""
         if (
             not session_id
-            or len(session_id) > MAX_SESSION_ID
+            or len(session_id) > MAX_ID
             or not is_safe_integer(started_at)
             or started_at < cutoff
             or session_id in fresh
