@@ -1,0 +1,187 @@
+"""The HTTP client of Talaria Relay: signed requests, the relay's error mapping, capped answers.
+
+The relay verifies each signature over the request path exactly as it arrives, so the path signed
+is the one httpx puts on the request line (`request.url.raw_path`), and a path that httpx would
+rewrite before sending (dot segments, characters it escapes) is refused instead of being sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable, Generator
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from relay.errors import (
+    InvalidInputError,
+    RelayHttpError,
+    RelayResponseError,
+    RelayTimeoutError,
+    RelayUnreachableError,
+)
+from relay.protocol import (
+    PAIRING_RESPONSE_CAP,
+    REQUEST_TIMEOUT_S,
+    b64url,
+    canonical_string,
+    validated_origin,
+)
+
+UNREACHABLE = "Could not reach Talaria Relay"
+
+
+class TalariaAuth(httpx.Auth):
+    """Signs a request with the publisher's Ed25519 key, over the bytes that go on the wire."""
+
+    # httpx reads the body before `auth_flow`, so `request.content` is exactly what is sent.
+    requires_request_body = True
+
+    def __init__(
+        self,
+        key: Ed25519PrivateKey,
+        key_id: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        nonce: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        self._key = key
+        self._key_id = key_id
+        self._clock = clock
+        self._nonce = nonce
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        # `raw_path` is the request target httpx sends; the relay verifies over the pathname alone.
+        path = request.url.raw_path.partition(b"?")[0].decode("ascii")
+        timestamp = str(int(self._clock()))
+        nonce = self._nonce()
+        message = canonical_string(request.method, path, timestamp, nonce, request.content)
+        request.headers["X-Talaria-Key-Id"] = self._key_id
+        request.headers["X-Talaria-Timestamp"] = timestamp
+        request.headers["X-Talaria-Nonce"] = nonce
+        request.headers["X-Talaria-Signature"] = b64url(self._key.sign(message))
+        yield request
+
+
+class RelayClient:
+    """Sends the publisher's requests to one relay origin and maps failures to `relay.errors`."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        http: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.time,
+        timeout: float = REQUEST_TIMEOUT_S,
+    ) -> None:
+        # A bare origin without a trailing slash, so `origin + path` is the URL as built.
+        self._origin = validated_origin(base_url)
+        self._owns_http = http is None
+        self._http = http if http is not None else httpx.AsyncClient()
+        self._clock = clock
+        self._timeout = timeout
+
+    async def put(self, path: str, body: bytes, *, key: Ed25519PrivateKey, key_id: str) -> None:
+        """A signed PUT; only the status matters, the answer's body is never read."""
+        await self._send("PUT", path, body, TalariaAuth(key, key_id, clock=self._clock), None)
+
+    async def post(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        key: Ed25519PrivateKey | None = None,
+        key_id: str | None = None,
+    ) -> dict[str, Any]:
+        """A POST, signed when given a key; the JSON object answered (`{}` for any other JSON)."""
+        auth: httpx.Auth | None = None
+        if key is not None and key_id is not None:
+            auth = TalariaAuth(key, key_id, clock=self._clock)
+        elif key is not None or key_id is not None:
+            raise InvalidInputError("key and key_id go together")
+        data = await self._send("POST", path, body, auth, PAIRING_RESPONSE_CAP)
+        try:
+            value = json.loads(data)
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser
+            raise RelayResponseError from None
+        return value if isinstance(value, dict) else {}
+
+    async def _send(
+        self, method: str, path: str, body: bytes, auth: httpx.Auth | None, cap: int | None
+    ) -> bytes:
+        """Send one request; the 2xx answer's body up to `cap` bytes, or none read without a cap."""
+        try:
+            url = httpx.URL(self._origin + path)
+        except httpx.InvalidURL as exc:
+            raise InvalidInputError(f"invalid relay path: {path!r}") from exc
+        # httpx drops `.`/`..` segments and escapes some characters; a path it would change must
+        # not be sent, since the relay would route (and verify) a different path than was built.
+        if not path.startswith("/") or url.raw_path != path.encode("utf-8"):
+            raise InvalidInputError(f"path would not be sent as built: {path!r}")
+        request = self._http.build_request(
+            method,
+            url,
+            content=body,
+            headers={"Content-Type": "application/json"},
+            timeout=self._timeout,
+        )
+        try:
+            # httpx's timeout bounds each network operation; this bounds the whole exchange, as
+            # upstream's abort signal does, so a relay trickling bytes cannot hold the loop.
+            async with asyncio.timeout(self._timeout):
+                # A redirect is an error: its signature would not cover the path it leads to.
+                # `auth=None` also keeps an injected client's default auth off unsigned requests.
+                response = await self._http.send(
+                    request, auth=auth, stream=True, follow_redirects=False
+                )
+                try:
+                    if not response.is_success:
+                        raise RelayHttpError(response.status_code)
+                    return b"" if cap is None else await _read_capped(response, cap)
+                finally:
+                    await response.aclose()
+        except (httpx.TimeoutException, TimeoutError) as exc:
+            raise RelayTimeoutError(f"{UNREACHABLE}: {_describe(exc)}") from exc
+        except httpx.TransportError as exc:
+            raise RelayUnreachableError(f"{UNREACHABLE}: {_describe(exc)}") from exc
+
+    async def aclose(self) -> None:
+        """Close the AsyncClient if this client created it; an injected one belongs to its owner."""
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+async def _read_capped(response: httpx.Response, cap: int) -> bytes:
+    """The body, or `RelayResponseError` as soon as more than `cap` bytes have arrived."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > cap:
+                raise RelayResponseError  # the caller closes the response, which stops the stream
+            chunks.append(chunk)
+    except httpx.DecodingError:  # a Content-Encoding that does not decode
+        raise RelayResponseError from None
+    return b"".join(chunks)
+
+
+def _describe(exc: Exception) -> str:
+    # httpx's timeouts often carry an empty message; the class name still says what happened.
+    return str(exc) or type(exc).__name__

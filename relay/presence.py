@@ -1,0 +1,71 @@
+"""Browser presence: a tab with an active lease mutes its profile's alerts.
+
+Leases live in the store, so a tab's heartbeat may land on any replica and every replica that
+publishes sees it. A lease lasts 90 s from when a server saw it; each tab's sequence number is
+fenced 15 minutes past that, so a delayed lower sequence stays rejected.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from relay.errors import RelayPairingError
+from relay.protocol import (
+    MAX_SAFE_INTEGER,
+    PRESENCE_FENCE_MS,
+    PRESENCE_LEASE_MS,
+    PRESENCE_MAX_TABS,
+    PRESENCE_TAB_PATTERN,
+)
+from relay.store import RelayStore
+
+# Upstream admits 2^53 itself; one less keeps every stored sequence a safe integer.
+MAX_SEQ = MAX_SAFE_INTEGER
+
+
+class Presence:
+    """Presence leases of every profile, on the shared store."""
+
+    def __init__(self, store: RelayStore, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._clock = clock
+
+    async def update(self, body: object, profile: str) -> dict[str, Any]:
+        """Apply a browser's `{tab_id, active, seq}`; the answer of `POST /api/talaria/presence`."""
+        if not isinstance(body, dict):
+            raise RelayPairingError("Invalid presence request", 400)
+        tab_id, active, seq = body.get("tab_id"), body.get("active"), body.get("seq")
+        if isinstance(seq, float) and seq.is_integer():
+            seq = int(seq)  # JSON has one number type: 5.0 is the integer 5
+        if (
+            not isinstance(tab_id, str)
+            or not PRESENCE_TAB_PATTERN.fullmatch(tab_id)
+            or not isinstance(active, bool)
+            or not isinstance(seq, int)
+            or isinstance(seq, bool)
+            or not 0 <= seq <= MAX_SEQ
+        ):
+            raise RelayPairingError("Invalid presence request", 400)
+        name = profile.strip()
+        if not name:
+            raise RelayPairingError("Hermes profile is unavailable", 403)
+        await self._store.apply_presence(
+            name,
+            tab_id,
+            seq,
+            active,
+            self._now_ms(),
+            lease_ms=PRESENCE_LEASE_MS,
+            fence_ms=PRESENCE_FENCE_MS,
+            max_tabs=PRESENCE_MAX_TABS,
+        )
+        return {"ok": True, "lease_seconds": PRESENCE_LEASE_MS // 1000 if active else 0}
+
+    async def active(self, profile: str) -> bool:
+        """Whether a tab of the profile holds an active, unexpired lease."""
+        return await self._store.presence_active(profile, self._now_ms())
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)

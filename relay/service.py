@@ -1,0 +1,430 @@
+"""`RelayService`: the relay side of a web app: pairing, the current publisher, its swaps.
+
+A port of Talaria Web 1.20's `RelayService`. The web app builds one with its store and `Host`,
+awaits `start()`, and calls `changed()` whenever its session list changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+
+from relay.client import RelayClient
+from relay.errors import (
+    RelayError,
+    RelayHttpError,
+    RelayPairingError,
+    RelayResponseError,
+    RelayUnreachableError,
+)
+from relay.host import Host
+from relay.presence import Presence
+from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES, b64url, compact, validated_origin
+from relay.publisher import Log, RelayPublisher, load_key
+from relay.store import DeletedScope, ProfileGrant, RelayConfig, RelayStore
+
+RELAY_URL_ENV = "TALARIA_RELAY_URL"
+PUBLISHER_REDEEM = "/v1/pairings/publisher/redeem"
+PROFILE_REDEEM = "/v1/pairings/profile/redeem"
+
+
+class SessionNotFoundError(RelayError, LookupError):
+    """No such session."""
+
+
+class RelayService:
+    """Owns the current publisher and the pairing state machine."""
+
+    def __init__(
+        self,
+        store: RelayStore,
+        host: Host,
+        *,
+        relay_url: str | None = None,
+        allow_insecure_loopback: bool = False,
+        http: httpx.AsyncClient | None = None,
+        clock: Callable[[], float] = time.time,
+        log: Log | None = None,
+        publisher_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.host = host
+        self.presence = Presence(store, clock)
+        self._trusted = relay_url or os.environ.get(RELAY_URL_ENV) or DEFAULT_RELAY_URL
+        self._allow_insecure_loopback = allow_insecure_loopback
+        self._http = http
+        self._clock = clock
+        self._log = log or logging.getLogger("relay").info
+        self._publisher_options = publisher_options or {}
+        # One claimant for started announcements across this service's publishers.
+        self._owner = uuid.uuid4().hex
+        self._publisher: RelayPublisher | None = None
+        self._candidate: RelayPublisher | None = None
+        self._clients: dict[str, RelayClient] = {}
+        self._pairing = asyncio.Lock()
+
+    def current(self) -> RelayPublisher | None:
+        return self._publisher
+
+    async def start(self) -> bool:
+        """Resume from stored state; an invalid stored registration disables the publisher."""
+        if self._publisher is not None:
+            return True
+        try:
+            config = await self.store.load_config()
+            if config is None:
+                return False
+            candidate = await self._publisher_for(config)
+        except Exception as error:  # whatever is wrong with it, the web app runs on without
+            self._log(f"[relay] Talaria relay publisher disabled: invalid configuration ({error})")
+            return False
+        await self._adopt(candidate, None)
+        await candidate.start(publish_initial=False)
+        return True
+
+    async def stop(self) -> None:
+        previous, self._publisher, self._candidate = self._publisher, None, None
+        if previous is not None:
+            await previous.stop()
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+
+    def changed(self) -> None:
+        """The web app's session list changed."""
+        if self._publisher is not None:
+            self._publisher.changed()
+
+    async def update_presence(self, body: object, profile: str) -> dict[str, Any]:
+        """`POST /api/talaria/presence`."""
+        result = await self.presence.update(body, profile)
+        self.changed()
+        return result
+
+    async def mark_viewed(self, session_id: str) -> None:
+        """A viewed session clears its finished runs on the relay; without a publisher, nothing."""
+        publisher = self._publisher or self._candidate
+        if publisher is None:
+            return
+        meta = await self.host.session_meta(session_id)
+        if meta is None:
+            raise SessionNotFoundError(f"Session not found: {session_id}")
+        publisher.mark_viewed(session_id, meta.profile)
+
+    async def clear_deleted(self, session_id: str, profile: str | None) -> None:
+        """Queue the acknowledgement of a deleted session's runs; call it before reporting success.
+
+        It is persisted even with no publisher, and bound to a relay scope at most once.
+        """
+        name = self.host.canonical_profile(profile or "default")
+        live = await self.host.session_exists(session_id)
+        config = self._publisher.config if self._publisher else None
+        if config is None:
+            try:
+                config = await self.store.load_config()
+            except RelayError:
+                config = None  # keep the deletion; it binds once a registration is readable
+        grant = config.profiles.get(name) if config else None
+        identity = grant.identity if grant else None
+        if identity is None:
+            try:
+                if await self.host.profile_available(name):
+                    identity = await self.store.profile_identity(name)
+            except RelayError:
+                identity = None  # bind when this profile becomes available
+        scope = None
+        if config is not None and grant is not None:
+            scope = DeletedScope(config.url, config.publisher_id, grant.profile_id)
+        await self.store.enqueue_deleted(
+            session_id,
+            name,
+            self._now_ms(),
+            session_live=live,
+            identity=identity,
+            scope=scope,
+        )
+        if self._publisher is not None:
+            self._publisher.changed()
+
+    async def note_terminal(self, stream_id: str, phase: str) -> None:
+        """A turn ended: its outcome reaches the relay, even in the middle of a swap."""
+        if phase not in TERMINAL_PHASES:
+            return
+        run = next((r for r in await self.host.active_runs() if r.stream_id == stream_id), None)
+        if run is None:
+            return
+        for publisher in dict.fromkeys(p for p in (self._publisher, self._candidate) if p):
+            publisher.note_terminal(run, phase)
+
+    # ── pairing ───────────────────────────────────────────────────────────────
+
+    async def pair(self, body: object, profile: str, *, operator: bool = True) -> dict[str, Any]:
+        """`POST /api/talaria/relay/pair`: register the server, or enroll another profile.
+
+        Serialised, so concurrent enrollments keep both mappings.
+        """
+        async with self._pairing:
+            return await self._pair(body, profile, operator)
+
+    async def _pair(self, body: object, raw_profile: str, operator: bool) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise RelayPairingError("Invalid pairing request", 400)
+        fields = [body.get(name) for name in ("relay_url", "publisher_id", "publisher_invitation")]
+        fields.append(body.get("label") or "Talaria Web")
+        if not all(isinstance(value, str) for value in fields):
+            raise RelayPairingError("Missing relay pairing fields", 400)
+        relay_url, publisher_id, invitation, label = (str(value) for value in fields)
+        try:
+            relay_url = self._relay_origin(relay_url)
+            publisher_id = validated_origin(publisher_id)
+        except RelayError as error:
+            raise RelayPairingError(str(error), 400) from error
+        if relay_url != self._trusted_origin():
+            raise RelayPairingError("Untrusted Talaria Relay origin", 400)
+        if not 1 <= len(invitation) <= 256 or not 1 <= len(label) <= 80:
+            raise RelayPairingError("Invalid relay pairing fields", 400)
+        canonical, identity = await self._profile_identity(raw_profile)
+        existing = await self.store.load_config()
+        if existing is not None:
+            return await self._enroll(
+                existing, relay_url, publisher_id, invitation, canonical, identity
+            )
+        if not operator:
+            raise RelayPairingError(
+                "An owner must register this Hermes server with Talaria Relay before profile "
+                "enrollment",
+                409,
+            )
+        return await self._register(relay_url, publisher_id, invitation, label, canonical, identity)
+
+    async def _profile_identity(self, raw_profile: str) -> tuple[str, str]:
+        profile = raw_profile.strip()
+        try:
+            if not profile:
+                raise ValueError(profile)
+            canonical = self.host.canonical_profile(profile)
+            if not await self.host.profile_available(canonical):
+                raise ValueError(canonical)
+            return canonical, await self.store.profile_identity(canonical)
+        except (ValueError, LookupError, OSError, RelayError) as error:
+            raise RelayPairingError("Hermes profile is unavailable", 403) from error
+
+    async def _enroll(
+        self,
+        existing: RelayConfig,
+        relay_url: str,
+        publisher_id: str,
+        invitation: str,
+        canonical: str,
+        identity: str,
+    ) -> dict[str, Any]:
+        if existing.url != relay_url or existing.publisher_id != publisher_id:
+            raise RelayPairingError("This Hermes server is registered to a different relay", 409)
+        known = existing.profiles.get(canonical)
+        # A recreated profile (new identity) gets a new relay scope.
+        profile_id = known.profile_id if known and known.identity == identity else _new_id("prf")
+        key = load_key(await self.store.load_key(existing.key_ref))
+        request = compact(
+            {"invitation": invitation, "publisherId": publisher_id, "profileId": profile_id}
+        )
+        payload = await self._redeem(
+            existing.url,
+            PROFILE_REDEEM,
+            request,
+            "Talaria Relay rejected the profile enrollment",
+            key=key,
+            key_id=existing.key_id,
+        )
+        if (
+            payload.get("protocolVersion") != 2
+            or payload.get("publisherId") != publisher_id
+            or payload.get("profileId") != profile_id
+        ):
+            raise RelayPairingError("Talaria Relay returned an invalid response", 502)
+        profiles = {**existing.profiles, canonical: ProfileGrant(identity, profile_id)}
+        await self._save_and_configure(
+            RelayConfig(
+                existing.url, existing.publisher_id, existing.key_id, existing.key_ref, profiles
+            ),
+            profile_id,
+            identity,
+        )
+        return {"ok": True, "publisher_id": publisher_id}
+
+    async def _register(
+        self,
+        relay_url: str,
+        publisher_id: str,
+        invitation: str,
+        label: str,
+        canonical: str,
+        identity: str,
+    ) -> dict[str, Any]:
+        key = Ed25519PrivateKey.generate()
+        profile_id = _new_id("prf")
+        public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        request = compact(
+            {
+                "invitation": invitation,
+                "publisherId": publisher_id,
+                "profileId": profile_id,
+                "label": label,
+                "publicKey": b64url(public),
+            }
+        )
+        payload = await self._redeem(
+            relay_url, PUBLISHER_REDEEM, request, "Talaria Relay rejected server registration"
+        )
+        key_id, paired_profile = payload.get("keyId"), payload.get("profileId")
+        paired_publisher, preserved = payload.get("publisherId"), payload.get("profileIdPreserved")
+        if (
+            payload.get("protocolVersion") != 2
+            or not isinstance(key_id, str)
+            or not key_id
+            or not isinstance(paired_publisher, str)
+            or not isinstance(paired_profile, str)
+            or not paired_profile
+            or not isinstance(preserved, bool)
+            or (paired_profile != profile_id and not preserved)
+        ):
+            raise RelayPairingError("Talaria Relay returned an invalid response", 502)
+        try:
+            final_publisher = validated_origin(paired_publisher)
+        except RelayError as error:
+            raise RelayPairingError("Talaria Relay returned an invalid response", 502) from error
+        pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
+        # Durable before the registration names it.
+        key_ref = await self.store.save_key(key_id, pem)
+        grants = {canonical: ProfileGrant(identity, paired_profile)}
+        await self._save_and_configure(
+            RelayConfig(relay_url, final_publisher, key_id, key_ref, grants),
+            paired_profile,
+            identity,
+        )
+        return {"ok": True, "publisher_id": final_publisher}
+
+    async def _redeem(
+        self,
+        relay_url: str,
+        path: str,
+        body: bytes,
+        rejected: str,
+        *,
+        key: Ed25519PrivateKey | None = None,
+        key_id: str | None = None,
+    ) -> dict[str, Any]:
+        client = self._client(relay_url)
+        try:
+            return await client.post(path, body, key=key, key_id=key_id)
+        except RelayHttpError as error:
+            status = 409 if 400 <= error.status < 500 else 502
+            raise RelayPairingError(f"{rejected} (HTTP {error.status})", status) from error
+        except RelayUnreachableError as error:
+            raise RelayPairingError("Could not reach Talaria Relay", 502) from error
+        except RelayResponseError as error:
+            raise RelayPairingError("Talaria Relay returned an invalid response", 502) from error
+
+    async def _save_and_configure(
+        self, config: RelayConfig, profile_id: str, identity: str
+    ) -> None:
+        await self.store.save_config(config)
+        # Read back, so the publisher knows the generation it was built from.
+        saved = await self.store.load_config()
+        assert saved is not None
+        await self._configure(saved, profile_id, identity)
+
+    async def _configure(self, config: RelayConfig, profile_id: str, identity: str) -> None:
+        """Validate the new registration with a real publish before swapping publishers."""
+        candidate = await self._publisher_for(config)
+        previous = self._publisher
+        self._candidate = candidate
+        if previous is not None:
+            candidate.inherit(previous)
+        try:
+            await candidate.publish_profile(profile_id, identity)
+        except Exception as error:
+            if self._candidate is candidate:
+                self._candidate = None
+            if isinstance(error, RelayPairingError):
+                raise
+            raise RelayPairingError(
+                "Could not publish the initial Talaria Relay snapshot", 502
+            ) from error
+        await self._adopt(candidate, previous)
+        await candidate.start(publish_initial=False)
+        candidate.changed()
+
+    async def _adopt(self, candidate: RelayPublisher, previous: RelayPublisher | None) -> None:
+        self._publisher, self._candidate = candidate, None
+        if previous is not None:
+            # What reached the old publisher during validation is carried over too.
+            candidate.inherit(previous)
+            await previous.stop()
+
+    async def _publisher_for(self, config: RelayConfig) -> RelayPublisher:
+        publisher = RelayPublisher(
+            config,
+            store=self.store,
+            host=self.host,
+            client=self._client(config.url),
+            presence=self.presence,
+            owner=self._owner,
+            clock=self._clock,
+            log=self._log,
+            **self._publisher_options,
+        )
+        await publisher.initialize()
+        return publisher
+
+    def _client(self, base_url: str) -> RelayClient:
+        if base_url not in self._clients:
+            self._clients[base_url] = RelayClient(base_url, http=self._http, clock=self._clock)
+        return self._clients[base_url]
+
+    # ── origins ───────────────────────────────────────────────────────────────
+
+    def _relay_origin(self, raw: str) -> str:
+        """The relay origin as given: https, or http to a loopback host when allowed."""
+        try:
+            return validated_origin(raw, True)
+        except RelayError:
+            origin = validated_origin(raw)
+            if self._allow_insecure_loopback and _is_loopback(origin):
+                return origin
+            raise
+
+    def _trusted_origin(self) -> str:
+        return self._trusted.strip().rstrip("/")
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+
+def _is_loopback(origin: str) -> bool:
+    host = urlsplit(origin).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
