@@ -1,0 +1,28 @@
+"""Test doubles for `relay`: a dev Talaria Relay that checks what a publisher sends.
+
+`DevRelay` is the relay (state and ASGI app): use it in process with `httpx.ASGITransport`, or over
+real HTTP on loopback with `serve`. `MemoryHost` is a web app in memory that drives the publisher.
+"""
+
+from __future__ import annotations
+
+from relay.testing.devrelay import ROUTES, DevRelay, RecordedRequest, route_of
+from relay.testing.memory import MemoryHost, MemorySession
+from relay.testing.records import Completion, KeyInfo, SessionRow, StartedEvent, ViewedAck
+from relay.testing.server import run, serve
+
+__all__ = [
+    "ROUTES",
+    "Completion",
+    "DevRelay",
+    "KeyInfo",
+    "MemoryHost",
+    "MemorySession",
+    "RecordedRequest",
+    "SessionRow",
+    "StartedEvent",
+    "ViewedAck",
+    "route_of",
+    "run",
+    "serve",
+]
