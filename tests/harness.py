@@ -1,0 +1,118 @@
+"""A web app, its relay service and a dev relay on one store, with a clock the test moves.
+
+Passes run only when a test asks (`await env.publish()`), so what the relay received is exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from relay.publisher import RelayPublisher
+from relay.service import RelayService
+from relay.store import RelayConfig, RelayStore
+from relay.testing import DevRelay, MemoryHost, RecordedRequest
+
+RELAY_URL = "https://relay.example"
+PUBLISHER_ID = "https://hermes.example"
+START = 1_800_000_000.0
+
+
+@dataclass
+class Clock:
+    """Unix seconds that move only when the test says."""
+
+    now: float = START
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Env:
+    store: RelayStore
+    host: MemoryHost
+    relay: DevRelay
+    http: httpx.AsyncClient
+    clock: Clock
+    service: RelayService
+    logs: list[str] = field(default_factory=list)
+
+    def new_service(self, **options: Any) -> RelayService:
+        """Another service on the same store and relay: a restart, or another replica."""
+        return make_service(self, **options)
+
+    @property
+    def publisher(self) -> RelayPublisher:
+        publisher = self.service.current()
+        assert publisher is not None, "no publisher: register first"
+        return publisher
+
+    async def config(self) -> RelayConfig:
+        config = await self.store.load_config()
+        assert config is not None
+        return config
+
+    async def pair(
+        self,
+        profile: str = "default",
+        *,
+        user: str = "usr_owner",
+        operator: bool = True,
+        **body: Any,
+    ) -> dict[str, Any]:
+        """Register the server (first call) or enroll `profile` with an invitation for `user`."""
+        request = {
+            "relay_url": RELAY_URL,
+            "publisher_id": PUBLISHER_ID,
+            "publisher_invitation": self.relay.mint_invitation(user),
+            **body,
+        }
+        return await self.service.pair(request, profile, operator=operator)
+
+    async def publish(self) -> float | None:
+        """One publisher pass, now; the backoff delay it asks for after a failure."""
+        return await self.publisher.run_once()
+
+    def sent(self, route: str) -> list[RecordedRequest]:
+        """Requests of one route the relay received (any status)."""
+        return [request for request in self.relay.requests if request.route == route]
+
+    def accepted(self, route: str) -> list[RecordedRequest]:
+        return [request for request in self.sent(route) if 200 <= request.status < 300]
+
+
+def make_service(env: Env, **options: Any) -> RelayService:
+    return RelayService(
+        env.store,
+        env.host,
+        relay_url=RELAY_URL,
+        http=env.http,
+        clock=env.clock,
+        log=env.logs.append,
+        publisher_options={"background": False, "uniform": lambda low, high: 1.0, **options},
+    )
+
+
+@asynccontextmanager
+async def relay_env(
+    store: RelayStore, *, profiles: tuple[str, ...] = ("default",)
+) -> AsyncIterator[Env]:
+    """Everything wired in process: the service talks to the dev relay through ASGI."""
+    clock = Clock()
+    relay = DevRelay(clock=clock)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=relay)) as http:
+        host = MemoryHost(profiles, clock=clock)
+        env = Env(store, host, relay, http, clock, service=None)  # type: ignore[arg-type]
+        env.service = make_service(env)
+        try:
+            yield env
+        finally:
+            await env.service.stop()
