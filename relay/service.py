@@ -78,6 +78,7 @@ class RelayService:
         self._candidate: RelayPublisher | None = None
         self._clients: dict[str, RelayClient] = {}
         self._pairing = asyncio.Lock()
+        self._cleared: set[tuple[str, str]] = set()
 
     def current(self) -> RelayPublisher | None:
         return self._publisher
@@ -134,6 +135,8 @@ class RelayService:
         """
         name = self.host.canonical_profile(profile or "default")
         live = await self.host.session_exists(session_id)
+        if not live and (name, session_id) in self._cleared:
+            return  # a later lookup of the same deleted id does not queue it again
         config = self._publisher.config if self._publisher else None
         if config is None:
             try:
@@ -159,8 +162,14 @@ class RelayService:
             identity=identity,
             scope=scope,
         )
+        # One id per deleted session per process, as upstream: the relay's ack is idempotent.
+        self._cleared.add((name, session_id))
         if self._publisher is not None:
             self._publisher.changed()
+
+    async def profile_deleted(self, profile: str) -> None:
+        """The web app deleted a profile: one recreated under its name is a new relay scope."""
+        await self.store.forget_profile_identity(self.host.canonical_profile(profile))
 
     async def note_terminal(self, stream_id: str, phase: str) -> None:
         """A turn ended: its outcome reaches the relay, even in the middle of a swap."""
