@@ -180,6 +180,8 @@ class RelayPublisher:
                 await self._sleep(HEARTBEAT_S)
             if self._stopped:
                 return
+            # A change from here on wakes the next sleep; one from before is in this pass.
+            self._wake.clear()
             self._dirty = False
             delay = await self.run_once()
             if delay is not None:
@@ -227,7 +229,12 @@ class RelayPublisher:
     async def _follow_registration(self) -> None:
         """Adopt a registration another replica saved (a new key or profile) before publishing."""
         latest = await self._store.load_config()
-        if latest is not None and latest.generation != self.config.generation:
+        # Another relay is another registration: the service swaps publishers for that.
+        if (
+            latest is not None
+            and latest.generation != self.config.generation
+            and latest.url == self.config.url
+        ):
             self._key = load_key(await self._store.load_key(latest.key_ref))
             self.config = latest
 

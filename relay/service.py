@@ -32,6 +32,7 @@ from relay.errors import (
     RelayPairingError,
     RelayResponseError,
     RelayUnreachableError,
+    StoreUnavailableError,
 )
 from relay.host import Host
 from relay.presence import Presence
@@ -92,6 +93,8 @@ class RelayService:
             if config is None:
                 return False
             candidate = await self._publisher_for(config)
+        except StoreUnavailableError:
+            raise  # not an invalid registration: the caller may start again later
         except Exception as error:  # whatever is wrong with it, the web app runs on without
             self._log(f"[relay] Talaria relay publisher disabled: invalid configuration ({error})")
             return False
