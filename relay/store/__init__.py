@@ -22,6 +22,7 @@ from relay.store.base import (
     RelayStore,
     StartedEntry,
     StartedScope,
+    StateBatch,
 )
 from relay.store.url import StoreTarget, resolve
 
@@ -34,6 +35,7 @@ __all__ = [
     "RelayStore",
     "StartedEntry",
     "StartedScope",
+    "StateBatch",
     "StoreTarget",
     "open_store",
     "resolve",

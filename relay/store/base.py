@@ -97,6 +97,17 @@ class PresenceLease:
     updated_at: int
 
 
+@dataclass(frozen=True, slots=True)
+class StateBatch:
+    """Relay state copied from another store; `merge_state` folds it in."""
+
+    identities: Mapping[str, str] = field(default_factory=dict)
+    revision_floor: int = 0
+    started: tuple[StartedScope, ...] = ()
+    deleted: tuple[DeletedView, ...] = ()
+    presence: tuple[PresenceLease, ...] = ()
+
+
 class RelayStore(Protocol):
     """All relay state. Each method is atomic: one transaction, or one locked file update."""
 
@@ -217,6 +228,23 @@ class RelayStore(Protocol):
         """Every stored entry, expired or not, most recently updated first."""
         ...
 
+    async def identities(self) -> dict[str, str]:
+        """Every valid stored identity by profile, minting none.
+
+        A JSON store that keeps identities in profile homes knows only the registration's.
+        """
+        ...
+
+    async def merge_state(self, batch: StateBatch) -> None:
+        """Fold in state copied from another store; merging the same batch again changes nothing.
+
+        Identities are added where the profile has none; the revision floor becomes the larger;
+        a scope keeps the lower floor and an entry stays sent once either side sent it; a deletion
+        keeps its id, the later `through` and whichever binding it has; a lease takes the higher
+        sequence. Claims are not copied.
+        """
+        ...
+
     async def close(self) -> None:
         """Release connections and file handles."""
         ...
@@ -335,3 +363,36 @@ def checked_presence(
         raise InvalidInputError("presence active must be a boolean")
     if lease_ms <= 0 or fence_ms < 0 or max_tabs < 1:
         raise InvalidInputError("presence limits must be positive")
+
+
+def checked_batch(batch: StateBatch) -> StateBatch:
+    """`batch` if every record in it could have come from a store; `InvalidInputError` if not."""
+    for profile, identity in batch.identities.items():
+        checked_name("profile", profile)
+        if not is_identity(identity):
+            raise InvalidInputError(f"identity of profile {profile!r} is invalid")
+    checked_time("revision floor", batch.revision_floor)
+    for scope in batch.started:
+        checked_name("profile_id", scope.profile_id)
+        checked_time("ledger floor", scope.floor)
+        for entry in scope.entries:
+            if entry.profile_id != scope.profile_id or not isinstance(entry.sent, bool):
+                raise InvalidInputError(f"ledger entry {entry.session_id!r} is invalid")
+            checked_name("session_id", entry.session_id, MAX_ID)
+            checked_time("started_at", entry.started_at)
+    for view in batch.deleted:
+        for kind, value in (("id", view.id), ("session_id", view.session_id)):
+            checked_name(kind, value)
+        checked_name("profile", view.profile)
+        checked_time("through", view.through)
+        if view.identity is not None:
+            checked_name("identity", view.identity)
+        if view.scope is not None and not isinstance(view.scope, DeletedScope):
+            raise InvalidInputError("deleted scope must be a DeletedScope")
+    for lease in batch.presence:
+        checked_name("profile", lease.profile)
+        checked_name("tab_id", lease.tab_id, 64)
+        checked_presence(lease.seq, lease.active, 1, 0, 1)
+        checked_time("expires_at", lease.expires_at)
+        checked_time("updated_at", lease.updated_at)
+    return batch

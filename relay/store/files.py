@@ -36,6 +36,8 @@ from relay.store.base import (
     RelayStore,
     StartedEntry,
     StartedScope,
+    StateBatch,
+    checked_batch,
     checked_config,
     checked_key,
     checked_name,
@@ -396,6 +398,52 @@ class FileStore(RelayStore):
         leases = (await self._load(_PRESENCE)).values()
         return sorted(leases, key=lambda v: (-v.updated_at, v.profile, v.tab_id))
 
+    # ── copying between stores ────────────────────────────────────────────────
+
+    async def identities(self) -> dict[str, str]:
+        if self._profile_home is None:
+            stored = await self._load(_IDENTITIES)
+            return {name: value for name, value in stored.items() if is_identity(value)}
+        config = await self.load_config()
+        found: dict[str, str] = {}
+        for name in config.profiles if config else ():
+            path = Path(self._profile_home(name)) / PROFILE_ID
+            with contextlib.suppress(CorruptStateError, StoreError):
+                if (identity := await self._load(_PROFILE_ID, path)) is not None:
+                    found[name] = identity
+        return found
+
+    async def merge_state(self, batch: StateBatch) -> None:
+        checked_batch(batch)
+        for profile, identity in batch.identities.items():
+            await self._merge_identity(profile, identity)
+        await self._update(_REVISION, lambda floor: (max(floor, batch.revision_floor), None))
+        if batch.started:
+            await self._update(
+                _STARTED, lambda ledger: (_merge_started(ledger, batch.started), None)
+            )
+        if batch.deleted:
+            await self._update(_DELETED, lambda views: (_merge_deleted(views, batch.deleted), None))
+        if batch.presence:
+            await self._update(
+                _PRESENCE, lambda leases: (_merge_presence(leases, batch.presence), None)
+            )
+
+    async def _merge_identity(self, profile: str, identity: str) -> None:
+        if self._profile_home is None:
+
+            def edit(identities: dict[str, str]) -> tuple[dict[str, str], None]:
+                identities.setdefault(profile, identity)
+                return identities, None
+
+            return await self._update(_IDENTITIES, edit)
+        home = Path(self._profile_home(profile))
+        if await asyncio.to_thread(home.is_dir):
+            await self._update(
+                _PROFILE_ID, lambda stored: (stored or identity, None), home / PROFILE_ID
+            )
+        return None
+
     # ── locked file work ──────────────────────────────────────────────────────
 
     async def _call(self, work: Callable[[], R]) -> R:
@@ -420,10 +468,10 @@ class FileStore(RelayStore):
             finally:
                 os.close(fd)
 
-    async def _load(self, doc: _Document[D]) -> D:
+    async def _load(self, doc: _Document[D], path: Path | None = None) -> D:
         def work() -> D:
             with self._locked(exclusive=False):
-                return doc.parse(_read(self._dir / doc.name))
+                return doc.parse(_read(path or self._dir / doc.name))
 
         return await self._call(work)
 
@@ -646,6 +694,46 @@ def _dump_started(ledger: _Ledger) -> str:
 
 def _oldest_first(entries: Iterable[StartedEntry]) -> tuple[StartedEntry, ...]:
     return tuple(sorted(entries, key=lambda e: (e.started_at, e.session_id)))
+
+
+def _merge_started(ledger: _Ledger, scopes: Iterable[StartedScope]) -> _Ledger:
+    for scope in scopes:
+        mine = ledger.get(scope.profile_id)
+        floor = scope.floor if mine is None else min(mine.floor, scope.floor)
+        entries = {e.session_id: e for e in (mine.entries if mine else ())}
+        for entry in scope.entries:
+            kept = entries.get(entry.session_id)
+            if kept is None:
+                entries[entry.session_id] = replace(entry, claimed_by=None, claimed_until=None)
+            elif entry.sent and not kept.sent:
+                entries[entry.session_id] = replace(kept, sent=True)
+        ledger[scope.profile_id] = StartedScope(
+            scope.profile_id, floor, _oldest_first(entries.values())
+        )
+    return ledger
+
+
+def _merge_deleted(views: list[DeletedView], incoming: Iterable[DeletedView]) -> list[DeletedView]:
+    for view in incoming:
+        key = (view.session_id, view.profile)
+        index = next((i for i, v in enumerate(views) if (v.session_id, v.profile) == key), None)
+        if index is None:
+            views.append(view)
+            continue
+        kept = views[index]
+        kept = replace(kept, through=max(kept.through, view.through))
+        if kept.scope is None and view.scope is not None:
+            kept = replace(kept, identity=view.identity, scope=view.scope)
+        views[index] = kept
+    return views
+
+
+def _merge_presence(leases: _Leases, incoming: Iterable[PresenceLease]) -> _Leases:
+    for lease in incoming:
+        key = (lease.profile, lease.tab_id)
+        if key not in leases or leases[key].seq < lease.seq:
+            leases[key] = lease
+    return leases
 
 
 def _parse_deleted(raw: bytes | None) -> list[DeletedView]:

@@ -53,6 +53,8 @@ from relay.store.base import (
     RelayStore,
     StartedEntry,
     StartedScope,
+    StateBatch,
+    checked_batch,
     checked_config,
     checked_key,
     checked_name,
@@ -561,11 +563,113 @@ class SqlStore(RelayStore):
             for r in rows
         ]
 
+    # ── copying between stores ────────────────────────────────────────────────
+
+    async def identities(self) -> dict[str, str]:
+        rows = await self._run(lambda conn: conn.execute(select(t.identities)).all(), single=True)
+        return {row.profile: row.identity for row in rows if is_identity(row.identity)}
+
+    async def merge_state(self, batch: StateBatch) -> None:
+        checked_batch(batch)
+        s, p = t.started.c, t.presence.c
+
+        def body(conn: Connection) -> None:
+            if batch.identities:
+                rows = [{"profile": k, "identity": v} for k, v in batch.identities.items()]
+                conn.execute(self._insert(t.identities).on_conflict_do_nothing(), rows)
+            floor = self._insert(t.revision).values(id=1, floor=batch.revision_floor)
+            conn.execute(
+                floor.on_conflict_do_update(
+                    index_elements=[t.revision.c.id],
+                    set_={"floor": self._greatest(t.revision.c.floor, batch.revision_floor)},
+                )
+            )
+            for scope in batch.started:
+                upsert = self._insert(t.started_scopes).values(
+                    profile_id=scope.profile_id, floor=scope.floor
+                )
+                lower = self._least(t.started_scopes.c.floor, upsert.excluded.floor)
+                conn.execute(
+                    upsert.on_conflict_do_update(
+                        index_elements=[t.started_scopes.c.profile_id], set_={"floor": lower}
+                    )
+                )
+                entries = [
+                    {
+                        "profile_id": e.profile_id,
+                        "session_id": e.session_id,
+                        "started_at": e.started_at,
+                        "sent": e.sent,
+                    }
+                    for e in scope.entries
+                ]
+                if entries:
+                    insert = self._insert(t.started)
+                    sent = or_(s.sent, insert.excluded.sent)
+                    conn.execute(
+                        insert.on_conflict_do_update(
+                            index_elements=[s.profile_id, s.session_id], set_={"sent": sent}
+                        ),
+                        entries,
+                    )
+            for view in batch.deleted:
+                self._merge_deleted(conn, view)
+            for lease in batch.presence:
+                values = {
+                    "seq": lease.seq,
+                    "active": lease.active,
+                    "expires_at": lease.expires_at,
+                    "updated_at": lease.updated_at,
+                }
+                insert = self._insert(t.presence).values(
+                    profile=lease.profile, tab_id=lease.tab_id, **values
+                )
+                conn.execute(
+                    insert.on_conflict_do_update(
+                        index_elements=[p.profile, p.tab_id],
+                        set_=values,
+                        where=p.seq < insert.excluded.seq,
+                    )
+                )
+
+        await self._run(body, write=True)
+
+    def _merge_deleted(self, conn: Connection, view: DeletedView) -> None:
+        d = t.deleted.c
+        scope = view.scope
+        bound = {
+            "identity": view.identity,
+            "scope_url": scope.url if scope else None,
+            "scope_publisher_id": scope.publisher_id if scope else None,
+            "scope_profile_id": scope.profile_id if scope else None,
+        }
+        same = and_(d.session_id == view.session_id, d.profile == view.profile)
+        # The entry already queued for this session keeps its id and any binding it has.
+        existing = conn.execute(select(t.deleted).where(same)).first()
+        if existing is None:
+            conn.execute(
+                t.deleted.insert().values(
+                    id=view.id,
+                    session_id=view.session_id,
+                    profile=view.profile,
+                    through=view.through,
+                    **bound,
+                )
+            )
+            return
+        changes: dict[str, Any] = {"through": max(existing.through, view.through)}
+        if existing.scope_url is None and scope is not None:
+            changes |= bound
+        conn.execute(update(t.deleted).where(same).values(**changes))
+
     # ── helpers ───────────────────────────────────────────────────────────────
 
     def _greatest(self, a: ColumnElement[Any], b: Any) -> ColumnElement[Any]:
-        # SQLite's two-argument max() is a scalar function, its spelling of GREATEST.
+        # SQLite's two-argument max() and min() are scalar: its GREATEST and LEAST.
         return func.greatest(a, b) if self._postgres else func.max(a, b)
+
+    def _least(self, a: ColumnElement[Any], b: Any) -> ColumnElement[Any]:
+        return func.least(a, b) if self._postgres else func.min(a, b)
 
 
 async def _finish(step: Awaitable[Any]) -> None:
