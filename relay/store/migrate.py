@@ -16,10 +16,11 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from relay.errors import InvalidInputError, SchemaError
 from relay.store.engines import WRITE, postgres_engine, sqlite_engine
-from relay.store.url import resolve
+from relay.store.url import driver_error, resolve
 
 # Held (per transaction) by every Postgres migration, so replicas racing `upgrade head` take turns.
 ADVISORY_LOCK_KEY = 0x74616C61726961  # "talaria"
@@ -74,6 +75,43 @@ async def upgrade(url: str | None = None, revision: str = "head") -> None:
     )
 
 
+async def current(url: str | None = None) -> str | None:
+    """The revision the store at `url` is at; None for an empty (or missing SQLite) database."""
+    target = resolve(url)
+    if target.backend == "json":
+        raise InvalidInputError("a JSON store has no schema revision")
+    if target.backend == "sqlite":
+        assert target.path is not None
+        path = target.path
+        if not path.exists():
+            return None
+
+        def on_sqlite() -> str | None:
+            engine = sqlite_engine(path)
+            try:
+                with engine.connect() as connection:
+                    return current_revision(connection)
+            finally:
+                engine.dispose()
+
+        return await asyncio.to_thread(on_sqlite)
+    engine = postgres_engine(target.sqlalchemy_url)
+    try:
+        async with engine.connect() as connection:
+            return await connection.run_sync(current_revision)
+    except (DBAPIError, OSError, TimeoutError) as exc:
+        raise driver_error(exc, target) from exc
+    finally:
+        await engine.dispose()
+
+
+def offline_sql(url: str | None = None) -> None:
+    """Print the DDL of an upgrade to head for the store at `url`, without connecting to it."""
+    target = resolve(url)
+    address = target.sqlalchemy_url.render_as_string(hide_password=False)
+    command.upgrade(alembic_config(address), "head", sql=True)
+
+
 async def downgrade(url: str | None, revision: str) -> None:
     await _run(
         url, lambda connection: command.downgrade(alembic_config(connection=connection), revision)
@@ -90,6 +128,8 @@ async def _run(url: str | None, step: Callable[[Connection], None]) -> None:
             async with engine.connect() as connection:
                 await connection.run_sync(step)
                 await connection.commit()
+        except (DBAPIError, OSError, TimeoutError) as exc:
+            raise driver_error(exc, target) from exc
         finally:
             await engine.dispose()
         return
@@ -113,8 +153,6 @@ if __name__ == "__main__":
     # `python -m relay.store.migrate [URL]`: upgrade the store (default: the embedded SQLite file).
     import sys
 
-    from relay.store.url import resolve as _resolve
-
-    _target = _resolve(sys.argv[1] if len(sys.argv) > 1 else None)
-    asyncio.run(upgrade(sys.argv[1] if len(sys.argv) > 1 else None))
-    print(f"{_target.display} is at revision {head_revision()}")
+    _url = sys.argv[1] if len(sys.argv) > 1 else None
+    asyncio.run(upgrade(_url))
+    print(f"{resolve(_url).display} is at revision {head_revision()}")

@@ -37,10 +37,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.errors import CorruptStateError, InvalidInputError, StoreError, StoreUnavailableError
+from relay.errors import CorruptStateError, InvalidInputError, StoreError
 from relay.store import migrate
 from relay.store import schema as t
 from relay.store.base import (
@@ -66,7 +66,7 @@ from relay.store.base import (
     started_cutoff,
 )
 from relay.store.engines import WRITE, postgres_engine, sqlite_engine
-from relay.store.url import StoreTarget
+from relay.store.url import StoreTarget, driver_error
 
 T = TypeVar("T")
 Body = Callable[[Connection], T]
@@ -138,7 +138,7 @@ class SqlStore(RelayStore):
                 return await self._run_postgres(body, single)
             return await self._in_thread(self._run_sqlite, body, write)
         except (DBAPIError, OSError, TimeoutError) as exc:
-            raise self._unavailable(exc) from exc
+            raise driver_error(exc, self._target) from exc
         except SQLAlchemyError as exc:
             raise StoreError(f"relay store {self.display_url} failed: {exc}") from exc
 
@@ -167,19 +167,6 @@ class SqlStore(RelayStore):
         finally:
             await _finish(conn.close())
         return result
-
-    def _unavailable(self, exc: BaseException) -> StoreError:
-        if (
-            isinstance(exc, DBAPIError)
-            and not exc.connection_invalidated
-            and not _is_connectivity(exc)
-        ):
-            return StoreError(
-                f"relay store {self.display_url} failed: {_redacted(exc, self._target)}"
-            )
-        return StoreUnavailableError(
-            f"relay store {self.display_url} is unavailable: {_redacted(exc, self._target)}"
-        )
 
     # ── registration and key ──────────────────────────────────────────────────
 
@@ -700,14 +687,3 @@ def _deleted(row: Any) -> DeletedView:
         else None
     )
     return DeletedView(row.id, row.session_id, row.profile, row.through, row.identity, scope)
-
-
-def _is_connectivity(exc: DBAPIError) -> bool:
-    return isinstance(exc, OperationalError | InterfaceError)
-
-
-def _redacted(exc: BaseException, target: StoreTarget) -> str:
-    text = str(getattr(exc, "orig", None) or exc)
-    message = text.splitlines()[0] if text else type(exc).__name__
-    password = target.url.password if target.url is not None else None
-    return message.replace(str(password), "***") if password else message

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Literal
 
 from sqlalchemy import URL, make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 
-from relay.errors import InvalidInputError
+from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 
 ENV_VAR = "TALARIA_RELAY_STORE_URL"
 SUPPORTED = (
@@ -96,3 +96,17 @@ def _postgres_url(url: URL) -> URL:
     if "sslmode" in query:
         query["ssl"] = query.pop("sslmode")
     return url.set(drivername="postgresql+asyncpg", query=query)
+
+
+def driver_error(exc: BaseException, target: StoreTarget) -> StoreError:
+    """A driver's exception as a `StoreError` that names the store but never its password."""
+    text = str(getattr(exc, "orig", None) or exc)
+    message = text.splitlines()[0] if text else type(exc).__name__
+    password = target.url.password if target.url is not None else None
+    if password:
+        message = message.replace(password, "***")
+    if isinstance(exc, DBAPIError) and not (
+        exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+    ):
+        return StoreError(f"relay store {target.display} failed: {message}")
+    return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")

@@ -1,0 +1,117 @@
+"""Copy all relay state from one store to another: legacy JSON → SQLite → Postgres, and back.
+
+The copy merges (`RelayStore.merge_state`), so running it twice changes nothing and an interrupted
+copy completes when run again. It refuses to replace a different registration, or a profile's
+different identity, unless forced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from relay.errors import InvalidInputError
+from relay.store.base import RelayConfig, RelayStore, StartedScope, StateBatch
+
+BATCH_ENTRIES = 1000
+
+Progress = Callable[[int, int], None]
+
+
+class TransferConflictError(InvalidInputError):
+    """The target holds different relay state; copying over it needs --force."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransferReport:
+    """What a copy brought (or, dry, would bring) over."""
+
+    registration: str  # "copied", "unchanged" or "none"
+    profiles: int
+    identities: int
+    revision_floor: int
+    scopes: int
+    ledger_entries: int
+    deleted: int
+    presence: int
+
+
+def _same_registration(a: RelayConfig, b: RelayConfig) -> bool:
+    return (a.url, a.publisher_id, a.key_id, a.profiles) == (
+        b.url,
+        b.publisher_id,
+        b.key_id,
+        b.profiles,
+    )
+
+
+async def transfer(
+    source: RelayStore,
+    target: RelayStore,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    progress: Progress | None = None,
+) -> TransferReport:
+    """Copy `source` into `target`; the target's revision floor ends at the larger of both."""
+    config, theirs = await source.load_config(), await target.load_config()
+    if config and theirs and not _same_registration(config, theirs) and not force:
+        raise TransferConflictError(
+            f"{target.display_url} is registered as {theirs.publisher_id} at {theirs.url} "
+            f"(key {theirs.key_id}), not as the source is: use --force to replace it"
+        )
+    identities, existing = await source.identities(), await target.identities()
+    clashes = sorted(p for p, i in identities.items() if existing.get(p, i) != i)
+    if clashes and not force:
+        raise TransferConflictError(
+            f"profiles {', '.join(clashes)} have other identities in {target.display_url}: "
+            "use --force to replace them"
+        )
+    ledger = await source.started_ledger()
+    batch = StateBatch(
+        identities=identities,
+        revision_floor=await source.revision_floor(),
+        deleted=tuple(await source.pending_deleted()),
+        presence=tuple(await source.presence_leases()),
+    )
+    registration = "none" if config is None else "unchanged"
+    if config is not None and not (theirs and _same_registration(config, theirs)):
+        registration = "copied"
+    report = TransferReport(
+        registration,
+        len(config.profiles) if config else 0,
+        len(identities),
+        max(batch.revision_floor, await target.revision_floor()),
+        len(ledger),
+        sum(len(scope.entries) for scope in ledger),
+        len(batch.deleted),
+        len(batch.presence),
+    )
+    if dry_run:
+        return report
+    if config is not None and registration == "copied":
+        # The key first: a registration must never name a key the target lacks.
+        key_ref = await target.save_key(config.key_id, await source.load_key(config.key_ref))
+        await target.save_config(replace(config, key_ref=key_ref))
+    for profile in clashes:
+        await target.forget_profile_identity(profile)
+    await target.merge_state(batch)
+    await _copy_ledger(ledger, target, report.ledger_entries, progress)
+    return report
+
+
+async def _copy_ledger(
+    ledger: list[StartedScope], target: RelayStore, total: int, progress: Progress | None
+) -> None:
+    """Merge the ledger a batch of entries at a time, so a large one shows progress."""
+    done = 0
+    for scope in ledger:
+        chunks = [
+            scope.entries[i : i + BATCH_ENTRIES]
+            for i in range(0, len(scope.entries), BATCH_ENTRIES)
+        ]
+        for chunk in chunks or [()]:
+            await target.merge_state(StateBatch(started=(replace(scope, entries=chunk),)))
+            done += len(chunk)
+            if progress is not None:
+                progress(done, total)
