@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv test lint migrate
+.PHONY: venv demo test lint migrate
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,6 +12,9 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/talaria-relay demo
 
 test: venv
 	$(BIN)/pytest
@@ -22,4 +25,4 @@ lint: venv
 	$(BIN)/mypy --strict relay
 
 migrate: venv
-	$(BIN)/python -m relay.store.migrate
+	$(BIN)/talaria-relay migrate

@@ -1,0 +1,265 @@
+"""`talaria-relay`: migrate, inspect and copy relay state; run a dev relay; run the demo.
+
+Exit codes scripts can rely on: 0 success; 1 the check or job failed (not at head, a conflict,
+invalid stored state, a refused request); 2 bad usage or input; 3 the store or relay could not be
+reached. Passwords in store URLs are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
+
+from relay.errors import (
+    InvalidInputError,
+    RelayError,
+    RelayUnreachableError,
+    StoreUnavailableError,
+)
+from relay.store import migrate, open_store, resolve
+from relay.store.transfer import TransferConflictError, transfer
+
+OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
+
+Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
+
+def say(line: str = "") -> None:
+    print(line, flush=True)
+
+
+def fail(message: str) -> None:
+    print(f"talaria-relay: {message}", file=sys.stderr, flush=True)
+
+
+# ── migrate ───────────────────────────────────────────────────────────────────
+
+
+async def cmd_migrate(args: argparse.Namespace) -> int:
+    target = resolve(args.store)
+    if target.backend == "json":
+        raise InvalidInputError("a JSON store has no schema to migrate")
+    address = target.sqlalchemy_url.render_as_string(hide_password=False)
+    head = migrate.head_revision()
+    if args.sql:
+        migrate.offline_sql(address)
+        return OK
+    if args.check:
+        current = await migrate.current(address)
+        if current == head:
+            say(f"{target.display} is at head {head}")
+            return OK
+        say(f"{target.display} is at {current or 'no revision'}, not at head {head}")
+        return FAILED
+    await migrate.upgrade(address)
+    say(f"{target.display} is at head {head}")
+    return OK
+
+
+# ── status ────────────────────────────────────────────────────────────────────
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    from relay.status import collect, render
+
+    target = resolve(args.store)
+    async with open_store(args.store) as store:
+        status = await collect(store, target)
+    say(json.dumps(status, indent=2) if args.json else render(status))
+    return OK
+
+
+# ── import ────────────────────────────────────────────────────────────────────
+
+
+def _profile_homes(args: argparse.Namespace) -> Callable[[str], Path] | None:
+    homes: dict[str, Path] = {}
+    for item in args.profile_home:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InvalidInputError(f"--profile-home takes NAME=PATH, not {item!r}")
+        homes[name] = Path(path).expanduser()
+    root = Path(args.profiles_root).expanduser() if args.profiles_root else None
+    if not homes and root is None:
+        return None
+
+    def home(profile: str) -> Path:
+        if profile in homes:
+            return homes[profile]
+        if root is None:
+            raise InvalidInputError(f"no --profile-home given for profile {profile!r}")
+        return root / profile
+
+    return home
+
+
+def _progress(done: int, total: int) -> None:
+    if sys.stderr.isatty() and total:
+        filled = 30 * done // total
+        bar = "#" * filled + "." * (30 - filled)
+        print(f"\r  ledger [{bar}] {done}/{total}", end="", file=sys.stderr, flush=True)
+        if done == total:
+            print(file=sys.stderr)
+
+
+async def cmd_import(args: argparse.Namespace) -> int:
+    source_target, target_target = resolve(args.source), resolve(args.target)
+    if source_target.display == target_target.display:
+        raise InvalidInputError("--from and --to name the same store")
+    async with (
+        open_store(args.source, profile_home=_profile_homes(args)) as source,
+        open_store(args.target) as target,
+    ):
+        report = await transfer(
+            source, target, force=args.force, dry_run=args.dry_run, progress=_progress
+        )
+    verb = "would copy" if args.dry_run else "copied"
+    say(f"{verb} {source_target.display} → {target_target.display}")
+    say(f"  registration     {report.registration} ({report.profiles} profiles)")
+    say(f"  identities       {report.identities}")
+    say(f"  revision floor   {report.revision_floor}")
+    say(f"  started ledger   {report.ledger_entries} entries in {report.scopes} scopes")
+    say(f"  deleted outbox   {report.deleted}")
+    say(f"  presence leases  {report.presence}")
+    return OK
+
+
+# ── dev-relay and demo ────────────────────────────────────────────────────────
+
+
+async def cmd_dev_relay(args: argparse.Namespace) -> int:
+    from relay.testing import DevRelay, serve
+
+    relay = DevRelay()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    async with serve(relay, args.host, args.port) as url:
+        say(f"Talaria dev relay listening on {url}")
+        say(f"relay URL:   {url}")
+        say(f"invitation:  {relay.mint_invitation()}")
+        say(f"more invitations: POST {url}/admin/invitations; what it holds: GET {url}/admin/state")
+        await stop.wait()
+    say("dev relay stopped")
+    return OK
+
+
+async def cmd_demo(args: argparse.Namespace) -> int:
+    from relay import demo
+
+    if args.invitation and not args.relay_url:
+        raise InvalidInputError("--invitation goes with --relay-url")
+    if args.relay_url and not args.invitation:
+        raise InvalidInputError("--relay-url needs at least one --invitation")
+    if args.replicas < 0:
+        raise InvalidInputError("--replicas must be 0 or more")
+    passed = await demo.run(
+        args.store,
+        relay_url=args.relay_url,
+        invitations=args.invitation,
+        allow_insecure_loopback=args.allow_insecure_loopback,
+        replicas=args.replicas,
+        say=say,
+    )
+    return OK if passed else FAILED
+
+
+# ── the parser ────────────────────────────────────────────────────────────────
+
+
+def parser() -> argparse.ArgumentParser:
+    store = argparse.ArgumentParser(add_help=False)
+    store.add_argument(
+        "--store",
+        metavar="URL",
+        help="the relay store: sqlite:///path, postgresql://…, json:///dir "
+        "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)",
+    )
+    root = argparse.ArgumentParser(
+        prog="talaria-relay",
+        description="Talaria Relay publisher state: migrate, inspect, copy; dev relay; demo.",
+        epilog="exit codes: 0 ok, 1 failed, 2 bad usage or input, 3 store or relay unreachable",
+    )
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, run: Command, text: str, **kwargs: Any) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, parents=[store], help=text, description=text, **kwargs)
+        sub.set_defaults(run=run)
+        return sub
+
+    sub = add("migrate", cmd_migrate, "upgrade the store's schema to head (safe on replicas)")
+    sub.add_argument("--check", action="store_true", help="change nothing; exit 1 if not at head")
+    sub.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+
+    sub = add("status", cmd_status, "show what the store holds (never the private key)")
+    sub.add_argument("--json", action="store_true", help="the stable JSON shape (see README)")
+
+    sub = add("import", cmd_import, "copy all relay state from one store to another")
+    sub.add_argument("--from", dest="source", required=True, metavar="URL", help="source store")
+    sub.add_argument("--to", dest="target", required=True, metavar="URL", help="target store")
+    sub.add_argument("--dry-run", action="store_true", help="report, write nothing")
+    sub.add_argument(
+        "--force", action="store_true", help="replace a different registration or identity"
+    )
+    sub.add_argument(
+        "--profile-home",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a legacy JSON source's profile home (repeatable)",
+    )
+    sub.add_argument("--profiles-root", metavar="DIR", help="profile homes are DIR/NAME")
+
+    sub = add("dev-relay", cmd_dev_relay, "run a dev Talaria Relay on loopback")
+    sub.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
+    sub.add_argument("--port", type=int, default=8787, help="port (default 8787; 0 picks one)")
+
+    sub = add("demo", cmd_demo, "publish a demo web app's sessions and check what the relay got")
+    sub.add_argument("--relay-url", metavar="URL", help="a running relay instead of a dev relay")
+    sub.add_argument(
+        "--invitation",
+        action="append",
+        default=[],
+        metavar="TOKEN",
+        help="with --relay-url: the first registers, each further one enrolls a profile",
+    )
+    sub.add_argument(
+        "--allow-insecure-loopback", action="store_true", help="accept http:// for a loopback relay"
+    )
+    sub.add_argument(
+        "--replicas", type=int, default=0, metavar="N", help="also run N replica processes"
+    )
+    return root
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        code: int = asyncio.run(args.run(args))
+    except KeyboardInterrupt:
+        return FAILED
+    except ModuleNotFoundError as error:
+        if error.name != "uvicorn":
+            raise
+        fail("the dev relay needs uvicorn: pip install 'talaria-relay[devrelay]'")
+        return USAGE
+    except (StoreUnavailableError, RelayUnreachableError) as error:
+        fail(str(error))
+        return UNREACHABLE
+    except TransferConflictError as error:
+        fail(str(error))
+        return FAILED
+    except InvalidInputError as error:
+        fail(str(error))
+        return USAGE
+    except RelayError as error:
+        fail(str(error))
+        return FAILED
+    return code

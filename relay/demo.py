@@ -1,0 +1,279 @@
+"""`talaria-relay demo`: the publisher's whole life against a relay, said step by step.
+
+It migrates the store, starts a dev relay on loopback (or uses one given), registers the server,
+enrolls a second profile, drives a `MemoryHost` through sessions that start, wait for approval,
+complete, get viewed and get deleted, mutes one profile's alerts with a presence lease, restarts
+the service and publishes again. With `replicas` it also runs that many service processes on the
+same store. It succeeds only when the relay accepted every request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+
+import httpx
+
+from relay.errors import InvalidInputError
+from relay.service import RelayService
+from relay.status import collect, render
+from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
+from relay.store.url import default_sqlite_path
+from relay.testing import DevRelay, MemoryHost, serve
+
+PUBLISHER_ID = "http://hermes-demo.localhost"
+Say = Callable[[str], None]
+
+
+def default_demo_url() -> str:
+    """A demo store beside the embedded default, so a demo never touches a real registration."""
+    return f"sqlite:///{default_sqlite_path().with_name('demo.db')}"
+
+
+@dataclass
+class Responses:
+    """Every answer the relay gave; the demo passes only if each was a success."""
+
+    failures: list[str] = field(default_factory=list)
+    count: int = 0
+
+    async def record(self, response: httpx.Response) -> None:
+        self.count += 1
+        if not response.is_success:
+            self.failures.append(
+                f"{response.request.method} {response.url.path}: {response.status_code}"
+            )
+
+
+@dataclass
+class Demo:
+    store: RelayStore
+    relay_url: str
+    http: httpx.AsyncClient
+    host: MemoryHost
+    say: Say
+    insecure: bool
+    service: RelayService | None = None
+
+    def new_service(self) -> RelayService:
+        self.service = RelayService(
+            self.store,
+            self.host,
+            relay_url=self.relay_url,
+            allow_insecure_loopback=self.insecure,
+            http=self.http,
+            log=lambda line: self.say(f"    {line}"),
+            publisher_options={"background": False},
+        )
+        return self.service
+
+    async def publish(self, what: str) -> None:
+        assert self.service is not None
+        publisher = self.service.current()
+        assert publisher is not None
+        delay = await publisher.run_once()
+        self.say(f"  published: {what}" + ("" if delay is None else " (failed; see above)"))
+
+
+async def run(
+    store_url: str | None,
+    *,
+    relay_url: str | None = None,
+    invitations: Sequence[str] = (),
+    allow_insecure_loopback: bool = False,
+    replicas: int = 0,
+    say: Say = print,
+) -> bool:
+    """Run the demo; True when the relay accepted and verified every request."""
+    target = resolve(store_url or default_demo_url())
+    responses = Responses()
+    async with AsyncExitStack() as stack:
+        relay: DevRelay | None = None
+        if relay_url is None:
+            relay = DevRelay()
+            relay_url = await stack.enter_async_context(serve(relay))
+            invitations = [relay.mint_invitation("usr_owner"), relay.mint_invitation("usr_work")]
+            allow_insecure_loopback = True
+            await _fresh(target, say)
+            say(f"dev relay listening on {relay_url}")
+        if target.backend != "json":
+            await migrate.upgrade(_address(target))
+            say(f"store {target.display} migrated to {migrate.head_revision()}")
+        http = await stack.enter_async_context(
+            httpx.AsyncClient(event_hooks={"response": [responses.record]})
+        )
+        store = await stack.enter_async_context(open_store(_address(target)))
+        profiles = ["default", "work", *(f"profile-{n}" for n in range(3, len(invitations) + 1))]
+        demo = Demo(store, relay_url, http, MemoryHost(profiles), say, allow_insecure_loopback)
+        await _pair(demo, profiles, invitations)
+        await _sessions(demo)
+        if replicas and not await _replicas(
+            target, relay_url, allow_insecure_loopback, replicas, say
+        ):
+            responses.failures.append("a replica process failed")
+        await _restart(demo)
+        if relay is not None:
+            _table(relay, say)
+        say("")
+        say(render(await collect(store, target)))
+    say("")
+    if responses.failures:
+        say(f"FAILED: the relay refused {len(responses.failures)} of {responses.count} requests:")
+        for failure in responses.failures:
+            say(f"  {failure}")
+        return False
+    say(f"OK: the relay accepted and verified all {responses.count} requests")
+    return True
+
+
+async def _fresh(target: StoreTarget, say: Say) -> None:
+    """A new dev relay knows no registration: start the default demo store afresh too."""
+    if target.backend == "sqlite" and target.path == resolve(default_demo_url()).path:
+        assert target.path is not None
+        for suffix in ("", "-wal", "-shm"):
+            target.path.with_name(target.path.name + suffix).unlink(missing_ok=True)
+        say(f"demo store {target.display} reset")
+
+
+def _address(target: StoreTarget) -> str:
+    if target.url is None:
+        return target.display
+    return target.url.render_as_string(hide_password=False)
+
+
+async def _pair(demo: Demo, profiles: list[str], invitations: Sequence[str]) -> None:
+    if (config := await demo.store.load_config()) is not None:
+        raise InvalidInputError(
+            f"{demo.store.display_url} already holds a registration with {config.url}: "
+            "give the demo an empty store"
+        )
+    service = demo.new_service()
+    await service.start()
+    for index, invitation in enumerate(invitations):
+        body = {
+            "relay_url": demo.relay_url,
+            "publisher_id": PUBLISHER_ID,
+            "publisher_invitation": invitation,
+            "label": "talaria-relay demo",
+        }
+        await service.pair(body, profiles[index], operator=index == 0)
+        verb = "registered the server with" if index == 0 else "enrolled profile"
+        demo.say(f"{verb} {profiles[index] if index else demo.relay_url}")
+
+
+async def _sessions(demo: Demo) -> None:
+    host, service = demo.host, demo.service
+    assert service is not None
+    demo.say("default: a chat starts, waits for approval and completes")
+    host.create_session("chat-plan", "default", "Plan the launch")
+    host.start_run("chat-plan", "stream-plan", phase="agent_starting")
+    await demo.publish("chat-plan starting")
+    host.set_run_phase("stream-plan", "running")
+    host.set_pending("chat-plan", approval=True)
+    await demo.publish("chat-plan waiting for approval")
+    host.set_pending("chat-plan")
+    await service.note_terminal("stream-plan", "completed")
+    host.end_run("stream-plan")
+    await demo.publish("chat-plan completed")
+    demo.say("work: a browser tab is open, so its alerts are muted")
+    await service.update_presence({"tab_id": "demo-tab-1", "active": True, "seq": 1}, "work")
+    host.create_session("chat-review", "work", "Review the draft")
+    host.start_run("chat-review", "stream-review")
+    await demo.publish("chat-review running, alerts muted")
+    demo.say("default: the finished chat is viewed")
+    await service.mark_viewed("chat-plan")
+    await demo.publish("chat-plan acknowledged")
+    demo.say("default: a failed chat is deleted")
+    host.create_session("chat-old", "default", "Old notes")
+    host.start_run("chat-old", "stream-old")
+    await service.note_terminal("stream-old", "failed")
+    host.end_run("stream-old")
+    await demo.publish("chat-old failed")
+    host.delete_session("chat-old")
+    await service.clear_deleted("chat-old", "default")
+    await demo.publish("chat-old cleared")
+
+
+async def _restart(demo: Demo) -> None:
+    assert demo.service is not None
+    floor = await demo.store.revision_floor()
+    await demo.service.stop()
+    demo.say("the service restarts from the store")
+    await demo.new_service().start()
+    await demo.publish("after the restart")
+    after = await demo.store.revision_floor()
+    demo.say(f"  revisions continue above {floor}: now {after}")
+
+
+async def _replicas(
+    target: StoreTarget, relay_url: str, insecure: bool, count: int, say: Say
+) -> bool:
+    say(f"{count} replica processes publish on the same store")
+    command = [sys.executable, "-m", "relay.demo", "--store", _address(target)]
+    command += ["--relay-url", relay_url] + (["--allow-insecure-loopback"] if insecure else [])
+    children = [
+        await asyncio.create_subprocess_exec(*command, "--index", str(index))
+        for index in range(count)
+    ]
+    codes = [await child.wait() for child in children]
+    say(f"  replicas exited with {codes}")
+    return not any(codes)
+
+
+async def replica(store_url: str, relay_url: str, index: int, insecure: bool) -> bool:
+    """One replica process: resume the registration, publish a session of its own, exit."""
+    responses = Responses()
+    async with (
+        httpx.AsyncClient(event_hooks={"response": [responses.record]}) as http,
+        open_store(store_url) as store,
+    ):
+        host = MemoryHost(["default", "work"])
+        demo = Demo(store, relay_url, http, host, lambda line: None, insecure)
+        if not await demo.new_service().start():
+            return False
+        session = f"replica-{index}"
+        host.create_session(session, "default", f"Replica {index} chat")
+        host.start_run(session, f"stream-{session}")
+        await demo.publish(session)
+        assert demo.service is not None
+        await demo.service.note_terminal(f"stream-{session}", "completed")
+        host.end_run(f"stream-{session}")
+        await demo.publish(session)
+        await demo.service.stop()
+    return responses.count > 0 and not responses.failures
+
+
+def _table(relay: DevRelay, say: Say) -> None:
+    state = relay.state()
+    say("")
+    say("what the relay holds")
+    say(f"  {'profile':<38} {'session':<14} {'phase':<22} {'revision':>15}  alerts  viewed")
+    for grant in state["grants"]:
+        for row in grant["rows"]:
+            alerts = "muted" if row.get("alertEligible") is False else "on"
+            viewed = {True: "yes", False: "no", None: "-"}[row.get("acknowledged")]
+            say(
+                f"  {grant['profileId']:<38} {row['sessionId']:<14} {row['phase']:<22}"
+                f" {row['revision']:>15}  {alerts:<6}  {viewed}"
+            )
+    announced = sorted(event["sessionId"] for event in state["started"])
+    say(f"  sessions announced once each: {', '.join(announced)}")
+
+
+if __name__ == "__main__":
+    # One replica of `talaria-relay demo --replicas N`, started by the demo itself.
+    import argparse
+
+    options = argparse.ArgumentParser(prog="python -m relay.demo")
+    options.add_argument("--store", required=True)
+    options.add_argument("--relay-url", required=True)
+    options.add_argument("--index", type=int, required=True)
+    options.add_argument("--allow-insecure-loopback", action="store_true")
+    given = options.parse_args()
+    passed = asyncio.run(
+        replica(given.store, given.relay_url, given.index, given.allow_insecure_loopback)
+    )
+    sys.exit(0 if passed else 1)

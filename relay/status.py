@@ -1,0 +1,107 @@
+"""What a store holds, for `talaria-relay status`: everything an operator asks, no secret.
+
+The JSON shape (`collect(...)`) is stable; README.md documents it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from typing import Any
+
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from relay.errors import RelayError
+from relay.publisher import load_key
+from relay.store import RelayStore, StoreTarget, migrate
+
+
+def fingerprint(pem: str) -> str:
+    """`SHA256:<base64>` of the raw public key, as ssh prints one; never the private key."""
+    public = load_key(pem).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    digest = base64.b64encode(hashlib.sha256(public).digest()).decode().rstrip("=")
+    return f"SHA256:{digest}"
+
+
+async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
+    """The status document of the store at `target`."""
+    now_ms = int(time.time() * 1000)
+    schema: dict[str, Any] | None = None
+    if target.backend != "json":
+        current = await migrate.current(target.sqlalchemy_url.render_as_string(hide_password=False))
+        head = migrate.head_revision()
+        schema = {"current": current, "head": head, "at_head": current == head}
+    config = await store.load_config()
+    registration = None
+    profiles: list[dict[str, Any]] = []
+    if config is not None:
+        try:
+            key_fingerprint: str | None = fingerprint(await store.load_key(config.key_ref))
+        except RelayError:
+            key_fingerprint = None  # status still answers: the key problem shows as null
+        registration = {
+            "relay_url": config.url,
+            "publisher_id": config.publisher_id,
+            "key_id": config.key_id,
+            "key_fingerprint": key_fingerprint,
+        }
+        identities = await store.identities()
+        profiles = [
+            {
+                "profile": name,
+                "profile_id": grant.profile_id,
+                "identity_matches": identities.get(name) == grant.identity,
+            }
+            for name, grant in config.profiles.items()
+        ]
+    ledger = [
+        {
+            "profile_id": scope.profile_id,
+            "floor": scope.floor,
+            "unsent": sum(not entry.sent for entry in scope.entries),
+            "sent": sum(entry.sent for entry in scope.entries),
+        }
+        for scope in await store.started_ledger()
+    ]
+    leases = await store.presence_leases()
+    return {
+        "store": {"backend": target.backend, "url": target.display, "schema": schema},
+        "registration": registration,
+        "profiles": profiles,
+        "revision_floor": await store.revision_floor(),
+        "started": ledger,
+        "deleted_outbox": len(await store.pending_deleted()),
+        "presence_leases": sum(lease.active and lease.expires_at > now_ms for lease in leases),
+    }
+
+
+def render(status: dict[str, Any]) -> str:
+    """The status as lines for a terminal."""
+    store = status["store"]
+    lines = [f"store        {store['backend']}  {store['url']}"]
+    if store["schema"] is not None:
+        schema = store["schema"]
+        state = "at head" if schema["at_head"] else f"NOT at head {schema['head']}"
+        lines.append(f"schema       {schema['current'] or 'none'} ({state})")
+    registration = status["registration"]
+    if registration is None:
+        lines.append("registration none: pair the server with Talaria Relay")
+    else:
+        key = f"{registration['key_id']}  {registration['key_fingerprint'] or 'MISSING'}"
+        lines += [
+            f"relay        {registration['relay_url']}",
+            f"publisher    {registration['publisher_id']}",
+            f"key          {key}",
+        ]
+    for profile in status["profiles"]:
+        match = "identity ok" if profile["identity_matches"] else "identity CHANGED: re-enroll"
+        lines.append(f"profile      {profile['profile']} → {profile['profile_id']}  ({match})")
+    lines.append(f"revision     {status['revision_floor']}")
+    for scope in status["started"]:
+        lines.append(
+            f"started      {scope['profile_id']}: {scope['unsent']} unsent, {scope['sent']} sent"
+        )
+    lines.append(f"deleted      {status['deleted_outbox']} awaiting acknowledgement")
+    lines.append(f"presence     {status['presence_leases']} live lease(s)")
+    return "\n".join(lines)
