@@ -154,10 +154,10 @@ async def cmd_dev_relay(args: argparse.Namespace) -> int:
 async def cmd_demo(args: argparse.Namespace) -> int:
     from relay import demo
 
-    if args.invitation and not args.relay_url:
-        raise InvalidInputError("--invitation goes with --relay-url")
-    if args.relay_url and not args.invitation:
-        raise InvalidInputError("--relay-url needs at least one --invitation")
+    if (args.invitation or args.mint_invitations) and not args.relay_url:
+        raise InvalidInputError("--invitation and --mint-invitations go with --relay-url")
+    if args.relay_url and not (args.invitation or args.mint_invitations):
+        raise InvalidInputError("--relay-url needs an --invitation (or --mint-invitations)")
     if args.replicas < 0:
         raise InvalidInputError("--replicas must be 0 or more")
     passed = await demo.run(
@@ -165,6 +165,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         relay_url=args.relay_url,
         invitations=args.invitation,
         allow_insecure_loopback=args.allow_insecure_loopback,
+        mint_invitations=args.mint_invitations,
         replicas=args.replicas,
         say=say,
     )
@@ -229,6 +230,11 @@ def parser() -> argparse.ArgumentParser:
         default=[],
         metavar="TOKEN",
         help="with --relay-url: the first registers, each further one enrolls a profile",
+    )
+    sub.add_argument(
+        "--mint-invitations",
+        action="store_true",
+        help="with --relay-url of a dev relay: take invitations from its admin endpoint",
     )
     sub.add_argument(
         "--allow-insecure-loopback", action="store_true", help="accept http:// for a loopback relay"

@@ -9,7 +9,9 @@ same store. It succeeds only when the relay accepted every request.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
@@ -21,7 +23,7 @@ from relay.errors import InvalidInputError
 from relay.service import RelayService
 from relay.status import collect, render
 from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
-from relay.store.url import default_sqlite_path
+from relay.store.url import ENV_VAR, default_sqlite_path
 from relay.testing import DevRelay, MemoryHost, serve
 
 PUBLISHER_ID = "http://hermes-demo.localhost"
@@ -84,11 +86,12 @@ async def run(
     relay_url: str | None = None,
     invitations: Sequence[str] = (),
     allow_insecure_loopback: bool = False,
+    mint_invitations: bool = False,
     replicas: int = 0,
     say: Say = print,
 ) -> bool:
     """Run the demo; True when the relay accepted and verified every request."""
-    target = resolve(store_url or default_demo_url())
+    target = resolve(store_url or os.environ.get(ENV_VAR) or default_demo_url())
     responses = Responses()
     async with AsyncExitStack() as stack:
         relay: DevRelay | None = None
@@ -99,6 +102,9 @@ async def run(
             allow_insecure_loopback = True
             await _fresh(target, say)
             say(f"dev relay listening on {relay_url}")
+        elif mint_invitations:
+            invitations = [await _mint(relay_url, user) for user in ("usr_owner", "usr_work")]
+            say(f"minted {len(invitations)} invitations at {relay_url}/admin/invitations")
         if target.backend != "json":
             await migrate.upgrade(_address(target))
             say(f"store {target.display} migrated to {migrate.head_revision()}")
@@ -136,6 +142,17 @@ async def _fresh(target: StoreTarget, say: Say) -> None:
         for suffix in ("", "-wal", "-shm"):
             target.path.with_name(target.path.name + suffix).unlink(missing_ok=True)
         say(f"demo store {target.display} reset")
+
+
+async def _mint(relay_url: str, user: str) -> str:
+    """An invitation from a dev relay's admin endpoint (a real relay's come from its app)."""
+    async with httpx.AsyncClient() as http:
+        response = await http.post(f"{relay_url}/admin/invitations", json={"userId": user})
+    if response.status_code != 201:
+        raise InvalidInputError(
+            f"{relay_url} minted no invitation (HTTP {response.status_code}): is it a dev relay?"
+        )
+    return str(response.json()["invitation"])
 
 
 def _address(target: StoreTarget) -> str:
@@ -263,16 +280,18 @@ def _table(relay: DevRelay, say: Say) -> None:
     say(f"  sessions announced once each: {', '.join(announced)}")
 
 
-if __name__ == "__main__":
-    # One replica of `talaria-relay demo --replicas N`, started by the demo itself.
-    import argparse
-
+def replica_parser() -> argparse.ArgumentParser:
+    """Arguments of one replica process (`python -m relay.demo`), started by the demo."""
     options = argparse.ArgumentParser(prog="python -m relay.demo")
     options.add_argument("--store", required=True)
     options.add_argument("--relay-url", required=True)
     options.add_argument("--index", type=int, required=True)
     options.add_argument("--allow-insecure-loopback", action="store_true")
-    given = options.parse_args()
+    return options
+
+
+if __name__ == "__main__":
+    given = replica_parser().parse_args()
     passed = asyncio.run(
         replica(given.store, given.relay_url, given.index, given.allow_insecure_loopback)
     )
