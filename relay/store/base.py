@@ -365,6 +365,51 @@ def checked_presence(
         raise InvalidInputError("presence limits must be positive")
 
 
+def checked_claim(
+    profile_id: str, owner: str, now_ms: int, lease_ms: int, limit: int | None
+) -> None:
+    checked_name("profile_id", profile_id)
+    checked_name("owner", owner)
+    checked_time("now_ms", now_ms)
+    checked_time("lease_ms", lease_ms)
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise InvalidInputError("limit must be a positive integer")
+
+
+def checked_scope(scope: object) -> DeletedScope:
+    if not isinstance(scope, DeletedScope):
+        raise InvalidInputError("scope must be a DeletedScope")
+    return scope
+
+
+def checked_deletion(
+    session_id: str, profile: str, now_ms: int, identity: str | None, scope: DeletedScope | None
+) -> None:
+    checked_name("session_id", session_id)
+    checked_name("profile", profile)
+    checked_time("now_ms", now_ms)
+    if identity is not None:
+        checked_name("identity", identity)
+    if scope is not None:
+        checked_scope(scope)
+
+
+def checked_lease(
+    profile: str,
+    tab_id: str,
+    seq: int,
+    active: bool,
+    now_ms: int,
+    lease_ms: int,
+    fence_ms: int,
+    max_tabs: int,
+) -> None:
+    checked_name("profile", profile)
+    checked_name("tab_id", tab_id, 64)
+    checked_time("now_ms", now_ms)
+    checked_presence(seq, active, lease_ms, fence_ms, max_tabs)
+
+
 def checked_batch(batch: StateBatch) -> StateBatch:
     """`batch` if every record in it could have come from a store; `InvalidInputError` if not."""
     for profile, identity in batch.identities.items():
@@ -387,8 +432,8 @@ def checked_batch(batch: StateBatch) -> StateBatch:
         checked_time("through", view.through)
         if view.identity is not None:
             checked_name("identity", view.identity)
-        if view.scope is not None and not isinstance(view.scope, DeletedScope):
-            raise InvalidInputError("deleted scope must be a DeletedScope")
+        if view.scope is not None:
+            checked_scope(view.scope)
     for lease in batch.presence:
         checked_name("profile", lease.profile)
         checked_name("tab_id", lease.tab_id, 64)

@@ -38,10 +38,13 @@ from relay.store.base import (
     StartedScope,
     StateBatch,
     checked_batch,
+    checked_claim,
     checked_config,
+    checked_deletion,
     checked_key,
+    checked_lease,
     checked_name,
-    checked_presence,
+    checked_scope,
     checked_time,
     config_problem,
     is_identity,
@@ -244,12 +247,7 @@ class FileStore(RelayStore):
     async def claim_started(
         self, profile_id: str, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
     ) -> list[StartedEntry]:
-        checked_name("profile_id", profile_id)
-        checked_name("owner", owner)
-        checked_time("now_ms", now_ms)
-        checked_time("lease_ms", lease_ms)
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise InvalidInputError("limit must be a positive integer")
+        checked_claim(profile_id, owner, now_ms, lease_ms, limit)
 
         def claimable(entry: StartedEntry) -> bool:
             expired = entry.claimed_until is None or entry.claimed_until <= now_ms
@@ -302,13 +300,7 @@ class FileStore(RelayStore):
         identity: str | None,
         scope: DeletedScope | None,
     ) -> DeletedView:
-        checked_name("session_id", session_id)
-        checked_name("profile", profile)
-        checked_time("now_ms", now_ms)
-        if identity is not None:
-            checked_name("identity", identity)
-        if scope is not None:
-            _checked_scope(scope)
+        checked_deletion(session_id, profile, now_ms, identity, scope)
 
         def edit(views: list[DeletedView]) -> tuple[list[DeletedView], DeletedView]:
             for index, view in enumerate(views):
@@ -325,7 +317,7 @@ class FileStore(RelayStore):
     async def bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
         checked_name("profile", profile)
         checked_name("identity", identity)
-        _checked_scope(scope)
+        checked_scope(scope)
 
         def edit(views: list[DeletedView]) -> tuple[list[DeletedView], int]:
             unbound = [
@@ -368,10 +360,7 @@ class FileStore(RelayStore):
         fence_ms: int,
         max_tabs: int,
     ) -> bool:
-        checked_name("profile", profile)
-        checked_name("tab_id", tab_id, 64)
-        checked_time("now_ms", now_ms)
-        checked_presence(seq, active, lease_ms, fence_ms, max_tabs)
+        checked_lease(profile, tab_id, seq, active, now_ms, lease_ms, fence_ms, max_tabs)
         key = (profile, tab_id)
 
         def edit(leases: _Leases) -> tuple[_Leases, bool]:
@@ -759,11 +748,6 @@ def _deleted_view(item: Any) -> DeletedView | None:
 
 def _dump_deleted(views: list[DeletedView]) -> str:
     return _json_text({"version": 1, "views": [_camel(asdict(v)) for v in views]})
-
-
-def _checked_scope(scope: object) -> None:
-    if not isinstance(scope, DeletedScope):
-        raise InvalidInputError("scope must be a DeletedScope")
 
 
 def _parse_presence(raw: bytes | None) -> _Leases:

@@ -55,10 +55,13 @@ from relay.store.base import (
     StartedScope,
     StateBatch,
     checked_batch,
+    checked_claim,
     checked_config,
+    checked_deletion,
     checked_key,
+    checked_lease,
     checked_name,
-    checked_presence,
+    checked_scope,
     checked_time,
     config_problem,
     is_identity,
@@ -348,12 +351,7 @@ class SqlStore(RelayStore):
     async def claim_started(
         self, profile_id: str, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
     ) -> list[StartedEntry]:
-        checked_name("profile_id", profile_id)
-        checked_name("owner", owner)
-        checked_time("now_ms", now_ms)
-        checked_time("lease_ms", lease_ms)
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
-            raise InvalidInputError("limit must be a positive integer")
+        checked_claim(profile_id, owner, now_ms, lease_ms, limit)
         s = t.started.c
         claimable = (
             select(s.session_id)
@@ -419,11 +417,7 @@ class SqlStore(RelayStore):
         identity: str | None,
         scope: DeletedScope | None,
     ) -> DeletedView:
-        checked_name("session_id", session_id)
-        checked_name("profile", profile)
-        checked_time("now_ms", now_ms)
-        if identity is not None:
-            checked_name("identity", identity)
+        checked_deletion(session_id, profile, now_ms, identity, scope)
         d = t.deleted.c
         insert = self._insert(t.deleted).values(
             id=str(uuid.uuid4()),
@@ -447,6 +441,7 @@ class SqlStore(RelayStore):
     async def bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
         checked_name("profile", profile)
         checked_name("identity", identity)
+        checked_scope(scope)
         d = t.deleted.c
         statement = (
             update(t.deleted)
@@ -496,10 +491,7 @@ class SqlStore(RelayStore):
         fence_ms: int,
         max_tabs: int,
     ) -> bool:
-        checked_name("profile", profile)
-        checked_name("tab_id", tab_id, 64)
-        checked_time("now_ms", now_ms)
-        checked_presence(seq, active, lease_ms, fence_ms, max_tabs)
+        checked_lease(profile, tab_id, seq, active, now_ms, lease_ms, fence_ms, max_tabs)
         p = t.presence.c
         values = {
             "seq": seq,
