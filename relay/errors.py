@@ -5,6 +5,7 @@
     ├── StoreError                  relay state could not be read or written
     │   ├── CorruptStateError       a stored value exists but is invalid; it was left as it was
     │   ├── SchemaError             the database is not at the migration head
+    │   ├── StaleConfigError        the registration changed since it was read; nothing was saved
     │   └── StoreUnavailableError   the database cannot be reached, or stayed busy
     ├── RelayPairingError           pairing failed: the `message` and `status` to answer with
     └── RelayRequestError           a request to the relay did not succeed
@@ -40,6 +41,10 @@ class CorruptStateError(StoreError):
 
 class SchemaError(StoreError):
     """The relay database is not at the current schema revision."""
+
+
+class StaleConfigError(StoreError):
+    """The relay registration changed since it was read."""
 
 
 class StoreUnavailableError(StoreError):

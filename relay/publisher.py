@@ -386,7 +386,7 @@ class RelayPublisher:
         for sid, view in ready:
             if view.deleted and await self._host.session_exists(sid):
                 continue
-            accepted = False
+            answered = False
             for profile, grant in self.config.profiles.items():
                 if not self._host.profiles_match(view.profile, profile):
                     continue
@@ -400,13 +400,14 @@ class RelayPublisher:
                 path = session_path(self.config.publisher_id, grant.profile_id, sid, "viewed")
                 try:
                     await self._put(path, viewed_body(view.through))
-                    accepted = True
                 except RelayHttpError as error:
                     if error.retryable:
                         raise
                     self._rejected_view(error.status)
+                answered = True
             if view.deleted:
-                if accepted:
+                # A permanent refusal is final too: resending it every pass would never end.
+                if answered:
                     await self._store.ack_deleted(view.deleted.id, view.through)
             elif self.views.get(sid) is view:
                 del self.views[sid]

@@ -13,6 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,6 +33,7 @@ from relay.errors import (
     RelayPairingError,
     RelayResponseError,
     RelayUnreachableError,
+    StaleConfigError,
     StoreUnavailableError,
 )
 from relay.host import Host
@@ -43,6 +45,8 @@ from relay.store import DeletedScope, ProfileGrant, RelayConfig, RelayStore
 RELAY_URL_ENV = "TALARIA_RELAY_URL"
 PUBLISHER_REDEEM = "/v1/pairings/publisher/redeem"
 PROFILE_REDEEM = "/v1/pairings/profile/redeem"
+# Enrollments racing on several replicas retry their save this often before giving up.
+SAVE_ATTEMPTS = 5
 
 
 class SessionNotFoundError(RelayError, LookupError):
@@ -269,15 +273,31 @@ class RelayService:
             or payload.get("profileId") != profile_id
         ):
             raise RelayPairingError("Talaria Relay returned an invalid response", 502)
-        profiles = {**existing.profiles, canonical: ProfileGrant(identity, profile_id)}
-        await self._save_and_configure(
-            RelayConfig(
-                existing.url, existing.publisher_id, existing.key_id, existing.key_ref, profiles
-            ),
-            profile_id,
-            identity,
-        )
+        saved = await self._add_grant(existing, canonical, ProfileGrant(identity, profile_id))
+        await self._configure(saved, profile_id, identity)
         return {"ok": True, "publisher_id": publisher_id}
+
+    async def _add_grant(self, read: RelayConfig, profile: str, grant: ProfileGrant) -> RelayConfig:
+        """Save the registration with one more grant, over whatever another replica saved since."""
+        latest: RelayConfig | None = read
+        for _ in range(SAVE_ATTEMPTS):
+            if latest is None or (latest.url, latest.publisher_id) != (read.url, read.publisher_id):
+                break
+            updated = replace(latest, profiles={**latest.profiles, profile: grant})
+            try:
+                await self.store.save_config(updated, expected_generation=latest.generation)
+            except StaleConfigError:
+                latest = await self.store.load_config()
+                continue
+            return await self._saved()
+        raise RelayPairingError("This Hermes server is registered to a different relay", 409)
+
+    async def _saved(self) -> RelayConfig:
+        # Read back, so the publisher knows the generation it is built from.
+        saved = await self.store.load_config()
+        if saved is None:
+            raise StaleConfigError("the relay registration vanished as it was saved")
+        return saved
 
     async def _register(
         self,
@@ -324,11 +344,14 @@ class RelayService:
         # Durable before the registration names it.
         key_ref = await self.store.save_key(key_id, pem)
         grants = {canonical: ProfileGrant(identity, paired_profile)}
-        await self._save_and_configure(
-            RelayConfig(relay_url, final_publisher, key_id, key_ref, grants),
-            paired_profile,
-            identity,
-        )
+        config = RelayConfig(relay_url, final_publisher, key_id, key_ref, grants)
+        try:
+            await self.store.save_config(config, expected_generation=0)
+        except StaleConfigError as error:
+            raise RelayPairingError(
+                "Another server process registered this Hermes server meanwhile", 409
+            ) from error
+        await self._configure(await self._saved(), paired_profile, identity)
         return {"ok": True, "publisher_id": final_publisher}
 
     async def _redeem(
@@ -351,15 +374,6 @@ class RelayService:
             raise RelayPairingError("Could not reach Talaria Relay", 502) from error
         except RelayResponseError as error:
             raise RelayPairingError("Talaria Relay returned an invalid response", 502) from error
-
-    async def _save_and_configure(
-        self, config: RelayConfig, profile_id: str, identity: str
-    ) -> None:
-        await self.store.save_config(config)
-        # Read back, so the publisher knows the generation it was built from.
-        saved = await self.store.load_config()
-        assert saved is not None
-        await self._configure(saved, profile_id, identity)
 
     async def _configure(self, config: RelayConfig, profile_id: str, identity: str) -> None:
         """Validate the new registration with a real publish before swapping publishers."""

@@ -5,6 +5,8 @@ Passes run only when a test asks (`await env.publish()`), so what the relay rece
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -15,7 +17,7 @@ import httpx
 from relay.publisher import RelayPublisher
 from relay.service import RelayService
 from relay.store import RelayConfig, RelayStore
-from relay.testing import DevRelay, MemoryHost, RecordedRequest
+from relay.testing import DevRelay, MemoryHost, RecordedRequest, route_of
 
 RELAY_URL = "https://relay.example"
 PUBLISHER_ID = "https://hermes.example"
@@ -35,12 +37,61 @@ class Clock:
         self.now += seconds
 
 
+class Wire(httpx.AsyncBaseTransport):
+    """Between the services and the dev relay: records attempts; fails, answers or holds one."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self.inner = inner
+        self.requests: list[httpx.Request] = []
+        self.attempts: list[tuple[str | None, bytes]] = []
+        self.failures: dict[str, list[type[httpx.TransportError]]] = {}
+        self.failed: list[str] = []
+        self.replies: dict[str, httpx.Response] = {}
+        self.gates: dict[str, asyncio.Event] = {}
+        self.held = asyncio.Event()
+
+    def fail(self, route: str, error: type[httpx.TransportError]) -> None:
+        """The next request to `route` never reaches the relay: it raises `error`."""
+        self.failures.setdefault(route, []).append(error)
+
+    def answer(self, route: str, status: int, payload: dict[str, Any]) -> None:
+        """Answer the next request to `route` with `payload` instead of the dev relay."""
+        self.replies[route] = httpx.Response(status, json=payload)
+
+    def hold(self, route: str) -> asyncio.Event:
+        """Hold the next request to `route` until the returned event is set."""
+        gate = asyncio.Event()
+        self.gates[route] = gate
+        self.held.clear()
+        return gate
+
+    def bodies(self, route: str) -> list[dict[str, Any]]:
+        """The JSON bodies of every attempt at `route`, reached the relay or not."""
+        return [json.loads(body) for r, body in self.attempts if r == route]
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        route = route_of(request.method, request.url.raw_path.decode("ascii").partition("?")[0])
+        self.requests.append(request)
+        self.attempts.append((route, request.content))
+        if route is not None and self.failures.get(route):
+            self.failed.append(route)
+            raise self.failures[route].pop(0)("injected failure", request=request)
+        if route is not None and (reply := self.replies.pop(route, None)) is not None:
+            return reply
+        gate = self.gates.pop(route, None) if route is not None else None
+        if gate is not None:
+            self.held.set()
+            await gate.wait()
+        return await self.inner.handle_async_request(request)
+
+
 @dataclass
 class Env:
     store: RelayStore
     host: MemoryHost
     relay: DevRelay
     http: httpx.AsyncClient
+    wire: Wire
     clock: Clock
     service: RelayService
     logs: list[str] = field(default_factory=list)
@@ -108,11 +159,25 @@ async def relay_env(
     """Everything wired in process: the service talks to the dev relay through ASGI."""
     clock = Clock()
     relay = DevRelay(clock=clock)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=relay)) as http:
+    wire = Wire(httpx.ASGITransport(app=relay))
+    async with httpx.AsyncClient(transport=wire) as http:
         host = MemoryHost(profiles, clock=clock)
-        env = Env(store, host, relay, http, clock, service=None)  # type: ignore[arg-type]
+        env = Env(store, host, relay, http, wire, clock, service=None)  # type: ignore[arg-type]
         env.service = make_service(env)
         try:
             yield env
         finally:
             await env.service.stop()
+
+
+@asynccontextmanager
+async def restarted(env: Env, **options: Any) -> AsyncIterator[RelayPublisher]:
+    """A restarted service on the same store (a new process, so a new claim owner)."""
+    service = env.new_service(**options)
+    assert await service.start()
+    publisher = service.current()
+    assert publisher is not None
+    try:
+        yield publisher
+    finally:
+        await service.stop()

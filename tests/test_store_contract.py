@@ -17,7 +17,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
-from relay.errors import CorruptStateError, InvalidInputError
+from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError
 from relay.store import (
     DeletedScope,
     DeletedView,
@@ -915,3 +915,27 @@ async def test_writes_visible_to_other_open_store(store: RelayStore, store_url: 
         assert await other.ack_deleted(oldest.id, oldest.through) is True
     assert await entries(store, "prf_alpha") == [("s1", NOW + 1, True), ("s2", NOW + 2, True)]
     assert [v.session_id for v in await store.pending_deleted()] == ["gone-2"]
+
+
+# ── save_config with an expected generation ───────────────────────────────────
+
+
+async def test_save_config_expecting_none_stored_refuses_an_existing_one(store: RelayStore) -> None:
+    """`expected_generation=0` saves only where no registration is stored yet."""
+    first = await saved_config(store)
+    second = make_config(first.key_ref, ("alpha", "beta"))
+    with pytest.raises(StaleConfigError):
+        await store.save_config(second, expected_generation=0)
+    assert await store.load_config() == first
+
+
+async def test_save_config_saves_over_the_generation_it_read(store: RelayStore) -> None:
+    """A save expecting the stored generation succeeds; one expecting an older one does nothing."""
+    first = await saved_config(store)
+    read = await store.load_config()
+    assert read is not None
+    updated = make_config(first.key_ref, ("alpha", "beta"))
+    await store.save_config(updated, expected_generation=read.generation)
+    with pytest.raises(StaleConfigError):
+        await store.save_config(first, expected_generation=read.generation)
+    assert await store.load_config() == updated

@@ -120,8 +120,14 @@ class RelayStore(Protocol):
         """The registration; None when absent or not version 2; `CorruptStateError` if invalid."""
         ...
 
-    async def save_config(self, config: RelayConfig) -> None:
-        """Replace the registration and its whole profile map; its key must be saved already."""
+    async def save_config(
+        self, config: RelayConfig, *, expected_generation: int | None = None
+    ) -> None:
+        """Replace the registration and its whole profile map; its key must be saved already.
+
+        With `expected_generation`, only if the stored registration is still that one (0: none
+        is stored); otherwise `StaleConfigError`, and nothing changes.
+        """
         ...
 
     async def save_key(self, key_id: str, pem: str) -> str:

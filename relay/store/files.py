@@ -25,7 +25,7 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Generic, TypeVar
 
-from relay.errors import CorruptStateError, InvalidInputError, StoreError
+from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError, StoreError
 from relay.store.base import (
     CONFIG_VERSION,
     DeletedScope,
@@ -109,7 +109,9 @@ class FileStore(RelayStore):
 
         return await self._call(work)
 
-    async def save_config(self, config: RelayConfig) -> None:
+    async def save_config(
+        self, config: RelayConfig, *, expected_generation: int | None = None
+    ) -> None:
         checked_config(config)
 
         def work() -> None:
@@ -119,9 +121,20 @@ class FileStore(RelayStore):
                     raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
                 # `generation` is the mtime: keep it rising even when two saves share a clock tick.
                 previous = path.stat().st_mtime_ns if path.exists() else 0
+                if expected_generation is not None and self._shown(path) != expected_generation:
+                    raise StaleConfigError("the relay registration changed since it was read")
                 _write(path, _dump_config(config), max(time.time_ns(), previous + 1))
 
         await self._call(work)
+
+    @staticmethod
+    def _shown(path: Path) -> int:
+        """The generation `load_config` shows: 0 for no registration (absent or not version 2)."""
+        raw = _read(path)
+        try:
+            return 0 if raw is None or _parse_config(raw, 0) is None else path.stat().st_mtime_ns
+        except CorruptStateError:
+            return path.stat().st_mtime_ns
 
     async def save_key(self, key_id: str, pem: str) -> str:
         checked_name("key_id", key_id)

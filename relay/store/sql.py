@@ -40,7 +40,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay.errors import CorruptStateError, InvalidInputError, StoreError
+from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError, StoreError
 from relay.store import migrate
 from relay.store import schema as t
 from relay.store.base import (
@@ -191,7 +191,9 @@ class SqlStore(RelayStore):
             row.url, row.publisher_id, row.key_id, row.key_ref, grants, row.generation
         )
 
-    async def save_config(self, config: RelayConfig) -> None:
+    async def save_config(
+        self, config: RelayConfig, *, expected_generation: int | None = None
+    ) -> None:
         checked_config(config)
         values = {
             "url": config.url,
@@ -211,15 +213,22 @@ class SqlStore(RelayStore):
                 is None
             ):
                 raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
+            stored = conn.execute(select(t.config.c.version, t.config.c.generation)).first()
+            # What `load_config` shows: a registration of another version counts as none.
+            shown = stored.generation if stored and stored.version == CONFIG_VERSION else 0
             now = int(time.time() * 1000)
             upsert = self._insert(t.config).values(id=1, generation=1, updated_at=now, **values)
             # Locks the singleton row first, so concurrent saves replace the profile map in turn.
-            conn.execute(
+            generation = conn.execute(
                 upsert.on_conflict_do_update(
                     index_elements=[t.config.c.id],
                     set_={**values, "generation": t.config.c.generation + 1, "updated_at": now},
-                )
-            )
+                ).returning(t.config.c.generation)
+            ).scalar_one()
+            # A save that committed between our read and our upsert shows in the generation.
+            raced = generation != (stored.generation if stored else 0) + 1
+            if expected_generation is not None and (raced or shown != expected_generation):
+                raise StaleConfigError("the relay registration changed since it was read")
             conn.execute(delete(t.profiles))
             conn.execute(t.profiles.insert(), grants)
 
