@@ -97,6 +97,8 @@ async def test_the_whole_publisher_lifecycle_over_loopback(store_url: str) -> No
         await first.note_terminal("stream-3", "failed")
         host.end_run("stream-3")
         await eventually(lambda: row(default_id, "chat-3") == "failed", "failed")
+        # Announced in the same pass, after the snapshot: let it finish before the deletion.
+        await eventually(lambda: "chat-3" in {e.session_id for e in relay.started_events}, "start")
         host.delete_session("chat-3")
         await first.clear_deleted("chat-3", "default")
         await eventually(lambda: any(v.session_id == "chat-3" for v in relay.viewed), "deleted ack")
