@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import sys
+import tempfile
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,10 +21,11 @@ from typing import Any
 from relay.errors import (
     InvalidInputError,
     RelayError,
+    RelayPairingError,
     RelayUnreachableError,
     StoreUnavailableError,
 )
-from relay.store import migrate, open_store, resolve
+from relay.store import StoreTarget, migrate, open_store, resolve
 from relay.store.transfer import TransferConflictError, transfer
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
@@ -108,17 +111,29 @@ def _progress(done: int, total: int) -> None:
             print(file=sys.stderr)
 
 
+def _missing(target: StoreTarget) -> bool:
+    """A file store that does not exist yet (opening one would create it)."""
+    if target.backend == "json":
+        return target.path is not None and not target.path.is_dir()
+    return target.backend == "sqlite" and target.path is not None and not target.path.exists()
+
+
 async def cmd_import(args: argparse.Namespace) -> int:
     source_target, target_target = resolve(args.source), resolve(args.target)
     if source_target.display == target_target.display:
         raise InvalidInputError("--from and --to name the same store")
+    destination = args.target
+    scratch = tempfile.TemporaryDirectory(prefix="talaria-relay-dry-run-")
+    if args.dry_run and _missing(target_target):
+        destination = f"json://{scratch.name}"  # a dry run creates nothing: compare with empty
     async with (
         open_store(args.source, profile_home=_profile_homes(args)) as source,
-        open_store(args.target) as target,
+        open_store(destination) as target,
     ):
         report = await transfer(
             source, target, force=args.force, dry_run=args.dry_run, progress=_progress
         )
+    scratch.cleanup()
     verb = "would copy" if args.dry_run else "copied"
     say(f"{verb} {source_target.display} → {target_target.display}")
     say(f"  registration     {report.registration} ({report.profiles} profiles)")
@@ -142,9 +157,14 @@ async def cmd_dev_relay(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with serve(relay, args.host, args.port) as url:
+        invitation = relay.mint_invitation()
         say(f"Talaria dev relay listening on {url}")
         say(f"relay URL:   {url}")
-        say(f"invitation:  {relay.mint_invitation()}")
+        say(f"invitation:  {invitation}")
+        say(
+            f"try:         talaria-relay demo --relay-url {url} --invitation={invitation} "
+            "--allow-insecure-loopback"
+        )
         say(f"more invitations: POST {url}/admin/invitations; what it holds: GET {url}/admin/state")
         await stop.wait()
     say("dev relay stopped")
@@ -245,12 +265,29 @@ def parser() -> argparse.ArgumentParser:
     return root
 
 
+def _glued(argv: Sequence[str]) -> list[str]:
+    """`--invitation X` as `--invitation=X`: a token may start with `-`, like an option."""
+    words, glued = list(argv), []
+    while words:
+        word = words.pop(0)
+        glued.append(f"{word}={words.pop(0)}" if word == "--invitation" and words else word)
+    return glued
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    args = parser().parse_args(_glued(sys.argv[1:] if argv is None else argv))
     try:
         code: int = asyncio.run(args.run(args))
     except KeyboardInterrupt:
         return FAILED
+    except BrokenPipeError:
+        # The reader went away (`… | head`): stop quietly, as other tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return FAILED
+    except RelayPairingError as error:
+        fail(str(error))
+        unreachable = isinstance(error.__cause__, RelayUnreachableError)
+        return UNREACHABLE if unreachable else FAILED
     except ModuleNotFoundError as error:
         if error.name != "uvicorn":
             raise

@@ -105,7 +105,10 @@ class FileStore(RelayStore):
             path = self._dir / CONFIG
             with self._locked(exclusive=False):
                 raw = _read(path)
-                return None if raw is None else _parse_config(raw, path.stat().st_mtime_ns)
+                try:
+                    return None if raw is None else _parse_config(raw, path.stat().st_mtime_ns)
+                except CorruptStateError as error:
+                    raise CorruptStateError(f"{path}: {error}") from None
 
         return await self._call(work)
 
