@@ -1,0 +1,52 @@
+"""Talaria Relay publisher for Hermes/Talaria web servers, with its state in SQL.
+
+    from relay import RelayService, open_store
+
+The modules, top down: `service` (pairing and the current publisher), `publisher` (snapshots,
+acknowledgements, announcements), `presence`, `client` (signed HTTP), `protocol` (the wire),
+`host` (the port the web app implements), `store` (all state, one repository), `errors`.
+"""
+
+from relay.errors import (
+    CorruptStateError,
+    InvalidInputError,
+    RelayError,
+    RelayHttpError,
+    RelayPairingError,
+    RelayRequestError,
+    RelayResponseError,
+    RelayTimeoutError,
+    RelayUnreachableError,
+    SchemaError,
+    StaleConfigError,
+    StoreError,
+    StoreUnavailableError,
+)
+from relay.host import ActiveRun, AgentSessionRow, Host, IndexRow, SessionMeta
+from relay.service import RelayService, SessionNotFoundError
+from relay.store import RelayStore, open_store
+
+__all__ = [
+    "ActiveRun",
+    "AgentSessionRow",
+    "CorruptStateError",
+    "Host",
+    "IndexRow",
+    "InvalidInputError",
+    "RelayError",
+    "RelayHttpError",
+    "RelayPairingError",
+    "RelayRequestError",
+    "RelayResponseError",
+    "RelayService",
+    "RelayStore",
+    "RelayTimeoutError",
+    "RelayUnreachableError",
+    "SchemaError",
+    "SessionMeta",
+    "SessionNotFoundError",
+    "StaleConfigError",
+    "StoreError",
+    "StoreUnavailableError",
+    "open_store",
+]
