@@ -122,6 +122,7 @@ class RelayPublisher:
         self._loop: asyncio.Task[None] | None = None
         self._background = background
         self._passing = asyncio.Lock()
+        self._identities: dict[str, str | None] | None = None
 
     async def initialize(self) -> None:
         """Load the key; start the started-ledger floors now, so the chat that wakes us is new."""
@@ -210,11 +211,16 @@ class RelayPublisher:
 
     async def _pass(self) -> None:
         await self._follow_registration()
-        ready = list(self.views.items())
-        ready += [(v.session_id, View(v.profile, v.through, v)) for v in await self._deleted()]
-        await self.publish_snapshot(isolate_permanent=True)
-        await self._flush_views(ready)
-        await self.publish_started()
+        # Each profile's identity is read once a pass, however many steps ask for it.
+        self._identities = {}
+        try:
+            ready = list(self.views.items())
+            ready += [(v.session_id, View(v.profile, v.through, v)) for v in await self._deleted()]
+            await self.publish_snapshot(isolate_permanent=True)
+            await self._flush_views(ready)
+            await self.publish_started()
+        finally:
+            self._identities = None
         if self._failures:
             self._log("[relay] Talaria relay snapshot recovered")
         self._failures = 0
@@ -356,12 +362,15 @@ class RelayPublisher:
 
     async def _identity(self, profile: str) -> str | None:
         """The profile's identity, None when the profile is gone or its identity unreadable."""
-        if not await self._host.profile_available(profile):
-            return None
-        try:
-            return await self._store.profile_identity(profile)
-        except CorruptStateError:
-            return None
+        if self._identities is not None and profile in self._identities:
+            return self._identities[profile]
+        identity = None
+        if await self._host.profile_available(profile):
+            with contextlib.suppress(CorruptStateError):
+                identity = await self._store.profile_identity(profile)
+        if self._identities is not None:
+            self._identities[profile] = identity
+        return identity
 
     # ── viewed acknowledgements and the deleted outbox ────────────────────────
 
