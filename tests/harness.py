@@ -111,6 +111,10 @@ class Env:
         assert config is not None
         return config
 
+    async def profile_id(self, profile: str = "default") -> str:
+        """The relay scope the registration gives `profile`."""
+        return (await self.config()).profiles[profile].profile_id
+
     async def pair(
         self,
         profile: str = "default",

@@ -85,10 +85,6 @@ async def assert_intact(
     return after
 
 
-async def profile_id(env: Env, profile: str = "default") -> str:
-    return (await env.config()).profiles[profile].profile_id
-
-
 def running(env: Env, session_id: str, profile: str = "default") -> None:
     env.host.create_session(session_id, profile=profile)
     env.host.start_run(session_id)
@@ -138,7 +134,7 @@ async def test_a_failing_snapshot_backs_off_and_logs_failed_still_failing_recove
         ]
         revisions = [r.json()["states"][0]["revision"] for r in env.sent("snapshot")[-3:]]
         assert revisions == sorted(set(revisions))
-        (row,) = env.relay.rows(PUBLISHER_ID, await profile_id(env))
+        (row,) = env.relay.rows(PUBLISHER_ID, await env.profile_id())
         assert row.revision == revisions[-1] == after.floor
 
 
@@ -156,7 +152,7 @@ async def test_every_retryable_status_backs_off_without_disabling_the_profile(
         assert log_lines(env, f"snapshot failed (Talaria relay returned HTTP {status})")
         await assert_intact(store, before)
         assert await env.publish() is None
-        assert [row.session_id for row in env.relay.rows(PUBLISHER_ID, await profile_id(env))] == [
+        assert [row.session_id for row in env.relay.rows(PUBLISHER_ID, await env.profile_id())] == [
             "s1"
         ]
         assert not log_lines(env, "disabled profile")
@@ -274,7 +270,7 @@ async def test_a_permanent_error_disables_only_that_profile_and_loses_nothing(
     async with relay_env(store, profiles=("default", "work")) as env:
         await env.pair()
         await env.pair("work", user="usr_work")
-        default, work = await profile_id(env), await profile_id(env, "work")
+        default, work = await env.profile_id(), await env.profile_id("work")
         assert await env.publish() is None
         env.clock.advance(10)
         env.host.create_session("d-new", profile="default")
@@ -318,7 +314,7 @@ async def test_a_retryable_viewed_failure_keeps_the_view_queued(
         assert await env.publish() is None
         assert env.publisher.views == {}
         assert [ack.session_id for ack in env.relay.viewed] == ["s1"]
-        (completion,) = env.relay.completions(PUBLISHER_ID, await profile_id(env))
+        (completion,) = env.relay.completions(PUBLISHER_ID, await env.profile_id())
         assert completion.acknowledged
 
 
@@ -388,7 +384,7 @@ async def test_a_deleted_session_stays_queued_until_the_relay_acknowledges_it(
         assert [(ack.session_id, ack.through) for ack in env.relay.viewed] == [
             ("gone", view.through)
         ]
-        (completion,) = env.relay.completions(PUBLISHER_ID, await profile_id(env))
+        (completion,) = env.relay.completions(PUBLISHER_ID, await env.profile_id())
         assert completion.acknowledged
 
 
@@ -421,7 +417,7 @@ async def test_a_retryable_started_failure_keeps_the_entry_unsent(
     async with relay_env(store) as env:
         wire = env.wire
         await env.pair()
-        scope = await profile_id(env)
+        scope = await env.profile_id()
         assert await env.publish() is None
         env.clock.advance(10)
         running(env, "s-new")
@@ -445,7 +441,7 @@ async def test_a_permanently_rejected_announcement_is_marked_sent_and_logged(
     """An announcement answered 400, 403 or 409 is logged, marked sent and never resent."""
     async with relay_env(store) as env:
         await env.pair()
-        scope = await profile_id(env)
+        scope = await env.profile_id()
         assert await env.publish() is None
         env.clock.advance(10)
         env.host.create_session("s-new")
@@ -466,7 +462,7 @@ async def test_a_failed_announcement_waits_for_its_lease_on_another_replica(
     replica, so another replica resends it only after the lease, and exactly once."""
     async with relay_env(store) as env:
         await env.pair()
-        scope = await profile_id(env)
+        scope = await env.profile_id()
         assert await env.publish() is None
         env.clock.advance(10)
         env.host.create_session("s-new")

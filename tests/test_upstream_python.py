@@ -44,10 +44,6 @@ def pair_request(env: Env, user: str, **body: Any) -> dict[str, Any]:
     }
 
 
-async def profile_id(env: Env, profile: str = "default") -> str:
-    return (await env.config()).profiles[profile].profile_id
-
-
 def snapshot_path(scope: str) -> str:
     return f"/v1/publishers/{ENCODED_PUBLISHER}/profiles/{scope}/snapshot"
 
@@ -134,7 +130,7 @@ async def test_pairing_private_key_is_0600_before_any_post_write_failure(
         env.host.start_run("s1")
         async with restarted(env) as publisher:
             assert await publisher.run_once() is None
-        assert [row.session_id for row in env.relay.rows(PUBLISHER_ID, await profile_id(env))] == [
+        assert [row.session_id for row in env.relay.rows(PUBLISHER_ID, await env.profile_id())] == [
             "s1"
         ]
 
@@ -292,7 +288,7 @@ async def test_pairing_confirms_initial_snapshot_before_switching_publishers(
         await enrolling
         assert env.service.current() is not old
         assert set(env.publisher.config.profiles) == {"default", "work"}
-        assert [r.status for r in snapshots_to(env, await profile_id(env, "work"))] == [200]
+        assert [r.status for r in snapshots_to(env, await env.profile_id("work"))] == [200]
         assert len(env.sent("snapshot")) == 2  # registration and enrollment, no initial publish
 
 
@@ -355,7 +351,7 @@ async def test_a_view_marked_during_a_swap_is_acknowledged_by_the_new_publisher(
         gate.set()
         await pairing
         assert await env.publish() is None
-        work = await profile_id(env, "work")
+        work = await env.profile_id("work")
         assert [(ack.profile_id, ack.session_id) for ack in env.relay.viewed] == [(work, "sess")]
         (completion,) = env.relay.completions(PUBLISHER_ID, work)
         assert completion.acknowledged
@@ -375,7 +371,7 @@ async def test_publisher_reconfiguration_preserves_unpublished_terminal_state(
             env.host.end_run(f"stream-{session_id}")
 
         await env.pair("work", user="usr_work")
-        default, work = await profile_id(env), await profile_id(env, "work")
+        default, work = await env.profile_id(), await env.profile_id("work")
         (validation,) = snapshots_to(env, work)
         assert [(s["sessionId"], s["phase"]) for s in states(validation)] == [
             ("s-work", "completed")
@@ -398,7 +394,7 @@ async def test_publisher_reconfiguration_validates_only_new_profile(store: Relay
         before = len(env.sent("snapshot"))
         await env.pair("work", user="usr_work")
         assert [r.path for r in env.sent("snapshot")[before:]] == [
-            snapshot_path(await profile_id(env, "work"))
+            snapshot_path(await env.profile_id("work"))
         ]
 
 
@@ -504,7 +500,7 @@ async def test_recreated_profile_receives_a_new_relay_scope(store: RelayStore) -
     async with relay_env(store, profiles=("default", "work")) as env:
         await env.pair()
         await env.pair("work", user="usr_work")
-        old_scope = await profile_id(env, "work")
+        old_scope = await env.profile_id("work")
         old_identity = (await env.config()).profiles["work"].identity
         await store.forget_profile_identity("work")  # deleted, then created again
         running(env, "w1", profile="work")
@@ -551,7 +547,7 @@ async def test_signed_snapshot_contains_all_active_sessions(store: RelayStore) -
         assert await env.publish() is None
 
         request = env.sent("snapshot")[-1]
-        path = snapshot_path(await profile_id(env))
+        path = snapshot_path(await env.profile_id())
         assert request.path == path
         assert wire.requests[-1].extensions["timeout"]["read"] == 10
         by_id = {state["sessionId"]: state for state in states(request)}
@@ -576,8 +572,8 @@ async def test_signed_snapshot_contains_only_the_enrolled_profile(store: RelaySt
         before = len(env.sent("snapshot"))
         assert await env.publish() is None
         alice, bob = env.sent("snapshot")[before:]
-        assert alice.path == snapshot_path(await profile_id(env, "alice"))
-        assert bob.path == snapshot_path(await profile_id(env, "bob"))
+        assert alice.path == snapshot_path(await env.profile_id("alice"))
+        assert bob.path == snapshot_path(await env.profile_id("bob"))
         assert [s["sessionId"] for s in states(alice)] == ["a"]
         assert [s["sessionId"] for s in states(bob)] == ["b"]
 
@@ -624,7 +620,7 @@ async def test_publisher_isolates_permanent_failure_to_one_profile(store: RelayS
     async with relay_env(store, profiles=("bad", "good")) as env:
         await env.pair("bad")
         await env.pair("good", user="usr_good")
-        bad, good = await profile_id(env, "bad"), await profile_id(env, "good")
+        bad, good = await env.profile_id("bad"), await env.profile_id("good")
         before_bad, before_good = len(snapshots_to(env, bad)), len(snapshots_to(env, good))
         env.relay.inject("snapshot", 401)  # the first snapshot of a pass is `bad`'s
         assert await env.publish() is None
@@ -646,7 +642,7 @@ async def test_publisher_attempts_every_profile_before_retryable_backoff(
     async with relay_env(store, profiles=("busy", "healthy")) as env:
         await env.pair("busy")
         await env.pair("healthy", user="usr_healthy")
-        busy, healthy = await profile_id(env, "busy"), await profile_id(env, "healthy")
+        busy, healthy = await env.profile_id("busy"), await env.profile_id("healthy")
         running(env, "h1", profile="healthy")
         env.relay.inject("snapshot", 429)  # `busy` goes first
         with pytest.raises(RelayHttpError) as raised:

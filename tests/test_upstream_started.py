@@ -31,10 +31,6 @@ ENCODED_PUBLISHER = "https%3A%2F%2Fhermes.example"
 PAST_LEASE_S = STARTED_LEASE_MS / 1000 + 1
 
 
-async def profile_id(env: Env, profile: str = "default") -> str:
-    return (await env.config()).profiles[profile].profile_id
-
-
 async def ledger(store: RelayStore, scope: str) -> dict[str, StartedEntry]:
     """The scope's ledger entries by session id."""
     for ledger_scope in await store.started_ledger():
@@ -71,7 +67,7 @@ async def test_announces_each_new_web_and_agent_session_once(store: RelayStore) 
         env.host.create_session("web-old").created_at = START - 5
         env.host.add_agent_session("default", "cli-old", START - 5)
         await env.pair()
-        scope = await profile_id(env)
+        scope = await env.profile_id()
         assert await env.publish() is None
         assert env.sent("started") == []
 
@@ -109,7 +105,7 @@ async def test_sends_each_session_only_to_its_own_profiles_scope(store: RelaySto
     async with relay_env(store, profiles=("default", "work")) as env:
         await env.pair()
         await env.pair("work", user="usr_work")
-        default, work = await profile_id(env), await profile_id(env, "work")
+        default, work = await env.profile_id(), await env.profile_id("work")
         assert await env.publish() is None
         env.clock.advance(10)
         env.host.create_session("web-a", profile="default")
@@ -145,7 +141,7 @@ async def test_retries_a_failed_or_interrupted_event_under_the_same_event_id(
     async with relay_env(store) as env:
         wire = env.wire
         await env.pair()
-        scope = await profile_id(env)
+        scope = await env.profile_id()
         assert await env.publish() is None
         env.clock.advance(10)
         env.host.create_session("web-new")
@@ -179,7 +175,7 @@ async def test_drops_an_event_the_relay_permanently_rejects(store: RelayStore) -
     404 from a relay without the route marks the event sent, without backoff, logged once."""
     async with relay_env(store) as env:
         await env.pair()
-        scope = await profile_id(env)
+        scope = await env.profile_id()
         assert await env.publish() is None
         env.clock.advance(10)
         env.host.create_session("web-new")
@@ -204,7 +200,7 @@ async def test_keeps_observing_new_sessions_while_the_relay_is_slow(store: Relay
     async with relay_env(store) as env:
         wire = env.wire
         await env.pair()
-        scope = await profile_id(env)
+        scope = await env.profile_id()
         assert await env.publish() is None
         env.clock.advance(10)
         gate = wire.hold("started")
