@@ -122,18 +122,17 @@ async def cmd_import(args: argparse.Namespace) -> int:
     source_target, target_target = resolve(args.source), resolve(args.target)
     if source_target.display == target_target.display:
         raise InvalidInputError("--from and --to name the same store")
-    destination = args.target
-    scratch = tempfile.TemporaryDirectory(prefix="talaria-relay-dry-run-")
-    if args.dry_run and _missing(target_target):
-        destination = f"json://{scratch.name}"  # a dry run creates nothing: compare with empty
-    async with (
-        open_store(args.source, profile_home=_profile_homes(args)) as source,
-        open_store(destination) as target,
-    ):
-        report = await transfer(
-            source, target, force=args.force, dry_run=args.dry_run, progress=_progress
-        )
-    scratch.cleanup()
+    with tempfile.TemporaryDirectory(prefix="talaria-relay-dry-run-") as scratch:
+        destination = args.target
+        if args.dry_run and _missing(target_target):
+            destination = f"json://{scratch}"  # a dry run creates nothing: compare with empty
+        async with (
+            open_store(args.source, profile_home=_profile_homes(args)) as source,
+            open_store(destination) as target,
+        ):
+            report = await transfer(
+                source, target, force=args.force, dry_run=args.dry_run, progress=_progress
+            )
     verb = "would copy" if args.dry_run else "copied"
     say(f"{verb} {source_target.display} → {target_target.display}")
     say(f"  registration     {report.registration} ({report.profiles} profiles)")
