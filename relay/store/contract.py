@@ -1,0 +1,205 @@
+"""The store's contract, one small Protocol per aggregate; `RelayStore` is their union.
+
+Callers type against the narrowest one they use. Every method is atomic: one transaction, or one
+locked file update. Arguments are checked before any backend code runs (`relay.store.gate`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from relay.store.records import (
+    DeletedScope,
+    DeletedView,
+    PresenceLease,
+    RelayConfig,
+    StartedEntry,
+    StartedScope,
+    StateBatch,
+)
+
+
+class Handle(Protocol):
+    """What every store is: a named resource to close."""
+
+    @property
+    def display_url(self) -> str:
+        """The store's URL with any password hidden."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections and file handles."""
+        ...
+
+
+class Registration(Protocol):
+    """The registration with one relay, the publisher's key and the profiles' identities."""
+
+    async def load_config(self) -> RelayConfig | None:
+        """The registration; None when absent or not version 2; `CorruptStateError` if invalid."""
+        ...
+
+    async def save_config(
+        self, config: RelayConfig, *, expected_generation: int | None = None
+    ) -> None:
+        """Replace the registration and its whole profile map; its key must be saved already.
+
+        With `expected_generation`, only if the stored registration is still that one (0: none
+        is stored); otherwise `StaleConfigError`, and nothing changes.
+        """
+        ...
+
+    async def save_key(self, key_id: str, pem: str) -> str:
+        """Store the publisher's PKCS#8 PEM durably and return the reference a config names."""
+        ...
+
+    async def load_key(self, ref: str) -> str:
+        """The PEM saved under `ref`; `CorruptStateError` when it is missing or unreadable."""
+        ...
+
+    async def profile_identity(self, profile: str) -> str:
+        """Get, or mint once for every caller anywhere, the profile's `pfi_<32 hex>` identity."""
+        ...
+
+    async def forget_profile_identity(self, profile: str) -> None:
+        """Drop a deleted profile's identity, so a profile recreated under its name is new."""
+        ...
+
+    async def identities(self) -> dict[str, str]:
+        """Every valid stored identity by profile, minting none.
+
+        A JSON store that keeps identities in profile homes knows only the registration's.
+        """
+        ...
+
+
+class Revisions(Protocol):
+    """The one revision counter every replica draws from."""
+
+    async def allocate_revisions(self, count: int, now_ms: int) -> list[int]:
+        """`count` increasing revisions no other caller gets; the first is max(floor + 1, now)."""
+        ...
+
+    async def revision_floor(self) -> int:
+        """The last revision handed out; 0 when none was."""
+        ...
+
+
+class StartedLedger(Protocol):
+    """Sessions seen starting, per relay scope, and which of them were announced."""
+
+    async def track_started(self, profile_ids: Iterable[str], now_ms: int) -> None:
+        """Give each scope without a ledger a floor of now: earlier sessions are never announced."""
+        ...
+
+    async def record_started(
+        self, profile_id: str, seen: Iterable[tuple[str, int]], now_ms: int
+    ) -> None:
+        """Prune entries older than max(floor, now - 24 h); add unseen (session, start) pairs."""
+        ...
+
+    async def claim_started(
+        self, profile_id: str, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
+    ) -> list[StartedEntry]:
+        """Lease the scope's unsent entries, oldest first, to `owner` until now + `lease_ms`."""
+        ...
+
+    async def mark_started_sent(self, profile_id: str, *session_ids: str) -> None:
+        """Record that these sessions' starts were announced (or permanently refused)."""
+        ...
+
+    async def started_ledger(self) -> list[StartedScope]:
+        """Every scope's floor and entries, ordered by scope and then oldest first."""
+        ...
+
+
+class DeletedOutbox(Protocol):
+    """Deleted sessions whose acknowledgement the relay has not taken yet."""
+
+    async def enqueue_deleted(
+        self,
+        session_id: str,
+        profile: str,
+        now_ms: int,
+        *,
+        session_live: bool,
+        identity: str | None,
+        scope: DeletedScope | None,
+    ) -> DeletedView:
+        """Queue a deleted session's acknowledgement once per (session, profile).
+
+        An entry already queued keeps its id, identity and scope; its `through` rises to now only
+        while the session still has data (`session_live`).
+        """
+        ...
+
+    async def bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
+        """Bind the profile's unbound entries (no identity, or this one) to a relay scope, once."""
+        ...
+
+    async def pending_deleted(self) -> list[DeletedView]:
+        """Every queued deletion, oldest `through` first."""
+        ...
+
+    async def ack_deleted(self, view_id: str, through: int) -> bool:
+        """Remove the entry only if it is still the one acknowledged (same id and `through`)."""
+        ...
+
+
+class PresenceLeases(Protocol):
+    """Browser tabs' presence leases, fenced by their sequence numbers."""
+
+    async def apply_presence(
+        self,
+        profile: str,
+        tab_id: str,
+        seq: int,
+        active: bool,
+        now_ms: int,
+        *,
+        lease_ms: int,
+        fence_ms: int,
+        max_tabs: int,
+    ) -> bool:
+        """Renew or revoke a tab's lease unless `seq` is not above the stored one; True if applied.
+
+        Entries are forgotten `fence_ms` after their lease ends; past `max_tabs` entries the least
+        recently updated one is evicted.
+        """
+        ...
+
+    async def presence_active(self, profile: str, now_ms: int) -> bool:
+        """Whether any tab of the profile holds an active, unexpired lease."""
+        ...
+
+    async def presence_leases(self) -> list[PresenceLease]:
+        """Every stored entry, expired or not, most recently updated first."""
+        ...
+
+
+class StateTransfer(Protocol):
+    """Folding in state copied from another store."""
+
+    async def merge_state(self, batch: StateBatch) -> None:
+        """Fold in state copied from another store; merging the same batch again changes nothing.
+
+        Identities are added where the profile has none; the revision floor becomes the larger;
+        a scope keeps the lower floor and an entry stays sent once either side sent it; a deletion
+        keeps its id, the later `through` and whichever binding it has; a lease takes the higher
+        sequence. Claims are not copied.
+        """
+        ...
+
+
+class RelayStore(
+    Handle,
+    Registration,
+    Revisions,
+    StartedLedger,
+    DeletedOutbox,
+    PresenceLeases,
+    StateTransfer,
+    Protocol,
+):
+    """All relay state."""

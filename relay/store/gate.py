@@ -1,0 +1,354 @@
+"""`StoreGate`: the one place where every store method checks what goes in and comes out.
+
+A backend subclasses it and implements the `_hooks`, which receive checked arguments only. What a
+hook reads back is checked on its way out: records check themselves when they are built, and a
+record that fails there is stored state gone bad, a `CorruptStateError`, never a value past the
+protocol's limits.
+"""
+
+from __future__ import annotations
+
+import uuid
+from abc import abstractmethod
+from collections.abc import Awaitable, Iterable
+from typing import TypeVar
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from relay.errors import CorruptStateError, InvalidInputError
+from relay.protocol import MAX_SAFE_INTEGER
+from relay.store import checks
+from relay.store.contract import RelayStore
+from relay.store.records import (
+    DeletedScope,
+    DeletedView,
+    PresenceLease,
+    RelayConfig,
+    StartedEntry,
+    StartedScope,
+    StateBatch,
+)
+
+T = TypeVar("T")
+
+
+async def read(what: str, hook: Awaitable[T]) -> T:
+    """What `hook` read; a record it could not build is corrupt stored state."""
+    try:
+        return await hook
+    except InvalidInputError as error:
+        raise CorruptStateError(f"stored {what} is invalid: {error}") from None
+
+
+def checked_pem(pem: object) -> str:
+    """`pem` if it is an unencrypted PKCS#8 Ed25519 private key, the only kind the relay takes."""
+    try:
+        if type(pem) is not str or len(pem) > checks.MAX_TEXT:
+            raise TypeError(pem)
+        key = serialization.load_pem_private_key(pem.encode(), password=None)
+    except (TypeError, ValueError, UnicodeError):
+        raise InvalidInputError("publisher key must be an unencrypted PEM private key") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise InvalidInputError("publisher key must be an Ed25519 private key")
+    return pem
+
+
+class StoreGate(RelayStore):
+    """Every public method of `RelayStore`: check, call the backend's hook, check its answer."""
+
+    # ── registration ──────────────────────────────────────────────────────────
+
+    async def load_config(self) -> RelayConfig | None:
+        return await read("relay registration", self._load_config())
+
+    async def save_config(
+        self, config: RelayConfig, *, expected_generation: int | None = None
+    ) -> None:
+        checks.instance("config", config, RelayConfig)
+        checks.optional_int("expected_generation", expected_generation)
+        await self._save_config(config, expected_generation)
+
+    async def save_key(self, key_id: str, pem: str) -> str:
+        checks.text("key_id", key_id)
+        return await self._save_key(key_id, checked_pem(pem))
+
+    async def load_key(self, ref: str) -> str:
+        checks.text("key reference", ref)
+        pem = await self._load_key(ref)
+        if pem is None:
+            raise CorruptStateError(f"Talaria publisher key {ref!r} is missing")
+        try:
+            return checked_pem(pem)
+        except InvalidInputError as error:
+            raise CorruptStateError(
+                f"Talaria publisher key {ref!r} is unreadable: {error}"
+            ) from None
+
+    async def profile_identity(self, profile: str) -> str:
+        checks.text("profile", profile)
+        stored = await self._profile_identity(profile)
+        if stored is None:
+            stored = await self._mint_identity(profile, f"pfi_{uuid.uuid4().hex}")
+        if not checks.is_identity(stored):
+            raise CorruptStateError(f"stored identity of profile {profile!r} is invalid")
+        return stored
+
+    async def forget_profile_identity(self, profile: str) -> None:
+        await self._forget_identity(checks.text("profile", profile))
+
+    async def identities(self) -> dict[str, str]:
+        stored = await self._identities()
+        return {p: i for p, i in stored.items() if checks.is_identity(i)}
+
+    # ── revisions ─────────────────────────────────────────────────────────────
+
+    async def allocate_revisions(self, count: int, now_ms: int) -> list[int]:
+        checks.safe_int("count", count)
+        if count > checks.MAX_BATCH:
+            raise InvalidInputError(f"count may be at most {checks.MAX_BATCH}")
+        checks.time_ms("now_ms", now_ms)
+        if count == 0:
+            return []
+        last = await self._allocate_revisions(count, now_ms)
+        if last is None:
+            raise CorruptStateError(
+                "the revision counter would pass 2^53-1; nothing was handed out"
+            )
+        if type(last) is not int or not count <= last <= MAX_SAFE_INTEGER:
+            raise CorruptStateError(f"stored revision floor {last!r} is invalid")
+        return list(range(last - count + 1, last + 1))
+
+    async def revision_floor(self) -> int:
+        floor = await self._revision_floor()
+        if type(floor) is not int or not 0 <= floor <= MAX_SAFE_INTEGER:
+            raise CorruptStateError(f"stored revision floor {floor!r} is invalid")
+        return floor
+
+    # ── started ledger ────────────────────────────────────────────────────────
+
+    async def track_started(self, profile_ids: Iterable[str], now_ms: int) -> None:
+        scopes = [checks.text("profile_id", p) for p in checks.items("profile_ids", profile_ids)]
+        checks.time_ms("now_ms", now_ms)
+        if scopes:
+            await self._track_started(list(dict.fromkeys(scopes)), now_ms)
+
+    async def record_started(
+        self, profile_id: str, seen: Iterable[tuple[str, int]], now_ms: int
+    ) -> None:
+        checks.text("profile_id", profile_id)
+        checks.time_ms("now_ms", now_ms)
+        await self._record_started(profile_id, sightings(seen), now_ms)
+
+    async def claim_started(
+        self, profile_id: str, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
+    ) -> list[StartedEntry]:
+        checks.text("profile_id", profile_id)
+        checks.text("owner", owner)
+        until = checks.until(
+            "lease", checks.time_ms("now_ms", now_ms), checks.time_ms("lease_ms", lease_ms)
+        )
+        if limit is not None and not 1 <= checks.safe_int("limit", limit) <= checks.MAX_BATCH:
+            raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
+        return await read(
+            "started entry", self._claim_started(profile_id, owner, now_ms, until, limit)
+        )
+
+    async def mark_started_sent(self, profile_id: str, *session_ids: str) -> None:
+        checks.text("profile_id", profile_id)
+        ids = [checks.text("session_id", s) for s in checks.items("session_ids", session_ids)]
+        if ids:
+            await self._mark_started_sent(profile_id, list(dict.fromkeys(ids)))
+
+    async def started_ledger(self) -> list[StartedScope]:
+        return await read("started ledger", self._started_ledger())
+
+    # ── deleted outbox ────────────────────────────────────────────────────────
+
+    async def enqueue_deleted(
+        self,
+        session_id: str,
+        profile: str,
+        now_ms: int,
+        *,
+        session_live: bool,
+        identity: str | None,
+        scope: DeletedScope | None,
+    ) -> DeletedView:
+        checks.text("session_id", session_id)
+        checks.text("profile", profile)
+        checks.time_ms("now_ms", now_ms)
+        checks.flag("session_live", session_live)
+        checks.optional_text("identity", identity)
+        if scope is not None:
+            checks.instance("scope", scope, DeletedScope)
+        return await read(
+            "deleted view",
+            self._enqueue_deleted(
+                DeletedView(str(uuid.uuid4()), session_id, profile, now_ms, identity, scope),
+                session_live,
+            ),
+        )
+
+    async def bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
+        checks.text("profile", profile)
+        checks.text("identity", identity)
+        checks.instance("scope", scope, DeletedScope)
+        return await self._bind_deleted(profile, identity, scope)
+
+    async def pending_deleted(self) -> list[DeletedView]:
+        return await read("deleted outbox", self._pending_deleted())
+
+    async def ack_deleted(self, view_id: str, through: int) -> bool:
+        checks.text("view id", view_id)
+        checks.time_ms("through", through)
+        return await self._ack_deleted(view_id, through)
+
+    # ── presence ──────────────────────────────────────────────────────────────
+
+    async def apply_presence(
+        self,
+        profile: str,
+        tab_id: str,
+        seq: int,
+        active: bool,
+        now_ms: int,
+        *,
+        lease_ms: int,
+        fence_ms: int,
+        max_tabs: int,
+    ) -> bool:
+        lease = PresenceLease(
+            profile,
+            tab_id,
+            seq,
+            active,
+            checks.until(
+                "presence lease",
+                checks.time_ms("now_ms", now_ms),
+                checks.safe_int("lease_ms", lease_ms, 1),
+            ),
+            now_ms,
+        )
+        checks.until("presence fence", lease.expires_at, checks.time_ms("fence_ms", fence_ms))
+        if not 1 <= checks.safe_int("max_tabs", max_tabs, 1) <= checks.MAX_BATCH:
+            raise InvalidInputError(f"max_tabs must be an integer in 1..{checks.MAX_BATCH}")
+        return await self._apply_presence(lease, fence_ms, max_tabs)
+
+    async def presence_active(self, profile: str, now_ms: int) -> bool:
+        checks.text("profile", profile)
+        checks.time_ms("now_ms", now_ms)
+        return await self._presence_active(profile, now_ms)
+
+    async def presence_leases(self) -> list[PresenceLease]:
+        return await read("presence lease", self._presence_leases())
+
+    # ── transfer ──────────────────────────────────────────────────────────────
+
+    async def merge_state(self, batch: StateBatch) -> None:
+        await self._merge_state(checks.instance("batch", batch, StateBatch))
+
+    # ── the hooks a backend implements; arguments arrive checked ─────────────
+
+    @abstractmethod
+    async def _load_config(self) -> RelayConfig | None: ...
+
+    @abstractmethod
+    async def _save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
+        """`InvalidInputError` if its key is not saved; `StaleConfigError` if raced."""
+
+    @abstractmethod
+    async def _save_key(self, key_id: str, pem: str) -> str: ...
+
+    @abstractmethod
+    async def _load_key(self, ref: str) -> str | None:
+        """The stored PEM, None when `ref` names none in this store."""
+
+    @abstractmethod
+    async def _profile_identity(self, profile: str) -> str | None:
+        """The stored identity, minting none."""
+
+    @abstractmethod
+    async def _mint_identity(self, profile: str, minted: str) -> str:
+        """Store `minted` unless the profile has an identity already; the stored one."""
+
+    @abstractmethod
+    async def _forget_identity(self, profile: str) -> None: ...
+
+    @abstractmethod
+    async def _identities(self) -> dict[str, str]: ...
+
+    @abstractmethod
+    async def _allocate_revisions(self, count: int, now_ms: int) -> int | None:
+        """Raise the floor to max(floor + 1, now) + count - 1 and return it; None (and no change)
+        when that would pass 2^53-1."""
+
+    @abstractmethod
+    async def _revision_floor(self) -> int: ...
+
+    @abstractmethod
+    async def _track_started(self, profile_ids: list[str], now_ms: int) -> None: ...
+
+    @abstractmethod
+    async def _record_started(self, profile_id: str, seen: dict[str, int], now_ms: int) -> None:
+        """Prune; add each of `seen` (checked, first sighting wins) not before the cutoff."""
+
+    @abstractmethod
+    async def _claim_started(
+        self, profile_id: str, owner: str, now_ms: int, until: int, limit: int | None
+    ) -> list[StartedEntry]: ...
+
+    @abstractmethod
+    async def _mark_started_sent(self, profile_id: str, session_ids: list[str]) -> None: ...
+
+    @abstractmethod
+    async def _started_ledger(self) -> list[StartedScope]: ...
+
+    @abstractmethod
+    async def _enqueue_deleted(self, new: DeletedView, session_live: bool) -> DeletedView:
+        """Queue `new` (its id freshly minted), or update the entry already queued; the entry."""
+
+    @abstractmethod
+    async def _bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int: ...
+
+    @abstractmethod
+    async def _pending_deleted(self) -> list[DeletedView]: ...
+
+    @abstractmethod
+    async def _ack_deleted(self, view_id: str, through: int) -> bool: ...
+
+    @abstractmethod
+    async def _apply_presence(self, lease: PresenceLease, fence_ms: int, max_tabs: int) -> bool:
+        """Apply `lease` (expires_at and updated_at set) if its seq is above the stored one."""
+
+    @abstractmethod
+    async def _presence_active(self, profile: str, now_ms: int) -> bool: ...
+
+    @abstractmethod
+    async def _presence_leases(self) -> list[PresenceLease]: ...
+
+    @abstractmethod
+    async def _merge_state(self, batch: StateBatch) -> None: ...
+
+
+def sightings(seen: object) -> dict[str, int]:
+    """The announceable sightings: trimmed ids of 1..191 chars at safe-integer times.
+
+    As upstream, a sighting with another id or time is passed over, and the first of an id wins;
+    what is not a list of (id, time) pairs is refused.
+    """
+    fresh: dict[str, int] = {}
+    for pair in checks.items("seen", seen):
+        if isinstance(pair, str | bytes) or not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InvalidInputError("seen must hold (session_id, started_at) pairs")
+        raw_id, started_at = pair
+        session_id = raw_id.strip() if type(raw_id) is str else ""
+        if not session_id or session_id in fresh:
+            continue
+        try:
+            checks.text("session_id", session_id, 191)
+            checks.time_ms("started_at", started_at)
+        except InvalidInputError:
+            continue
+        fresh[session_id] = started_at
+    return fresh

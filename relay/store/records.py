@@ -1,0 +1,213 @@
+"""The records of relay state: frozen values, each checked when it is made.
+
+A record that exists is valid: its constructor raises `InvalidInputError` naming the record and
+the field. A backend that builds one from a stored row turns that into `CorruptStateError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from relay.errors import InvalidInputError
+from relay.protocol import MAX_ID
+from relay.store import checks
+
+CONFIG_VERSION = 2
+TAB_ID_LIMIT = 64
+
+
+def _fields(record: str, error: InvalidInputError) -> InvalidInputError:
+    return InvalidInputError(f"{record}: {error}")
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileGrant:
+    """One enrolled profile: the identity it was enrolled under and its relay scope."""
+
+    identity: str
+    profile_id: str
+
+    def __post_init__(self) -> None:
+        try:
+            checks.text("identity", self.identity)
+            checks.text("profile_id", self.profile_id)
+        except InvalidInputError as error:
+            raise _fields("ProfileGrant", error) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    """The server's registration with one relay (config version 2)."""
+
+    url: str
+    publisher_id: str
+    key_id: str
+    key_ref: str
+    profiles: Mapping[str, ProfileGrant]
+    # Changes on every save, so a replica can tell that another one re-registered.
+    generation: int = field(default=0, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            checks.origin("url", self.url)
+            checks.origin("publisher_id", self.publisher_id)
+            checks.text("key_id", self.key_id)
+            checks.text("key_ref", self.key_ref)
+            checks.safe_int("generation", self.generation)
+            profiles = checks.mapping("profiles", self.profiles)
+            if not profiles:
+                raise InvalidInputError("profiles must name at least one profile")
+            for name, grant in profiles.items():
+                checks.text("profile name", name)
+                checks.instance(f"grant of profile {name!r}", grant, ProfileGrant)
+        except InvalidInputError as error:
+            raise _fields("RelayConfig", error) from None
+        ordered = {name: profiles[name] for name in sorted(profiles)}
+        object.__setattr__(self, "profiles", MappingProxyType(ordered))
+
+
+@dataclass(frozen=True, slots=True)
+class StartedEntry:
+    """A session seen starting in one relay scope, announced (`sent`) or not."""
+
+    profile_id: str
+    session_id: str
+    started_at: int
+    sent: bool = False
+    claimed_by: str | None = None
+    claimed_until: int | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            checks.text("profile_id", self.profile_id)
+            checks.text("session_id", self.session_id, MAX_ID)
+            checks.time_ms("started_at", self.started_at)
+            checks.flag("sent", self.sent)
+            checks.optional_text("claimed_by", self.claimed_by)
+            checks.optional_int("claimed_until", self.claimed_until)
+        except InvalidInputError as error:
+            raise _fields(
+                f"StartedEntry({self.profile_id!r}, {self.session_id!r})", error
+            ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class StartedScope:
+    """The ledger of one relay scope: sessions older than `floor` are never announced."""
+
+    profile_id: str
+    floor: int
+    entries: tuple[StartedEntry, ...] = ()
+
+    def __post_init__(self) -> None:
+        try:
+            checks.text("profile_id", self.profile_id)
+            checks.time_ms("floor", self.floor)
+            entries = tuple(checks.items("entries", self.entries, None))
+            for entry in entries:
+                checks.instance("entry", entry, StartedEntry)
+                if entry.profile_id != self.profile_id:
+                    raise InvalidInputError(f"entry {entry.session_id!r} is of another scope")
+        except InvalidInputError as error:
+            raise _fields(f"StartedScope({self.profile_id!r})", error) from None
+        object.__setattr__(self, "entries", entries)
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedScope:
+    """The relay scope a deleted session's acknowledgement is bound to."""
+
+    url: str
+    publisher_id: str
+    profile_id: str
+
+    def __post_init__(self) -> None:
+        try:
+            checks.origin("url", self.url)
+            checks.origin("publisher_id", self.publisher_id)
+            checks.text("profile_id", self.profile_id)
+        except InvalidInputError as error:
+            raise _fields("DeletedScope", error) from None
+
+
+@dataclass(frozen=True, slots=True)
+class DeletedView:
+    """A deleted session whose finished runs still have to be acknowledged on the relay."""
+
+    id: str
+    session_id: str
+    profile: str
+    through: int
+    identity: str | None = None
+    scope: DeletedScope | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            checks.text("id", self.id, 64)
+            checks.text("session_id", self.session_id)
+            checks.text("profile", self.profile)
+            checks.time_ms("through", self.through)
+            checks.optional_text("identity", self.identity)
+            if self.scope is not None:
+                checks.instance("scope", self.scope, DeletedScope)
+        except InvalidInputError as error:
+            raise _fields(f"DeletedView({self.id!r})", error) from None
+
+
+@dataclass(frozen=True, slots=True)
+class PresenceLease:
+    """A browser tab's presence: `active` and unexpired mutes alerts for its profile."""
+
+    profile: str
+    tab_id: str
+    seq: int
+    active: bool
+    expires_at: int
+    updated_at: int
+
+    def __post_init__(self) -> None:
+        try:
+            checks.text("profile", self.profile)
+            checks.text("tab_id", self.tab_id, TAB_ID_LIMIT)
+            checks.safe_int("seq", self.seq)
+            checks.flag("active", self.active)
+            checks.time_ms("expires_at", self.expires_at)
+            checks.time_ms("updated_at", self.updated_at)
+        except InvalidInputError as error:
+            raise _fields(f"PresenceLease({self.profile!r}, {self.tab_id!r})", error) from None
+
+
+@dataclass(frozen=True, slots=True)
+class StateBatch:
+    """Relay state copied from another store; `merge_state` folds it in."""
+
+    identities: Mapping[str, str] = field(default_factory=dict)
+    revision_floor: int = 0
+    started: tuple[StartedScope, ...] = ()
+    deleted: tuple[DeletedView, ...] = ()
+    presence: tuple[PresenceLease, ...] = ()
+
+    def __post_init__(self) -> None:
+        try:
+            identities = dict(checks.mapping("identities", self.identities, None))
+            for profile, identity in identities.items():
+                checks.text("profile", profile)
+                checks.identity(f"identity of profile {profile!r}", identity)
+            checks.time_ms("revision_floor", self.revision_floor)
+            started = tuple(checks.items("started", self.started, None))
+            for scope in started:
+                checks.instance("started scope", scope, StartedScope)
+            deleted = tuple(checks.items("deleted", self.deleted, None))
+            for view in deleted:
+                checks.instance("deleted view", view, DeletedView)
+            presence = tuple(checks.items("presence", self.presence, None))
+            for lease in presence:
+                checks.instance("presence lease", lease, PresenceLease)
+        except InvalidInputError as error:
+            raise _fields("StateBatch", error) from None
+        object.__setattr__(self, "identities", MappingProxyType(identities))
+        object.__setattr__(self, "started", started)
+        object.__setattr__(self, "deleted", deleted)
+        object.__setattr__(self, "presence", presence)
