@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from relay.errors import InvalidInputError
@@ -117,20 +119,26 @@ async def test_merging_the_same_batch_twice_changes_nothing(store: RelayStore) -
 
 
 @pytest.mark.parametrize(
-    "batch",
+    "make_batch",
     [
-        StateBatch(identities={"default": "bogus"}),
-        StateBatch(revision_floor=-1),
-        StateBatch(started=(StartedScope("prf_a", NOW, (StartedEntry("prf_b", "s", NOW),)),)),
-        StateBatch(started=(StartedScope("prf_a", NOW, (StartedEntry("prf_a", "x" * 192, NOW),)),)),
-        StateBatch(deleted=(DeletedView("", "s", "default", NOW),)),
-        StateBatch(presence=(PresenceLease("default", "t" * 65, 1, True, NOW, NOW),)),
+        lambda: StateBatch(identities={"default": "bogus"}),
+        lambda: StateBatch(revision_floor=-1),
+        lambda: StateBatch(
+            started=(StartedScope("prf_a", NOW, (StartedEntry("prf_b", "s", NOW),)),)
+        ),
+        lambda: StateBatch(
+            started=(StartedScope("prf_a", NOW, (StartedEntry("prf_a", "x" * 192, NOW),)),)
+        ),
+        lambda: StateBatch(deleted=(DeletedView("", "s", "default", NOW),)),
+        lambda: StateBatch(presence=(PresenceLease("default", "t" * 65, 1, True, NOW, NOW),)),
     ],
 )
-async def test_an_invalid_batch_changes_nothing(store: RelayStore, batch: StateBatch) -> None:
-    """A batch with any invalid record is refused whole, before anything is written."""
+async def test_an_invalid_batch_changes_nothing(
+    store: RelayStore, make_batch: Callable[[], StateBatch]
+) -> None:
+    """A batch with any invalid record cannot even be built, so nothing is written."""
     await store.profile_identity("default")
     before = await snapshot(store)
     with pytest.raises(InvalidInputError):
-        await store.merge_state(batch)
+        await store.merge_state(make_batch())
     assert await snapshot(store) == before

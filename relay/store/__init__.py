@@ -13,13 +13,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from relay.store.base import (
+from relay.store.contract import RelayStore
+from relay.store.records import (
     DeletedScope,
     DeletedView,
     PresenceLease,
     ProfileGrant,
     RelayConfig,
-    RelayStore,
     StartedEntry,
     StartedScope,
     StateBatch,

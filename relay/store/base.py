@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Protocol, TypeGuard
 
 from cryptography.hazmat.primitives import serialization
@@ -13,99 +11,19 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from relay.errors import InvalidInputError, RelayError
 from relay.protocol import MAX_ID, MAX_SAFE_INTEGER, STARTED_WINDOW_MS, validated_origin
+from relay.store.records import (  # noqa: F401 - the old FileStore imports them from here
+    CONFIG_VERSION,
+    DeletedScope,
+    DeletedView,
+    PresenceLease,
+    ProfileGrant,
+    RelayConfig,
+    StartedEntry,
+    StartedScope,
+    StateBatch,
+)
 
-CONFIG_VERSION = 2
 IDENTITY_PATTERN = re.compile(r"pfi_[0-9a-f]{32}")
-
-
-@dataclass(frozen=True, slots=True)
-class ProfileGrant:
-    """One enrolled profile: the identity it was enrolled under and its relay scope."""
-
-    identity: str
-    profile_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class RelayConfig:
-    """The server's registration with one relay (config version 2)."""
-
-    url: str
-    publisher_id: str
-    key_id: str
-    key_ref: str
-    profiles: Mapping[str, ProfileGrant]
-    # Changes on every save, so a replica can tell that another one re-registered.
-    generation: int = field(default=0, compare=False)
-
-    def __post_init__(self) -> None:
-        ordered = {name: self.profiles[name] for name in sorted(self.profiles)}
-        object.__setattr__(self, "profiles", MappingProxyType(ordered))
-
-
-@dataclass(frozen=True, slots=True)
-class StartedEntry:
-    """A session seen starting in one relay scope, announced (`sent`) or not."""
-
-    profile_id: str
-    session_id: str
-    started_at: int
-    sent: bool = False
-    claimed_by: str | None = None
-    claimed_until: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StartedScope:
-    """The ledger of one relay scope: sessions older than `floor` are never announced."""
-
-    profile_id: str
-    floor: int
-    entries: tuple[StartedEntry, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class DeletedScope:
-    """The relay scope a deleted session's acknowledgement is bound to."""
-
-    url: str
-    publisher_id: str
-    profile_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeletedView:
-    """A deleted session whose finished runs still have to be acknowledged on the relay."""
-
-    id: str
-    session_id: str
-    profile: str
-    through: int
-    identity: str | None = None
-    scope: DeletedScope | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PresenceLease:
-    """A browser tab's presence: `active` and unexpired mutes alerts for its profile."""
-
-    profile: str
-    tab_id: str
-    seq: int
-    active: bool
-    expires_at: int
-    updated_at: int
-
-
-@dataclass(frozen=True, slots=True)
-class StateBatch:
-    """Relay state copied from another store; `merge_state` folds it in."""
-
-    identities: Mapping[str, str] = field(default_factory=dict)
-    revision_floor: int = 0
-    started: tuple[StartedScope, ...] = ()
-    deleted: tuple[DeletedView, ...] = ()
-    presence: tuple[PresenceLease, ...] = ()
 
 
 class RelayStore(Protocol):

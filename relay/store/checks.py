@@ -42,10 +42,20 @@ def _encodable(value: str) -> bool:
     return True
 
 
+MAX_INT64 = 2**63 - 1
+
+
 def safe_int(kind: str, value: object, minimum: int = 0) -> int:
     """An integer (not a bool) in `minimum`..2^53-1, the range JSON carries exactly."""
     if type(value) is not int or not minimum <= value <= MAX_SAFE_INTEGER:
         raise InvalidInputError(f"{kind} must be an integer in {minimum}..2^53-1")
+    return value
+
+
+def int64(kind: str, value: object) -> int:
+    """A non-negative integer a BIGINT column holds, for values that never go on the wire."""
+    if type(value) is not int or not 0 <= value <= MAX_INT64:
+        raise InvalidInputError(f"{kind} must be an integer in 0..2^63-1")
     return value
 
 

@@ -66,7 +66,8 @@ class StoreGate(RelayStore):
         self, config: RelayConfig, *, expected_generation: int | None = None
     ) -> None:
         checks.instance("config", config, RelayConfig)
-        checks.optional_int("expected_generation", expected_generation)
+        if expected_generation is not None:
+            checks.int64("expected_generation", expected_generation)
         await self._save_config(config, expected_generation)
 
     async def save_key(self, key_id: str, pem: str) -> str:
@@ -121,9 +122,10 @@ class StoreGate(RelayStore):
 
     async def revision_floor(self) -> int:
         floor = await self._revision_floor()
-        if type(floor) is not int or not 0 <= floor <= MAX_SAFE_INTEGER:
+        if type(floor) is not int or floor > MAX_SAFE_INTEGER:
             raise CorruptStateError(f"stored revision floor {floor!r} is invalid")
-        return floor
+        # Harmless: allocation starts from now. Past 2^53-1, no revision would be exact.
+        return max(floor, 0)
 
     # ── started ledger ────────────────────────────────────────────────────────
 

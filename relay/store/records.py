@@ -55,7 +55,7 @@ class RelayConfig:
             checks.origin("publisher_id", self.publisher_id)
             checks.text("key_id", self.key_id)
             checks.text("key_ref", self.key_ref)
-            checks.safe_int("generation", self.generation)
+            checks.int64("generation", self.generation)
             profiles = checks.mapping("profiles", self.profiles)
             if not profiles:
                 raise InvalidInputError("profiles must name at least one profile")

@@ -91,8 +91,10 @@ started = Table(
     Column("sent", Boolean, nullable=False, server_default=false()),
     Column("claimed_by", Text),
     Column("claimed_until", BigInteger),
-    # Claims scan one scope's unsent entries oldest first.
-    Index("ix_relay_started_unsent", "profile_id", "sent", "started_at"),
+    # Claims read one scope's unsent entries oldest first, straight off this index.
+    Index("ix_relay_started_unsent", "profile_id", "sent", "started_at", "session_id"),
+    # The 24 h prune deletes one scope's oldest entries: a range of this one.
+    Index("ix_relay_started_age", "profile_id", "started_at"),
 )
 
 deleted = Table(

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from relay.errors import InvalidInputError
-from relay.store.base import RelayConfig, RelayStore, StartedScope, StateBatch
+from relay.store.contract import RelayStore
+from relay.store.records import RelayConfig, StartedScope, StateBatch
 
 BATCH_ENTRIES = 1000
 

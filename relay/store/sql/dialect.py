@@ -1,0 +1,82 @@
+"""SQLAlchemy Core statements compiled once per dialect, to run on the raw driver.
+
+`schema.py` and the Core statements of each aggregate stay the one description of tables and
+queries; what runs per call is the SQL text compiled from them at first use, with its parameters
+in the driver's order. Only the few constructs SQLAlchemy has no generic form for differ by
+dialect (`insert` with `ON CONFLICT`, two-argument `greatest`/`least`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sqlalchemy import ColumnElement, Executable, Table, func
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
+from sqlalchemy.sql.compiler import Compiled as SaCompiled
+
+Name = Literal["sqlite", "postgres"]
+Params = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Compiled:
+    """One statement's SQL text, ready for `sqlite3` (named) or asyncpg (positional `$n`)."""
+
+    sql: str
+    # Positional parameter order for asyncpg; None for sqlite3's named style.
+    names: tuple[str, ...] | None
+    # Values SQLAlchemy bound from literals in the statement (`id = 1`, `+ 1`).
+    defaults: Mapping[str, Any]
+
+    def args(self, params: Params) -> Any:
+        values = {**self.defaults, **params} if self.defaults else params
+        if self.names is None:
+            return values
+        return tuple(values[name] for name in self.names)
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between SQLite and Postgres, and the compiler for each."""
+
+    name: Name
+
+    @property
+    def postgres(self) -> bool:
+        return self.name == "postgres"
+
+    def insert(self, table: Table) -> Any:
+        """An INSERT that has `on_conflict_do_nothing` / `on_conflict_do_update`."""
+        return postgresql.insert(table) if self.postgres else sqlite.insert(table)
+
+    def greatest(self, a: Any, b: Any) -> ColumnElement[Any]:
+        # SQLite's two-argument max() and min() are scalar: its GREATEST and LEAST.
+        return func.greatest(a, b) if self.postgres else func.max(a, b)
+
+    def least(self, a: Any, b: Any) -> ColumnElement[Any]:
+        return func.least(a, b) if self.postgres else func.min(a, b)
+
+    def compile(self, statement: Executable) -> Compiled:
+        compiled: SaCompiled = statement.compile(dialect=_sa_dialect(self.name))  # type: ignore[attr-defined]
+        binds = compiled.binds  # type: ignore[attr-defined]
+        defaults = {name: bind.value for name, bind in binds.items() if not bind.required}
+        names = tuple(compiled.positiontup) if self.postgres else None  # type: ignore[attr-defined]
+        return Compiled(str(compiled), names, defaults)
+
+
+SQLITE = Dialect("sqlite")
+POSTGRES = Dialect("postgres")
+
+
+@functools.cache
+def _sa_dialect(name: Name) -> Any:
+    if name == "postgres":
+        return pg_asyncpg.dialect()  # type: ignore[no-untyped-call]
+    return sqlite.dialect(paramstyle="named")
+
+
+Row = Sequence[Any]

@@ -1,0 +1,131 @@
+"""The deleted-session outbox on SQL: one row per (session, profile), acknowledged by id."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import bindparam, delete, or_, select, update
+
+from relay.store import schema as t
+from relay.store.records import DeletedScope, DeletedView
+from relay.store.sql.dialect import Compiled, Dialect, Row
+from relay.store.sql.part import SqlPart
+from relay.store.sql.runner import Tx
+
+
+@dataclass(frozen=True, slots=True)
+class _Sql:
+    enqueue_live: Compiled
+    enqueue_gone: Compiled
+    bind: Compiled
+    pending: Compiled
+    ack: Compiled
+
+
+def _bind(column: Any) -> Any:
+    return bindparam(column.key, type_=column.type)
+
+
+@functools.cache
+def _sql(d: Dialect) -> _Sql:
+    c = t.deleted.c
+    insert = d.insert(t.deleted).values({column: _bind(column) for column in t.deleted.c})
+
+    def enqueue(through: Any) -> Compiled:
+        # A queued entry keeps its id and binding; only `through` may move.
+        return d.compile(
+            insert.on_conflict_do_update(
+                index_elements=[c.session_id, c.profile], set_={"through": through}
+            ).returning(*t.deleted.c)
+        )
+
+    return _Sql(
+        # A session that still has data pushes `through` forward, so the acknowledgement
+        # covers runs that finished since.
+        enqueue_live=enqueue(d.greatest(c.through, insert.excluded.through)),
+        enqueue_gone=enqueue(c.through),
+        bind=d.compile(
+            update(t.deleted)
+            .where(
+                c.profile == _bind(c.profile),
+                c.scope_url.is_(None),
+                or_(c.identity.is_(None), c.identity == _bind(c.identity)),
+            )
+            .values(
+                identity=_bind(c.identity),
+                scope_url=_bind(c.scope_url),
+                scope_publisher_id=_bind(c.scope_publisher_id),
+                scope_profile_id=_bind(c.scope_profile_id),
+            )
+        ),
+        pending=d.compile(select(t.deleted).order_by(c.through, c.id)),
+        ack=d.compile(delete(t.deleted).where(c.id == _bind(c.id), c.through == _bind(c.through))),
+    )
+
+
+def view(row: Row) -> DeletedView:
+    """A `relay_deleted` row (in table order) as a record."""
+    view_id, session_id, profile, through, identity, url, publisher_id, profile_id = row
+    scope = None if url is None else DeletedScope(url, publisher_id, profile_id)
+    return DeletedView(view_id, session_id, profile, through, identity, scope)
+
+
+def columns(entry: DeletedView) -> dict[str, Any]:
+    """A record as `relay_deleted` column values."""
+    scope = entry.scope
+    return {
+        "id": entry.id,
+        "session_id": entry.session_id,
+        "profile": entry.profile,
+        "through": entry.through,
+        "identity": entry.identity,
+        "scope_url": scope.url if scope else None,
+        "scope_publisher_id": scope.publisher_id if scope else None,
+        "scope_profile_id": scope.profile_id if scope else None,
+    }
+
+
+class OutboxSql(SqlPart):
+    """The deleted-outbox hooks of `StoreGate`."""
+
+    async def _enqueue_deleted(self, new: DeletedView, session_live: bool) -> DeletedView:
+        q = _sql(self._db.dialect)
+        statement = q.enqueue_live if session_live else q.enqueue_gone
+
+        async def body(tx: Tx) -> DeletedView:
+            return view((await tx.rows(statement, columns(new)))[0])
+
+        return await self._db.write(body, single=True)
+
+    async def _bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
+        q = _sql(self._db.dialect).bind
+        params = {
+            "profile": profile,
+            "identity": identity,
+            "scope_url": scope.url,
+            "scope_publisher_id": scope.publisher_id,
+            "scope_profile_id": scope.profile_id,
+        }
+
+        async def body(tx: Tx) -> int:
+            return await tx.run(q, params)
+
+        return await self._db.write(body, single=True)
+
+    async def _pending_deleted(self) -> list[DeletedView]:
+        q = _sql(self._db.dialect).pending
+
+        async def body(tx: Tx) -> list[DeletedView]:
+            return [view(row) for row in await tx.rows(q)]
+
+        return await self._db.read(body)
+
+    async def _ack_deleted(self, view_id: str, through: int) -> bool:
+        q = _sql(self._db.dialect).ack
+
+        async def body(tx: Tx) -> int:
+            return await tx.run(q, {"id": view_id, "through": through})
+
+        return bool(await self._db.write(body, single=True))

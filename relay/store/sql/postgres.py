@@ -1,0 +1,147 @@
+"""The Postgres runner: an asyncpg pool; statements prepared once per connection by asyncpg.
+
+A body of one statement runs in autocommit: one round trip, no BEGIN/COMMIT. A task cancelled
+mid-transaction leaves the server holding its row locks until the connection ends, so such a
+connection is terminated, never handed back to the pool (sqlalchemy/sqlalchemy#12099 is the same
+trap). Nothing here needs session state, so transaction-mode PgBouncer works with
+`?prepared_statement_cache_size=0`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+from sqlalchemy import URL
+
+from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
+from relay.store.sql.dialect import POSTGRES, Compiled, Row
+from relay.store.sql.runner import NO_PARAMS, Body, Stats
+
+T = TypeVar("T")
+CONNECT_TIMEOUT_S = 10.0
+POOL_SIZE = 10
+# SQLSTATE classes that mean "try again later", not "this request is wrong".
+_UNAVAILABLE = ("08", "53", "57", "40", "55P03")
+
+
+class PostgresTx:
+    def __init__(self, conn: Any, stats: Stats) -> None:
+        self._conn = conn
+        self._stats = stats
+
+    async def rows(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> list[Row]:
+        self._stats.statements += 1
+        return await self._conn.fetch(q.sql, *q.args(params))  # type: ignore[no-any-return]
+
+    async def run(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> int:
+        self._stats.statements += 1
+        status: str = await self._conn.execute(q.sql, *q.args(params))
+        count = status.rpartition(" ")[2]
+        return int(count) if count.isdigit() else 0
+
+    async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._stats.statements += 1
+        await self._conn.executemany(q.sql, [q.args(row) for row in rows])
+
+
+def connect_options(url: URL) -> dict[str, Any]:
+    """asyncpg's arguments for a store URL; libpq parameters it knows pass through its DSN."""
+    query = dict(url.query)
+    options: dict[str, Any] = {}
+    try:
+        options["timeout"] = float(str(query.pop("connect_timeout", CONNECT_TIMEOUT_S)))
+    except ValueError:
+        raise InvalidInputError("connect_timeout must be a number of seconds") from None
+    if not 0 < options["timeout"] < 3600:
+        raise InvalidInputError("connect_timeout must be between 0 and 3600 seconds")
+    if "prepared_statement_cache_size" in query:
+        size = str(query.pop("prepared_statement_cache_size"))
+        if not size.isdigit():
+            raise InvalidInputError("prepared_statement_cache_size must be a whole number")
+        options["statement_cache_size"] = int(size)
+    if "ssl" in query:
+        query["sslmode"] = query.pop("ssl")
+    if "application_name" not in query:
+        options["server_settings"] = {"application_name": "talaria-relay"}
+    options["dsn"] = url.set(drivername="postgresql", query=query).render_as_string(
+        hide_password=False
+    )
+    return options
+
+
+class PostgresRunner:
+    """Runs bodies on a pool; `await PostgresRunner.open(url, display)`."""
+
+    dialect = POSTGRES
+
+    def __init__(self, display: str, password: str | None) -> None:
+        self.stats = Stats()
+        self._display = display
+        self._password = password
+        self._pool: Any = None
+
+    @classmethod
+    async def open(cls, url: URL, display: str) -> PostgresRunner:
+        runner = cls(display, url.password if isinstance(url.password, str) else None)
+        options = connect_options(url)
+        try:
+            runner._pool = await asyncpg.create_pool(min_size=1, max_size=POOL_SIZE, **options)
+        except Exception as error:
+            raise runner.translated(error) from error
+        return runner
+
+    async def read(self, body: Body[T]) -> T:
+        return await self._run(body, transaction=False)
+
+    async def write(self, body: Body[T], *, single: bool = False) -> T:
+        return await self._run(body, transaction=not single)
+
+    async def _run(self, body: Body[T], *, transaction: bool) -> T:
+        if self._pool is None:
+            raise StoreError(f"the store {self._display} is closed")
+        try:
+            conn = await self._pool.acquire()
+        except Exception as error:
+            raise self.translated(error) from error
+        self.stats.transactions += 1
+        try:
+            if transaction:
+                async with conn.transaction():
+                    result = await body(PostgresTx(conn, self.stats))
+            else:
+                result = await body(PostgresTx(conn, self.stats))
+        except BaseException as error:
+            # Cancelled mid-statement, or the connection broke: the server may still hold our
+            # locks, so this connection never goes back to the pool. A statement that failed
+            # in autocommit, or a body that raised after its transaction rolled back, leaves a
+            # clean connection.
+            driver = isinstance(error, asyncpg.PostgresError | asyncpg.InterfaceError | OSError)
+            if (
+                not isinstance(error, Exception)
+                or conn.is_in_transaction()
+                or (driver and not isinstance(error, asyncpg.PostgresError))
+            ):
+                conn.terminate()
+            if driver or isinstance(error, TimeoutError):
+                raise self.translated(error) from error
+            raise
+        finally:
+            await self._pool.release(conn)
+        return result
+
+    def translated(self, error: BaseException) -> StoreError:
+        """A driver's exception as a `StoreError` naming the store, never its password."""
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if self._password:
+            text = text.replace(self._password, "***")
+        state = str(getattr(error, "sqlstate", "") or "")
+        if isinstance(error, asyncpg.PostgresError) and not state.startswith(_UNAVAILABLE):
+            return StoreError(f"relay store {self._display} failed: {text}")
+        return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()

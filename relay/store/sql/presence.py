@@ -1,0 +1,116 @@
+"""Presence leases on SQL: a sequence-fenced upsert, then bounded eviction."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, bindparam, delete, exists, func, not_, select, true, tuple_
+
+from relay.store import schema as t
+from relay.store.records import PresenceLease
+from relay.store.sql.dialect import Compiled, Dialect, Row
+from relay.store.sql.part import SqlPart
+from relay.store.sql.runner import Tx, first, scalar
+
+
+@dataclass(frozen=True, slots=True)
+class _Sql:
+    forget_expired: Compiled
+    upsert: Compiled
+    count: Compiled
+    evict: Compiled
+    active: Compiled
+    leases: Compiled
+
+
+def _bind(column: Any, name: str | None = None) -> Any:
+    return bindparam(name or column.key, type_=column.type)
+
+
+@functools.cache
+def _sql(d: Dialect) -> _Sql:
+    p = t.presence.c
+    values = {column.key: _bind(column) for column in t.presence.c}
+    insert = d.insert(t.presence).values(values)
+    this_tab = and_(p.profile == _bind(p.profile), p.tab_id == _bind(p.tab_id))
+    oldest = (
+        select(p.profile, p.tab_id)
+        .where(not_(this_tab))
+        .order_by(p.updated_at, p.profile, p.tab_id)
+        .limit(bindparam("excess"))
+    )
+    return _Sql(
+        forget_expired=d.compile(
+            delete(t.presence).where(p.expires_at + bindparam("fence_ms") <= _bind(p.updated_at))
+        ),
+        upsert=d.compile(
+            insert.on_conflict_do_update(
+                index_elements=[p.profile, p.tab_id],
+                set_={k: insert.excluded[k] for k in ("seq", "active", "expires_at", "updated_at")},
+                # The sequence fence: a stale or replayed update changes nothing.
+                where=p.seq < insert.excluded.seq,
+            ).returning(p.seq)
+        ),
+        count=d.compile(select(func.count()).select_from(t.presence)),
+        evict=d.compile(delete(t.presence).where(tuple_(p.profile, p.tab_id).in_(oldest))),
+        active=d.compile(
+            select(
+                exists().where(
+                    p.profile == _bind(p.profile),
+                    p.active == true(),
+                    p.expires_at > _bind(p.expires_at, "now"),
+                )
+            )
+        ),
+        leases=d.compile(select(t.presence).order_by(p.updated_at.desc(), p.profile, p.tab_id)),
+    )
+
+
+def lease(row: Row) -> PresenceLease:
+    profile, tab_id, seq, active, expires_at, updated_at = row
+    return PresenceLease(profile, tab_id, seq, bool(active), expires_at, updated_at)
+
+
+class PresenceSql(SqlPart):
+    """The presence hooks of `StoreGate`."""
+
+    async def _apply_presence(self, new: PresenceLease, fence_ms: int, max_tabs: int) -> bool:
+        q = _sql(self._db.dialect)
+        values = {
+            "profile": new.profile,
+            "tab_id": new.tab_id,
+            "seq": new.seq,
+            "active": new.active,
+            "expires_at": new.expires_at,
+            "updated_at": new.updated_at,
+        }
+
+        async def body(tx: Tx) -> bool:
+            await tx.run(q.forget_expired, {"fence_ms": fence_ms, "updated_at": new.updated_at})
+            if await first(tx, q.upsert, values) is None:
+                return False
+            total = await scalar(tx, q.count)
+            if total > max_tabs:
+                excess = {"profile": new.profile, "tab_id": new.tab_id, "excess": total - max_tabs}
+                await tx.run(q.evict, excess)
+            return True
+
+        return await self._db.write(body)
+
+    async def _presence_active(self, profile: str, now_ms: int) -> bool:
+        q = _sql(self._db.dialect).active
+
+        async def body(tx: Tx) -> bool:
+            return bool(await scalar(tx, q, {"profile": profile, "now": now_ms}))
+
+        return await self._db.read(body)
+
+    async def _presence_leases(self) -> list[PresenceLease]:
+        q = _sql(self._db.dialect).leases
+
+        async def body(tx: Tx) -> list[PresenceLease]:
+            return [lease(row) for row in await tx.rows(q)]
+
+        return await self._db.read(body)

@@ -1,0 +1,195 @@
+"""Registration on SQL: the relay config and its profile map, publisher keys, identities."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, delete, select, true
+
+from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError
+from relay.store import schema as t
+from relay.store.records import CONFIG_VERSION, ProfileGrant, RelayConfig
+from relay.store.sql.dialect import Compiled, Dialect
+from relay.store.sql.part import SqlPart
+from relay.store.sql.runner import Tx, first, scalar
+
+
+@dataclass(frozen=True, slots=True)
+class _Sql:
+    load_config: Compiled
+    key_exists: Compiled
+    stored_generation: Compiled
+    upsert_config: Compiled
+    clear_profiles: Compiled
+    insert_profile: Compiled
+    upsert_key: Compiled
+    load_key: Compiled
+    identity: Compiled
+    mint_identity: Compiled
+    forget_identity: Compiled
+    identities: Compiled
+
+
+@functools.cache
+def _sql(d: Dialect) -> _Sql:
+    c, k, i = t.config.c, t.keys.c, t.identities.c
+    fields = ("url", "publisher_id", "key_id", "key_ref", "version", "updated_at")
+    config_values = {name: bindparam(name, type_=c[name].type) for name in fields}
+    upsert_config = d.insert(t.config).values(id=1, generation=1, **config_values)
+    upsert_key = d.insert(t.keys).values(
+        ref=bindparam("ref"), pem=bindparam("pem"), encrypted=False
+    )
+    mint = d.insert(t.identities).values(profile=bindparam("profile"), identity=bindparam("minted"))
+    by_profile = i.profile == bindparam("profile", type_=i.profile.type)
+    return _Sql(
+        # One statement, so a concurrent save is seen whole or not at all (Postgres reads each
+        # statement of a READ COMMITTED transaction at its own snapshot).
+        load_config=d.compile(
+            select(
+                c.url,
+                c.publisher_id,
+                c.key_id,
+                c.key_ref,
+                c.version,
+                c.generation,
+                t.profiles.c.profile,
+                t.profiles.c.identity,
+                t.profiles.c.profile_id,
+            ).select_from(t.config.outerjoin(t.profiles, true()))
+        ),
+        key_exists=d.compile(select(k.ref).where(k.ref == bindparam("ref", type_=k.ref.type))),
+        stored_generation=d.compile(select(c.version, c.generation)),
+        # Locks the singleton row first, so concurrent saves replace the profile map in turn.
+        upsert_config=d.compile(
+            upsert_config.on_conflict_do_update(
+                index_elements=[c.id],
+                set_={**config_values, "generation": c.generation + 1},
+            ).returning(c.generation)
+        ),
+        clear_profiles=d.compile(delete(t.profiles)),
+        insert_profile=d.compile(
+            t.profiles.insert().values(
+                profile=bindparam("profile"),
+                identity=bindparam("identity"),
+                profile_id=bindparam("profile_id"),
+            )
+        ),
+        upsert_key=d.compile(
+            upsert_key.on_conflict_do_update(
+                index_elements=[k.ref], set_={"pem": upsert_key.excluded.pem, "encrypted": False}
+            )
+        ),
+        load_key=d.compile(
+            select(k.pem, k.encrypted).where(k.ref == bindparam("ref", type_=k.ref.type))
+        ),
+        identity=d.compile(select(i.identity).where(by_profile)),
+        mint_identity=d.compile(mint.on_conflict_do_nothing(index_elements=[i.profile])),
+        forget_identity=d.compile(delete(t.identities).where(by_profile)),
+        identities=d.compile(select(i.profile, i.identity)),
+    )
+
+
+class RegistrationSql(SqlPart):
+    """The registration hooks of `StoreGate`."""
+
+    async def _load_config(self) -> RelayConfig | None:
+        q = _sql(self._db.dialect)
+
+        async def body(tx: Tx) -> RelayConfig | None:
+            rows = await tx.rows(q.load_config)
+            if not rows or rows[0][4] != CONFIG_VERSION:
+                return None
+            url, publisher_id, key_id, key_ref, _, generation = rows[0][:6]
+            grants = {r[6]: ProfileGrant(r[7], r[8]) for r in rows if r[6] is not None}
+            return RelayConfig(url, publisher_id, key_id, key_ref, grants, generation)
+
+        return await self._db.read(body)
+
+    async def _save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
+        q = _sql(self._db.dialect)
+        values = {
+            "url": config.url,
+            "publisher_id": config.publisher_id,
+            "key_id": config.key_id,
+            "key_ref": config.key_ref,
+            "version": CONFIG_VERSION,
+            "updated_at": int(time.time() * 1000),
+        }
+        grants = [
+            {"profile": name, "identity": grant.identity, "profile_id": grant.profile_id}
+            for name, grant in config.profiles.items()
+        ]
+
+        async def body(tx: Tx) -> None:
+            if await first(tx, q.key_exists, {"ref": config.key_ref}) is None:
+                raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
+            stored = await first(tx, q.stored_generation)
+            # What `load_config` shows: a registration of another version counts as none.
+            shown = stored[1] if stored and stored[0] == CONFIG_VERSION else 0
+            generation = await scalar(tx, q.upsert_config, values)
+            # A save that committed between our read and our upsert shows in the generation.
+            raced = generation != (stored[1] if stored else 0) + 1
+            if expected_generation is not None and (raced or shown != expected_generation):
+                raise StaleConfigError("the relay registration changed since it was read")
+            await tx.run(q.clear_profiles)
+            await tx.many(q.insert_profile, grants)
+
+        await self._db.write(body)
+
+    async def _save_key(self, key_id: str, pem: str) -> str:
+        ref = hashlib.sha256(key_id.encode()).hexdigest()[:16]
+        q = _sql(self._db.dialect).upsert_key
+
+        async def body(tx: Tx) -> None:
+            await tx.run(q, {"ref": ref, "pem": pem})
+
+        await self._db.write(body, single=True)
+        return ref
+
+    async def _load_key(self, ref: str) -> str | None:
+        q = _sql(self._db.dialect).load_key
+
+        async def body(tx: Tx) -> str | None:
+            row = await first(tx, q, {"ref": ref})
+            if row is not None and row[1]:
+                raise CorruptStateError(f"Talaria publisher key {ref!r} is encrypted")
+            return None if row is None else row[0]
+
+        return await self._db.read(body)
+
+    async def _profile_identity(self, profile: str) -> str | None:
+        q = _sql(self._db.dialect).identity
+
+        async def body(tx: Tx) -> str | None:
+            return await scalar(tx, q, {"profile": profile})  # type: ignore[no-any-return]
+
+        return await self._db.read(body)
+
+    async def _mint_identity(self, profile: str, minted: str) -> str:
+        q = _sql(self._db.dialect)
+
+        async def body(tx: Tx) -> str:
+            # The loser of a race inserts nothing and reads the winner's value.
+            await tx.run(q.mint_identity, {"profile": profile, "minted": minted})
+            return await scalar(tx, q.identity, {"profile": profile})  # type: ignore[no-any-return]
+
+        return await self._db.write(body)
+
+    async def _forget_identity(self, profile: str) -> None:
+        q = _sql(self._db.dialect).forget_identity
+
+        async def body(tx: Tx) -> None:
+            await tx.run(q, {"profile": profile})
+
+        await self._db.write(body, single=True)
+
+    async def _identities(self) -> dict[str, str]:
+        q = _sql(self._db.dialect).identities
+
+        async def body(tx: Tx) -> dict[str, str]:
+            return {row[0]: row[1] for row in await tx.rows(q)}
+
+        return await self._db.read(body)

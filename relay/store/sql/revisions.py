@@ -1,0 +1,62 @@
+"""The revision counter on SQL: one row, raised by a single atomic upsert."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from sqlalchemy import BigInteger, bindparam, select
+
+from relay.protocol import MAX_SAFE_INTEGER
+from relay.store import schema as t
+from relay.store.sql.dialect import Compiled, Dialect
+from relay.store.sql.part import SqlPart
+from relay.store.sql.runner import Tx, scalar
+
+
+@dataclass(frozen=True, slots=True)
+class _Sql:
+    allocate: Compiled
+    floor: Compiled
+
+
+@functools.cache
+def _sql(d: Dialect) -> _Sql:
+    floor = t.revision.c.floor
+    now, count = bindparam("now", type_=BigInteger), bindparam("count", type_=BigInteger)
+    raised = d.greatest(floor + 1, now) + count - 1
+    insert = d.insert(t.revision).values(id=1, floor=bindparam("first", type_=BigInteger))
+    return _Sql(
+        allocate=d.compile(
+            insert.on_conflict_do_update(
+                index_elements=[t.revision.c.id],
+                set_={"floor": raised},
+                # Past 2^53-1 a revision is no longer exact on the wire: hand out none.
+                where=raised <= MAX_SAFE_INTEGER,
+            ).returning(floor)
+        ),
+        floor=d.compile(select(floor)),
+    )
+
+
+class RevisionsSql(SqlPart):
+    """The revision hooks of `StoreGate`."""
+
+    async def _allocate_revisions(self, count: int, now_ms: int) -> int | None:
+        first = max(1, now_ms) + count - 1
+        if first > MAX_SAFE_INTEGER:
+            return None
+        q = _sql(self._db.dialect).allocate
+
+        async def body(tx: Tx) -> int | None:
+            return await scalar(tx, q, {"first": first, "now": now_ms, "count": count})  # type: ignore[no-any-return]
+
+        return await self._db.write(body, single=True)
+
+    async def _revision_floor(self) -> int:
+        q = _sql(self._db.dialect).floor
+
+        async def body(tx: Tx) -> int:
+            return (await scalar(tx, q)) or 0
+
+        return await self._db.read(body)

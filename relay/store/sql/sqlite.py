@@ -1,0 +1,170 @@
+"""The SQLite runner: writes in one thread of the store's own, reads on the caller's thread.
+
+A write transaction is one hop to the writer thread: `BEGIN IMMEDIATE` (a deferred transaction
+that reads and then writes fails at once with "database is locked" instead of waiting out the busy
+timeout), the body, `COMMIT`. A cancelled caller does not stop the thread, so a transaction is
+never left half-done. Reads in WAL mode do not wait for writers: they run at once on a read-only
+connection, without a thread hop; one that finds the database busy (a checkpoint, a recovery)
+goes to the writer thread, which waits out the busy timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+from relay.errors import StoreError, StoreUnavailableError
+from relay.store.sql.dialect import SQLITE, Compiled, Row
+from relay.store.sql.runner import NO_PARAMS, Body, Stats, drive
+
+T = TypeVar("T")
+BUSY_TIMEOUT_S = 30.0
+
+
+class SqliteTx:
+    def __init__(self, conn: sqlite3.Connection, stats: Stats) -> None:
+        self._conn = conn
+        self._stats = stats
+
+    async def rows(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> list[Row]:
+        self._stats.statements += 1
+        return self._conn.execute(q.sql, q.args(params)).fetchall()
+
+    async def run(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> int:
+        self._stats.statements += 1
+        return self._conn.execute(q.sql, q.args(params)).rowcount
+
+    async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._stats.statements += 1
+        self._conn.executemany(q.sql, [q.args(row) for row in rows])
+
+
+def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False) -> sqlite3.Connection:
+    # isolation_level=None: the driver opens no transactions of its own; we BEGIN ourselves.
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        if read_only:
+            conn.execute("PRAGMA query_only = 1")
+        else:
+            conn.execute("PRAGMA journal_mode = WAL")
+            # FULL: a commit survives power loss, not only a killed process.
+            conn.execute("PRAGMA synchronous = FULL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def create_private(path: Path) -> None:
+    """The database holds the publisher key: create it 0600 in a 0700 directory."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+
+
+class SqliteRunner:
+    """Runs bodies on one SQLite file; `await SqliteRunner.open(path, display)`."""
+
+    dialect = SQLITE
+
+    def __init__(self, display: str, thread: ThreadPoolExecutor) -> None:
+        self.stats = Stats()
+        self._display = display
+        self._thread: ThreadPoolExecutor | None = thread
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+
+    @classmethod
+    async def open(
+        cls, path: Path, display: str, busy_timeout_s: float = BUSY_TIMEOUT_S
+    ) -> SqliteRunner:
+        runner = cls(display, ThreadPoolExecutor(1, thread_name_prefix="relay-sqlite"))
+        try:
+            runner._writer, runner._reader = await runner._in_thread(
+                _open_pair, path, busy_timeout_s
+            )
+        except BaseException:
+            await runner.close()
+            raise
+        return runner
+
+    async def read(self, body: Body[T]) -> T:
+        reader = self._reader
+        if reader is None:
+            raise StoreError(f"the store {self._display} is closed")
+        try:
+            self.stats.transactions += 1
+            return drive(body(SqliteTx(reader, self.stats)))
+        except sqlite3.Error as error:
+            if not _busy(error):
+                raise self._translated(error) from error
+        return await self._in_thread(self._read_waiting, body)
+
+    async def write(self, body: Body[T], *, single: bool = False) -> T:
+        return await self._in_thread(self._transaction, body)
+
+    def _read_waiting(self, body: Body[T]) -> T:
+        assert self._writer is not None
+        return drive(body(SqliteTx(self._writer, self.stats)))
+
+    def _transaction(self, body: Body[T]) -> T:
+        conn = self._writer
+        assert conn is not None
+        self.stats.transactions += 1
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = drive(body(SqliteTx(conn, self.stats)))
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._thread is None:
+            raise StoreError(f"the store {self._display} is closed")
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+        except sqlite3.Error as error:
+            raise self._translated(error) from error
+
+    def _translated(self, error: sqlite3.Error) -> StoreError:
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if isinstance(error, sqlite3.OperationalError):
+            return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
+        return StoreError(f"relay store {self._display} failed: {text}")
+
+    async def close(self) -> None:
+        thread, self._thread = self._thread, None
+        reader, self._reader = self._reader, None
+        writer, self._writer = self._writer, None
+        if reader is not None:
+            reader.close()
+        if thread is not None:
+            if writer is not None:
+                await asyncio.get_running_loop().run_in_executor(thread, writer.close)
+            thread.shutdown(wait=False)
+
+
+def _open_pair(path: Path, busy_timeout_s: float) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+    writer = connect(path, busy_timeout_s=busy_timeout_s)
+    try:
+        # Never waits on the caller's thread: a busy read goes to the writer thread instead.
+        reader = connect(path, busy_timeout_s=0.0, read_only=True)
+    except BaseException:
+        writer.close()
+        raise
+    return writer, reader
+
+
+def _busy(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)

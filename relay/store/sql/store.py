@@ -1,0 +1,61 @@
+"""`SqlStore`: `RelayStore` on SQLite or Postgres, one hook class per aggregate on one runner."""
+
+from __future__ import annotations
+
+from relay.store import migrate
+from relay.store.gate import StoreGate
+from relay.store.sql.ledger import LedgerSql
+from relay.store.sql.outbox import OutboxSql
+from relay.store.sql.postgres import PostgresRunner
+from relay.store.sql.presence import PresenceSql
+from relay.store.sql.registration import RegistrationSql
+from relay.store.sql.revisions import RevisionsSql
+from relay.store.sql.runner import Runner, Stats
+from relay.store.sql.schema_state import ensure_sqlite_schema, schema_revision
+from relay.store.sql.sqlite import SqliteRunner, create_private
+from relay.store.sql.transfer import TransferSql
+from relay.store.url import StoreTarget
+
+
+class SqlStore(
+    RegistrationSql, RevisionsSql, LedgerSql, OutboxSql, PresenceSql, TransferSql, StoreGate
+):
+    """Relay state in SQL tables; open with `await SqlStore.open(target)`."""
+
+    def __init__(self, runner: Runner, display_url: str) -> None:
+        self._db = runner
+        self._display_url = display_url
+
+    @classmethod
+    async def open(cls, target: StoreTarget) -> SqlStore:
+        """Connect; migrate an embedded SQLite file, but require Postgres to be at head already."""
+        runner: Runner
+        if target.backend == "postgres":
+            runner = await PostgresRunner.open(target.sqlalchemy_url, target.display)
+        else:
+            assert target.path is not None
+            create_private(target.path)
+            runner = await SqliteRunner.open(target.path, target.display)
+        try:
+            current = await schema_revision(runner)
+            if current != migrate.head_revision():
+                if target.backend == "postgres":
+                    raise migrate.schema_error(current)
+                assert target.path is not None
+                await ensure_sqlite_schema(target.path)
+        except BaseException:
+            await runner.close()
+            raise
+        return cls(runner, target.display)
+
+    @property
+    def display_url(self) -> str:
+        return self._display_url
+
+    @property
+    def stats(self) -> Stats:
+        """Transactions and statements sent so far."""
+        return self._db.stats
+
+    async def close(self) -> None:
+        await self._db.close()

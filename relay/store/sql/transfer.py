@@ -1,0 +1,146 @@
+"""Merging copied state on SQL: every rule of `StateTransfer.merge_state` in one transaction."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import and_, bindparam, or_, select, update
+
+from relay.store import schema as t
+from relay.store.records import StateBatch
+from relay.store.sql.dialect import Compiled, Dialect
+from relay.store.sql.outbox import columns
+from relay.store.sql.part import SqlPart
+from relay.store.sql.runner import Tx, first
+
+
+@dataclass(frozen=True, slots=True)
+class _Sql:
+    identity: Compiled
+    floor: Compiled
+    scope: Compiled
+    entry: Compiled
+    deleted: Compiled
+    insert_deleted: Compiled
+    update_deleted: Compiled
+    lease: Compiled
+
+
+def _values(table: Any, *keys: str) -> dict[str, Any]:
+    return {key: bindparam(key, type_=table.c[key].type) for key in keys}
+
+
+@functools.cache
+def _sql(d: Dialect) -> _Sql:
+    s, p, r, sc, dl = t.started.c, t.presence.c, t.revision.c, t.started_scopes.c, t.deleted.c
+    floor = d.insert(t.revision).values(id=1, **_values(t.revision, "floor"))
+    scope = d.insert(t.started_scopes).values(_values(t.started_scopes, "profile_id", "floor"))
+    entry = d.insert(t.started).values(
+        _values(t.started, "profile_id", "session_id", "started_at", "sent")
+    )
+    lease = d.insert(t.presence).values(_values(t.presence, *(c.key for c in t.presence.c)))
+    same = and_(dl.session_id == bindparam("session_id"), dl.profile == bindparam("profile"))
+    changes = ("through", "identity", "scope_url", "scope_publisher_id", "scope_profile_id")
+    return _Sql(
+        identity=d.compile(
+            d.insert(t.identities)
+            .values(_values(t.identities, "profile", "identity"))
+            .on_conflict_do_nothing(index_elements=[t.identities.c.profile])
+        ),
+        floor=d.compile(
+            floor.on_conflict_do_update(
+                index_elements=[r.id], set_={"floor": d.greatest(r.floor, floor.excluded.floor)}
+            )
+        ),
+        scope=d.compile(
+            scope.on_conflict_do_update(
+                index_elements=[sc.profile_id],
+                set_={"floor": d.least(sc.floor, scope.excluded.floor)},
+            )
+        ),
+        entry=d.compile(
+            entry.on_conflict_do_update(
+                index_elements=[s.profile_id, s.session_id],
+                set_={"sent": or_(s.sent, entry.excluded.sent)},
+            )
+        ),
+        deleted=d.compile(select(*(dl[k] for k in changes)).where(same)),
+        insert_deleted=d.compile(
+            t.deleted.insert().values(_values(t.deleted, *(c.key for c in dl)))
+        ),
+        update_deleted=d.compile(
+            update(t.deleted).where(same).values(_values(t.deleted, *changes))
+        ),
+        lease=d.compile(
+            lease.on_conflict_do_update(
+                index_elements=[p.profile, p.tab_id],
+                set_={k: lease.excluded[k] for k in ("seq", "active", "expires_at", "updated_at")},
+                where=p.seq < lease.excluded.seq,
+            )
+        ),
+    )
+
+
+class TransferSql(SqlPart):
+    """The merge hook of `StoreGate`."""
+
+    async def _merge_state(self, batch: StateBatch) -> None:
+        q = _sql(self._db.dialect)
+        identities = [{"profile": k, "identity": v} for k, v in batch.identities.items()]
+        scopes = [{"profile_id": x.profile_id, "floor": x.floor} for x in batch.started]
+        entries = [
+            {
+                "profile_id": e.profile_id,
+                "session_id": e.session_id,
+                "started_at": e.started_at,
+                "sent": e.sent,
+            }
+            for scope in batch.started
+            for e in scope.entries
+        ]
+        leases = [
+            {
+                "profile": x.profile,
+                "tab_id": x.tab_id,
+                "seq": x.seq,
+                "active": x.active,
+                "expires_at": x.expires_at,
+                "updated_at": x.updated_at,
+            }
+            for x in batch.presence
+        ]
+
+        async def body(tx: Tx) -> None:
+            if identities:
+                await tx.many(q.identity, identities)
+            await tx.run(q.floor, {"floor": batch.revision_floor})
+            if scopes:
+                await tx.many(q.scope, scopes)
+            if entries:
+                await tx.many(q.entry, entries)
+            for entry in batch.deleted:
+                await self._merge_deleted(tx, q, columns(entry))
+            if leases:
+                await tx.many(q.lease, leases)
+
+        await self._db.write(body)
+
+    @staticmethod
+    async def _merge_deleted(tx: Tx, q: _Sql, incoming: dict[str, Any]) -> None:
+        existing = await first(tx, q.deleted, incoming)
+        if existing is None:
+            await tx.run(q.insert_deleted, incoming)
+            return
+        through, identity, url, publisher_id, profile_id = existing
+        changes = {**incoming, "through": max(through, incoming["through"])}
+        # The entry already queued for this session keeps its id and any binding it has.
+        if url is not None or incoming["scope_url"] is None:
+            changes |= {
+                "identity": identity,
+                "scope_url": url,
+                "scope_publisher_id": publisher_id,
+                "scope_profile_id": profile_id,
+            }
+        await tx.run(q.update_deleted, changes)
