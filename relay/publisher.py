@@ -29,6 +29,7 @@ from relay.presence import Presence
 from relay.protocol import (
     MAX_ID,
     MAX_SNAPSHOT_STATES,
+    STARTED_WINDOW_MS,
     TERMINAL_PHASES,
     TERMINAL_RETENTION_S,
     RelayState,
@@ -123,6 +124,8 @@ class RelayPublisher:
         self._background = background
         self._passing = asyncio.Lock()
         self._identities: dict[str, str | None] | None = None
+        # Sightings this publisher has recorded: a steady pass writes none of them again.
+        self._recorded: dict[tuple[str, str], int] = {}
 
     async def initialize(self) -> None:
         """Load the key; start the started-ledger floors now, so the chat that wakes us is new."""
@@ -449,6 +452,7 @@ class RelayPublisher:
         except Exception:  # no resident index: announce Agent sessions only
             index = []
         await self._track_started()
+        self._forget_old_sightings()
         for profile, grant in publishing:
             try:
                 agent = list(await self._host.agent_sessions(profile))
@@ -461,20 +465,43 @@ class RelayPublisher:
                 if row.message_count > 0 and self._host.profiles_match(row.profile, profile)
             ]
             seen += [(row.lineage_root_id or row.id, row.started_at) for row in agent]
-            sightings = [(sid, ms) for sid, at in seen if (ms := _ms(at)) is not None]
-            await self._store.record_started(grant.profile_id, sightings, self._now_ms())
+            sightings = [
+                (sid, ms)
+                for sid, at in seen
+                if (ms := _ms(at)) is not None and (grant.profile_id, sid) not in self._recorded
+            ]
+            if sightings:
+                await self._store.record_started(grant.profile_id, sightings, self._now_ms())
+                self._recorded.update(((grant.profile_id, sid), ms) for sid, ms in sightings)
         return publishing
 
+    def _forget_old_sightings(self) -> None:
+        """Sightings past the ledger's window would be pruned anyway: keep memory bounded."""
+        cutoff = self._now_ms() - STARTED_WINDOW_MS
+        self._recorded = {key: ms for key, ms in self._recorded.items() if ms >= cutoff}
+
     async def publish_started(self) -> None:
-        """Announce each newly seen session once, oldest first, to its own profile's scope."""
+        """Announce each newly seen session once, oldest first, to its own profile's scope.
+
+        Each claimed batch is marked sent in one transaction, so a pass that announces S sessions
+        costs O(profiles + S / STARTED_BATCH) transactions.
+        """
         for _, grant in await self._observe_started():
             while entries := await self._store.claim_started(
                 grant.profile_id, self._owner, self._now_ms(), STARTED_LEASE_MS, STARTED_BATCH
             ):
-                for entry in entries:
-                    await self._announce(grant.profile_id, entry.session_id, entry.started_at)
+                done: list[str] = []
+                try:
+                    for entry in entries:
+                        await self._announce(grant.profile_id, entry.session_id, entry.started_at)
+                        done.append(entry.session_id)
+                finally:
+                    # What went out stays sent even when a later one of the batch failed.
+                    if done:
+                        await self._store.mark_started_sent(grant.profile_id, *done)
 
     async def _announce(self, profile_id: str, session_id: str, started_at: int) -> None:
+        """Send one announcement; a permanent refusal counts as done, a retryable one raises."""
         path = session_path(self.config.publisher_id, profile_id, session_id, "started")
         body = started_body(self.config.publisher_id, profile_id, session_id, started_at)
         try:
@@ -492,7 +519,6 @@ class RelayPublisher:
                     "[relay] Talaria relay does not support session-started events (HTTP 404); "
                     "devices refresh on their own schedule"
                 )
-        await self._store.mark_started_sent(profile_id, session_id)
 
     # ── helpers ───────────────────────────────────────────────────────────────
 
