@@ -1,6 +1,6 @@
 """The `RelayStore` contract, run unchanged on every backend (json, sqlite, postgres).
 
-Each test states one rule of a method's docstring in `relay/store/base.py` (or of issue 2, which
+Each test states one rule of a method's docstring in `relay/store/contract.py` (or of issue 2, which
 defines the semantics) and proves it through the public methods only. Times are fixed
 milliseconds; nothing sleeps.
 """

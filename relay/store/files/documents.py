@@ -1,0 +1,313 @@
+"""The legacy JSON documents: how each state file is parsed (never crashing) and written."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
+from types import UnionType
+from typing import Any, Generic, TypeGuard, TypeVar
+
+from relay.errors import CorruptStateError, InvalidInputError
+from relay.protocol import MAX_SAFE_INTEGER
+from relay.store.checks import is_identity
+from relay.store.records import (
+    CONFIG_VERSION,
+    DeletedScope,
+    DeletedView,
+    PresenceLease,
+    ProfileGrant,
+    RelayConfig,
+    StartedEntry,
+    StartedScope,
+)
+
+D = TypeVar("D")
+
+CONFIG = "talaria-relay.json"
+PROFILE_ID = ".talaria-relay-profile-id"
+
+Ledger = dict[str, StartedScope]  # by profile_id
+Leases = dict[tuple[str, str], PresenceLease]  # by (profile, tab_id)
+
+
+@dataclass(frozen=True, slots=True)
+class _Document(Generic[D]):
+    """One state file: how to read it (`None` when it is missing) and how to write it."""
+
+    name: str
+    parse: Callable[[bytes | None], D]
+    dump: Callable[[D], str]
+
+
+# ── documents ─────────────────────────────────────────────────────────────────
+
+Check = Callable[[object], bool]
+
+
+def _is(kind: type | UnionType) -> Check:
+    return lambda value: isinstance(value, kind)
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def is_safe_integer(value: object) -> TypeGuard[int]:
+    return type(value) is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER
+
+
+def _count(value: object) -> bool:
+    return is_safe_integer(value) and value >= 0
+
+
+# The JSON keys of a record, in the order of its fields, each with the check its value must pass.
+_SCOPE_LEDGER: dict[str, Check] = {"profileId": _text, "floor": _count, "sessions": _is(list)}
+_ENTRY: dict[str, Check] = {"sessionId": _text, "startedAt": is_safe_integer, "sent": _is(bool)}
+_CLAIM: dict[str, Check] = {"claimedBy": _text, "claimedUntil": is_safe_integer}
+_VIEW: dict[str, Check] = {
+    "id": _text,
+    "sessionId": _text,
+    "profile": _text,
+    "through": _count,
+    "identity": _is(str | None),
+}
+_SCOPE: dict[str, Check] = {"url": _is(str), "publisherId": _is(str), "profileId": _is(str)}
+_LEASE: dict[str, Check] = {
+    "profile": _text,
+    "tabId": _text,
+    "seq": is_safe_integer,
+    "active": _is(bool),
+    "expiresAt": is_safe_integer,
+    "updatedAt": is_safe_integer,
+}
+
+
+def _values(item: object, spec: Mapping[str, Check]) -> list[Any] | None:
+    """`item`'s values under `spec`'s keys, or None unless it is an object whose values all pass."""
+    if not isinstance(item, dict):
+        return None
+    values = [item.get(key) for key in spec]
+    passed = all(check(v) for check, v in zip(spec.values(), values, strict=True))
+    return values if passed else None
+
+
+def _json(raw: bytes | None, problem: str | None = None) -> Any:
+    """The decoded JSON, or None when missing; unparsable is None too, or `CorruptStateError`."""
+    try:
+        return None if raw is None else json.loads(raw)
+    except (ValueError, RecursionError):
+        if problem is None:
+            return None
+        raise CorruptStateError(problem) from None
+
+
+def _member(data: Any, key: str, kind: type) -> Any:
+    """`data[key]` of a version 1 document if it is a `kind`, else None."""
+    value = data.get(key) if isinstance(data, dict) and data.get("version") == 1 else None
+    return value if isinstance(value, kind) else None
+
+
+def _json_text(value: object, *, sort_keys: bool = False) -> str:
+    return json.dumps(value, indent=2, sort_keys=sort_keys) + "\n"
+
+
+def _camel(value: Any) -> Any:
+    """`asdict(record)` with the camelCase keys of the JSON files."""
+    if not isinstance(value, dict):
+        return value
+    return {re.sub(r"_(\w)", lambda m: m[1].upper(), k): _camel(v) for k, v in value.items()}
+
+
+def _parse_config(raw: bytes, generation: int) -> RelayConfig | None:
+    data = _json(raw, "relay config is not valid JSON")
+    if not isinstance(data, dict):
+        raise CorruptStateError("relay config is not a JSON object")
+    if data.get("version") != CONFIG_VERSION:
+        return None  # an older registration: the server has to register again
+    profiles: Any = data.get("profiles")
+    fields: list[Any] = [data.get(k) for k in ("url", "publisher_id", "key_id", "private_key_path")]
+    try:
+        if isinstance(profiles, dict) and all(isinstance(g, dict) for g in profiles.values()):
+            profiles = {
+                name: ProfileGrant(grant.get("identity"), grant.get("profile_id"))
+                for name, grant in profiles.items()
+            }
+        url, publisher_id, key_id, key_ref = fields
+        return RelayConfig(url, publisher_id, key_id, key_ref, profiles, generation)
+    except InvalidInputError as error:
+        raise CorruptStateError(str(error)) from None
+
+
+def _dump_config(config: RelayConfig) -> str:
+    # What the Python original wrote, byte for byte, so it can still read the file.
+    profiles = {
+        n: {"identity": g.identity, "profile_id": g.profile_id} for n, g in config.profiles.items()
+    }
+    return _json_text(
+        {
+            "key_id": config.key_id,
+            "private_key_path": config.key_ref,
+            "profiles": profiles,
+            "publisher_id": config.publisher_id,
+            "url": config.url,
+            "version": CONFIG_VERSION,
+        },
+        sort_keys=True,
+    )
+
+
+def _parse_revision(raw: bytes | None) -> int:
+    try:
+        return max(int(raw or b""), 0)
+    except ValueError:
+        return 0  # unreadable counts as 0: revisions still follow the clock
+
+
+def _parse_started(raw: bytes | None) -> Ledger:
+    """Tolerant, as the original: a malformed document is empty, malformed entries are skipped."""
+    ledger: Ledger = {}
+    for item in _member(_json(raw), "profiles", list) or ():
+        fields = _values(item, _SCOPE_LEDGER)
+        if fields is None or fields[0] in ledger:
+            continue
+        profile_id, floor, sessions = fields
+        entries: dict[str, StartedEntry] = {}
+        for session in sessions:
+            if (values := _values(session, _ENTRY)) is not None:
+                claim = _values(session, _CLAIM) or [None, None]
+                entries.setdefault(values[0], StartedEntry(profile_id, *values, *claim))
+        ledger[profile_id] = StartedScope(profile_id, floor, _oldest_first(entries.values()))
+    return ledger
+
+
+def _dump_started(ledger: Ledger) -> str:
+    # Claims are extra keys, absent when unset, so the file stays what the original wrote.
+    scopes = [
+        {
+            "profileId": scope.profile_id,
+            "floor": scope.floor,
+            "sessions": [
+                {k: v for k, v in _camel(asdict(e)).items() if k != "profileId" and v is not None}
+                for e in scope.entries
+            ],
+        }
+        for _, scope in sorted(ledger.items())
+    ]
+    return _json_text({"version": 1, "profiles": scopes})
+
+
+def _oldest_first(entries: Iterable[StartedEntry]) -> tuple[StartedEntry, ...]:
+    return tuple(sorted(entries, key=lambda e: (e.started_at, e.session_id)))
+
+
+def _merge_started(ledger: Ledger, scopes: Iterable[StartedScope]) -> Ledger:
+    for scope in scopes:
+        mine = ledger.get(scope.profile_id)
+        floor = scope.floor if mine is None else min(mine.floor, scope.floor)
+        entries = {e.session_id: e for e in (mine.entries if mine else ())}
+        for entry in scope.entries:
+            kept = entries.get(entry.session_id)
+            if kept is None:
+                entries[entry.session_id] = replace(entry, claimed_by=None, claimed_until=None)
+            elif entry.sent and not kept.sent:
+                entries[entry.session_id] = replace(kept, sent=True)
+        ledger[scope.profile_id] = StartedScope(
+            scope.profile_id, floor, _oldest_first(entries.values())
+        )
+    return ledger
+
+
+def _merge_deleted(views: list[DeletedView], incoming: Iterable[DeletedView]) -> list[DeletedView]:
+    for view in incoming:
+        key = (view.session_id, view.profile)
+        index = next((i for i, v in enumerate(views) if (v.session_id, v.profile) == key), None)
+        if index is None:
+            views.append(view)
+            continue
+        kept = views[index]
+        kept = replace(kept, through=max(kept.through, view.through))
+        if kept.scope is None and view.scope is not None:
+            kept = replace(kept, identity=view.identity, scope=view.scope)
+        views[index] = kept
+    return views
+
+
+def _merge_presence(leases: Leases, incoming: Iterable[PresenceLease]) -> Leases:
+    for lease in incoming:
+        key = (lease.profile, lease.tab_id)
+        if key not in leases or leases[key].seq < lease.seq:
+            leases[key] = lease
+    return leases
+
+
+def _parse_deleted(raw: bytes | None) -> list[DeletedView]:
+    """Strict: a deletion must never be dropped silently, so a bad outbox raises instead."""
+    problem = "relay deleted-session outbox is invalid"
+    if (data := _json(raw, problem)) is None:
+        return []
+    items = _member(data, "views", list)
+    views = [_deleted_view(item) for item in items] if items is not None else [None]
+    if None in views:
+        raise CorruptStateError(problem)
+    return [v for v in views if v is not None]
+
+
+def _deleted_view(item: Any) -> DeletedView | None:
+    if (values := _values(item, _VIEW)) is None:
+        return None
+    if (scope := item.get("scope")) is None:
+        return DeletedView(*values)
+    parts = _values(scope, _SCOPE)
+    return None if parts is None else replace(DeletedView(*values), scope=DeletedScope(*parts))
+
+
+def _dump_deleted(views: list[DeletedView]) -> str:
+    return _json_text({"version": 1, "views": [_camel(asdict(v)) for v in views]})
+
+
+def _parse_presence(raw: bytes | None) -> Leases:
+    """Tolerant: a lost lease only lets an alert through, and leases expire within minutes."""
+    leases: Leases = {}
+    for item in _member(_json(raw), "leases", list) or ():
+        if (values := _values(item, _LEASE)) is not None:
+            leases.setdefault((values[0], values[1]), PresenceLease(*values))
+    return leases
+
+
+def _dump_presence(leases: Leases) -> str:
+    items = [_camel(asdict(lease)) for _, lease in sorted(leases.items())]
+    return _json_text({"version": 1, "leases": items})
+
+
+def _parse_identities(raw: bytes | None) -> dict[str, str]:
+    problem = "relay profile identities are invalid"
+    if (data := _json(raw, problem)) is None:
+        return {}
+    identities = _member(data, "identities", dict)
+    if identities is None or not all(isinstance(v, str) for v in identities.values()):
+        raise CorruptStateError(problem)
+    return dict(identities)
+
+
+def _checked_identity(stored: str) -> str:
+    if not is_identity(identity := stored.strip()):
+        raise CorruptStateError("invalid Talaria Relay profile identity")
+    return identity
+
+
+def _parse_profile_id(raw: bytes | None) -> str | None:
+    return None if raw is None else _checked_identity(raw.decode("utf-8", errors="replace"))
+
+
+_REVISION = _Document("talaria-relay-revision", _parse_revision, lambda floor: f"{floor}\n")
+_STARTED = _Document("talaria-relay-started.json", _parse_started, _dump_started)
+_DELETED = _Document("talaria-relay-deleted.json", _parse_deleted, _dump_deleted)
+_PRESENCE = _Document("talaria-relay-presence.json", _parse_presence, _dump_presence)
+_IDENTITIES = _Document(
+    "talaria-relay-identities.json",
+    _parse_identities,
+    lambda ids: _json_text({"version": 1, "identities": dict(sorted(ids.items()))}),
+)
+_PROFILE_ID = _Document(PROFILE_ID, _parse_profile_id, lambda identity: f"{identity or ''}\n")
