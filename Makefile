@@ -22,7 +22,7 @@ test: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict relay
+	$(BIN)/mypy --strict relay tests
 
 migrate: venv
 	$(BIN)/talaria-relay migrate

@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from harness import Env, relay_env
 
 from relay.publisher import STARTED_BATCH
 from relay.store import open_store
 from relay.store.sql import SqlStore, Stats
-from tests.harness import Env, relay_env
 
 PROFILES = ("default", "work", "home")
 

@@ -20,7 +20,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -61,8 +61,9 @@ INVITATION_TTL_MS = 10 * 60_000
 NONCE_WINDOW_MS = 10 * 60_000
 TIMESTAMP_SKEW_S = 5 * 60
 
-Scope = dict[str, Any]
-Message = dict[str, Any]
+# The ASGI spec's types, as servers and `httpx.ASGITransport` call an app.
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 Reply = tuple[int, dict[str, Any]]
