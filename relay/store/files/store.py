@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import hashlib
-import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
@@ -34,7 +32,6 @@ from relay.store.files.documents import (
     PROFILE_ID,
     Leases,
     Ledger,
-    _Document,
     _dump_config,
     _merge_deleted,
     _merge_presence,
@@ -43,6 +40,7 @@ from relay.store.files.documents import (
     _parse_config,
 )
 from relay.store.files.io import _fsync_dir, _read, _write
+from relay.store.files.locked import LockedDir
 from relay.store.gate import StoreGate
 from relay.store.records import (
     DeletedScope,
@@ -58,12 +56,11 @@ D = TypeVar("D")
 R = TypeVar("R")
 ProfileHome = Callable[[str], Path]
 
-LOCK = ".talaria-relay.lock"
 # What `save_key` names a key file; `load_key` reads no other file.
 KEY_FILE = re.compile(r"talaria-relay-publisher-[0-9a-f]{16}\.pem")
 
 
-class FileStore(StoreGate):
+class FileStore(LockedDir, StoreGate):
     """Relay state in one directory (`json:///state-dir`), safe across threads and processes."""
 
     def __init__(self, state_dir: Path, profile_home: ProfileHome | None = None) -> None:
@@ -394,60 +391,3 @@ class FileStore(StoreGate):
                 _PROFILE_ID, lambda stored: (stored or identity, None), home / PROFILE_ID
             )
         return None
-
-    # ── locked file work ──────────────────────────────────────────────────────
-
-    async def _call(self, work: Callable[[], R]) -> R:
-        """Run blocking file work in a thread, reporting OS failures as `StoreError`."""
-
-        def guarded() -> R:
-            try:
-                return work()
-            except OSError as exc:
-                raise StoreError(f"relay state in {self._dir} is inaccessible: {exc}") from exc
-
-        return await asyncio.to_thread(guarded)
-
-    @contextlib.contextmanager
-    def _locked(self, *, exclusive: bool) -> Iterator[None]:
-        # A sidecar lock file: a lock on a file that gets replaced would hold only its old inode.
-        with self._mutex:
-            fd = os.open(self._dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-                yield
-            finally:
-                os.close(fd)
-
-    async def _load(self, doc: _Document[D], path: Path | None = None) -> D:
-        def work() -> D:
-            with self._locked(exclusive=False):
-                return doc.parse(_read(path or self._dir / doc.name))
-
-        return await self._call(work)
-
-    async def _update(
-        self, doc: _Document[D], edit: Callable[[D], tuple[D, R]], path: Path | None = None
-    ) -> R:
-        """Read, edit and (only if its text changed) rewrite one document, all under the lock."""
-        target = path or self._dir / doc.name
-
-        def work() -> R:
-            with self._locked(exclusive=True):
-                value = doc.parse(_read(target))
-                before = doc.dump(value)  # now: `edit` may change `value` in place
-                value, result = edit(value)
-                if (after := doc.dump(value)) != before:
-                    _write(target, after)
-                return result
-
-        return await self._call(work)
-
-    def _create_dir(self) -> None:
-        try:
-            self._dir.mkdir(mode=0o700, parents=True)
-        except FileExistsError:
-            if not self._dir.is_dir():
-                raise StoreError(f"relay state dir {self._dir} is not a directory") from None
-            return
-        os.chmod(self._dir, 0o700)  # mkdir's mode went through the umask

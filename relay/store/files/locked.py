@@ -1,0 +1,82 @@
+"""The state dir's lock and its locked reads and read-modify-writes, run in worker threads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+from relay.errors import StoreError
+from relay.store.files.documents import _Document
+from relay.store.files.io import _read, _write
+
+D = TypeVar("D")
+R = TypeVar("R")
+LOCK = ".talaria-relay.lock"
+
+
+class LockedDir:
+    """One state dir: `fcntl` excludes other processes, a mutex this process's threads."""
+
+    _dir: Path
+    _mutex: threading.Lock
+
+    async def _call(self, work: Callable[[], R]) -> R:
+        """Run blocking file work in a thread, reporting OS failures as `StoreError`."""
+
+        def guarded() -> R:
+            try:
+                return work()
+            except OSError as exc:
+                raise StoreError(f"relay state in {self._dir} is inaccessible: {exc}") from exc
+
+        return await asyncio.to_thread(guarded)
+
+    @contextlib.contextmanager
+    def _locked(self, *, exclusive: bool) -> Iterator[None]:
+        # A sidecar lock file: a lock on a file that gets replaced would hold only its old inode.
+        with self._mutex:
+            fd = os.open(self._dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                yield
+            finally:
+                os.close(fd)
+
+    async def _load(self, doc: _Document[D], path: Path | None = None) -> D:
+        def work() -> D:
+            with self._locked(exclusive=False):
+                return doc.parse(_read(path or self._dir / doc.name))
+
+        return await self._call(work)
+
+    async def _update(
+        self, doc: _Document[D], edit: Callable[[D], tuple[D, R]], path: Path | None = None
+    ) -> R:
+        """Read, edit and (only if its text changed) rewrite one document, all under the lock."""
+        target = path or self._dir / doc.name
+
+        def work() -> R:
+            with self._locked(exclusive=True):
+                value = doc.parse(_read(target))
+                before = doc.dump(value)  # now: `edit` may change `value` in place
+                value, result = edit(value)
+                if (after := doc.dump(value)) != before:
+                    _write(target, after)
+                return result
+
+        return await self._call(work)
+
+    def _create_dir(self) -> None:
+        try:
+            self._dir.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            if not self._dir.is_dir():
+                raise StoreError(f"relay state dir {self._dir} is not a directory") from None
+            return
+        os.chmod(self._dir, 0o700)  # mkdir's mode went through the umask
