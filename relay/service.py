@@ -215,7 +215,7 @@ class RelayService:
             raise RelayPairingError("Untrusted Talaria Relay origin", 400)
         if not 1 <= len(invitation) <= 256 or not 1 <= len(label) <= 80:
             raise RelayPairingError("Invalid relay pairing fields", 400)
-        canonical, identity = await self._profile_identity(raw_profile)
+        canonical, identity = await self._available_profile(raw_profile)
         existing = await self.store.load_config()
         if existing is not None:
             return await self._enroll(
@@ -229,17 +229,28 @@ class RelayService:
             )
         return await self._register(relay_url, publisher_id, invitation, label, canonical, identity)
 
-    async def _profile_identity(self, raw_profile: str) -> tuple[str, str]:
-        profile = raw_profile.strip()
+    async def _available_profile(self, raw_profile: object) -> tuple[str, str | None]:
+        """The canonical profile and the identity it has so far; minting none yet."""
         try:
+            profile = raw_profile.strip() if isinstance(raw_profile, str) else ""
             if not profile:
                 raise ValueError(profile)
             canonical = self.host.canonical_profile(profile)
             if not await self.host.profile_available(canonical):
                 raise ValueError(canonical)
-            return canonical, await self.store.profile_identity(canonical)
+            return canonical, (await self.store.identities()).get(canonical)
         except (ValueError, LookupError, OSError, RelayError) as error:
             raise RelayPairingError("Hermes profile is unavailable", 403) from error
+
+    async def _accepted_identity(self, canonical: str, seen: str | None) -> str:
+        """The profile's identity, minted only now that the relay accepted it."""
+        try:
+            identity = await self.store.profile_identity(canonical)
+        except RelayError as error:
+            raise RelayPairingError("Hermes profile is unavailable", 403) from error
+        if seen is not None and identity != seen:
+            raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
+        return identity
 
     async def _enroll(
         self,
@@ -248,7 +259,7 @@ class RelayService:
         publisher_id: str,
         invitation: str,
         canonical: str,
-        identity: str,
+        identity: str | None,
     ) -> dict[str, Any]:
         if existing.url != relay_url or existing.publisher_id != publisher_id:
             raise RelayPairingError("This Hermes server is registered to a different relay", 409)
@@ -273,6 +284,7 @@ class RelayService:
             or payload.get("profileId") != profile_id
         ):
             raise RelayPairingError("Talaria Relay returned an invalid response", 502)
+        identity = await self._accepted_identity(canonical, identity)
         saved = await self._add_grant(existing, canonical, ProfileGrant(identity, profile_id))
         await self._configure(saved, profile_id, identity)
         return {"ok": True, "publisher_id": publisher_id}
@@ -306,7 +318,7 @@ class RelayService:
         invitation: str,
         label: str,
         canonical: str,
-        identity: str,
+        identity: str | None,
     ) -> dict[str, Any]:
         key = Ed25519PrivateKey.generate()
         profile_id = _new_id("prf")
@@ -340,6 +352,7 @@ class RelayService:
             final_publisher = validated_origin(paired_publisher)
         except RelayError as error:
             raise RelayPairingError("Talaria Relay returned an invalid response", 502) from error
+        identity = await self._accepted_identity(canonical, identity)
         pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
         # Durable before the registration names it.
         key_ref = await self.store.save_key(key_id, pem)
