@@ -41,6 +41,10 @@ def fail(message: str) -> None:
     print(f"talaria-relay: {message}", file=sys.stderr, flush=True)
 
 
+def progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 # ── migrate ───────────────────────────────────────────────────────────────────
 
 
@@ -191,6 +195,24 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     return OK if passed else FAILED
 
 
+# ── bench ─────────────────────────────────────────────────────────────────────
+
+
+async def cmd_bench(args: argparse.Namespace) -> int:
+    from relay.bench import Plan, run
+    from relay.bench.report import render
+
+    # Progress goes to stderr so `--json` keeps stdout one document.
+    plan = Plan(stores=tuple(args.stores), quick=args.quick, say=progress if args.json else say)
+    document = await run(plan)
+    if args.json:
+        say(json.dumps(document, indent=2))
+    else:
+        for line in ["", *render(document)]:
+            say(line)
+    return OK
+
+
 # ── the parser ────────────────────────────────────────────────────────────────
 
 
@@ -261,6 +283,25 @@ def parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--replicas", type=int, default=0, metavar="N", help="also run N replica processes"
     )
+    sub = commands.add_parser(
+        "bench",
+        help="measure the store beside the raw drivers doing the same statements",
+        description="measure the store beside the raw drivers doing the same statements; "
+        "the bench makes its own scratch stores and never writes to a named one",
+    )
+    sub.set_defaults(run=cmd_bench)
+    sub.add_argument(
+        "--store",
+        dest="stores",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a backend and place to measure (repeatable; default: SQLite and JSON in a temporary "
+        "directory, plus Postgres at $TALARIA_RELAY_TEST_POSTGRES_URL): a Postgres URL's server "
+        "gets scratch databases, a SQLite or JSON URL's directory scratch stores",
+    )
+    sub.add_argument("--quick", action="store_true", help="few ops, small ledgers, same shape")
+    sub.add_argument("--json", action="store_true", help="one JSON document with every figure")
     return root
 
 

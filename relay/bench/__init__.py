@@ -1,0 +1,11 @@
+"""`talaria-relay bench`: the store beside the raw drivers doing the same statements.
+
+`run(plan)` measures every workload on every store and returns one JSON-ready document; the
+method is in the README's "Performance" section.
+"""
+
+from __future__ import annotations
+
+from relay.bench.runner import Plan, run
+
+__all__ = ["Plan", "run"]

@@ -1,0 +1,115 @@
+"""Eight processes allocating revisions on Postgres: the store, raw asyncpg and `pgbench -c 8`."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import make_url
+
+from relay.bench.raw import statements
+
+PROCESSES = 8
+NOW_SQL = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
+
+
+def libpq_dsn(store_url: str) -> str:
+    """The store URL as libpq and asyncpg spell it."""
+    return make_url(store_url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def _allocate_for(kind: str, store_url: str, seconds: float, barrier: Any) -> float:
+    if kind == "store":
+        from relay.store import open_store
+
+        async with open_store(store_url) as store:
+            barrier.wait(timeout=120)
+            return await _loop(lambda: store.allocate_revisions(1, int(time.time() * 1000)), seconds)
+    from relay.bench.raw import PostgresRaw
+
+    raw = await PostgresRaw.connect(libpq_dsn(store_url))
+    try:
+        barrier.wait(timeout=120)
+        return await _loop(lambda: raw.allocate(1, int(time.time() * 1000)), seconds)
+    finally:
+        await raw.close()
+
+
+async def _loop(op: Any, seconds: float) -> float:
+    done, began = 0, time.perf_counter()
+    while (elapsed := time.perf_counter() - began) < seconds:
+        await op()
+        done += 1
+    return done / elapsed
+
+
+def _worker(kind: str, store_url: str, seconds: float, barrier: Any, results: Any) -> None:
+    results.put(asyncio.run(_allocate_for(kind, store_url, seconds, barrier)))
+
+
+def in_processes(kind: str, store_url: str, seconds: float) -> float:
+    """Total ops/s of `PROCESSES` spawned processes, each on its own connection, started together."""
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(PROCESSES), context.Queue()
+    workers = [
+        context.Process(target=_worker, args=(kind, store_url, seconds, barrier, results))
+        for _ in range(PROCESSES)
+    ]
+    for worker in workers:
+        worker.start()
+    rates = [results.get(timeout=seconds + 120) for _ in workers]
+    for worker in workers:
+        worker.join()
+    return float(sum(rates))
+
+
+def pgbench_rate(store_url: str, seconds: float) -> float | None:
+    """`pgbench -c 8 -j 2` running the allocate statement; None when pgbench is not installed."""
+    binary = shutil.which("pgbench")
+    if binary is None:
+        return None
+    count = "1"
+    statement = statements("postgres")["allocate"]
+    first = f"(greatest(1, {NOW_SQL}) + {count} - 1)"
+    script = statement.replace("$1", first).replace("$2", NOW_SQL).replace("$3", count)
+    with tempfile.TemporaryDirectory(prefix="talaria-relay-bench-") as scratch:
+        path = Path(scratch) / "allocate.sql"
+        path.write_text(script + ";\n")
+        command = [binary, "-n", "-c", str(PROCESSES), "-j", "2", "-T", str(max(1, round(seconds)))]
+        result = subprocess.run(  # noqa: S603 (our own arguments, no shell)
+            [*command, "-f", str(path), libpq_dsn(store_url)],
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
+            check=True,
+        )
+    match = re.search(r"tps = ([0-9.]+)", result.stdout)
+    return float(match.group(1)) if match else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else round(a / b, 3)
+
+
+def compare_processes(store_url: str, seconds: float) -> dict[str, Any]:
+    """The three totals and their ratios."""
+    store = in_processes("store", store_url, seconds)
+    raw = in_processes("raw", store_url, seconds)
+    pgbench = pgbench_rate(store_url, seconds)
+    return {
+        "processes": PROCESSES,
+        "seconds": seconds,
+        "store_ops_per_s": round(store, 1),
+        "raw_ops_per_s": round(raw, 1),
+        "pgbench_ops_per_s": None if pgbench is None else round(pgbench, 1),
+        "store_vs_pgbench": ratio(store, pgbench),
+        "raw_vs_pgbench": ratio(raw, pgbench),
+        "store_vs_raw": ratio(store, raw),
+    }

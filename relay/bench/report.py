@@ -1,0 +1,67 @@
+"""The bench document as a table for people; `--json` prints the document itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def ledger_curves(workloads: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per ledger workload: store ops/s by ledger size, and the largest ÷ the smallest."""
+    curves: dict[str, Any] = {}
+    for result in workloads:
+        if result["ledger"] is None:
+            continue
+        curve = curves.setdefault(result["name"], {"ops_per_s": {}, "largest_vs_smallest": None})
+        curve["ops_per_s"][str(result["ledger"])] = result["store"]["ops_per_s"]
+    for curve in curves.values():
+        rates = list(curve["ops_per_s"].values())
+        if len(rates) > 1 and rates[0]:
+            curve["largest_vs_smallest"] = round(rates[-1] / rates[0], 3)
+    return curves
+
+
+def _number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def render(document: dict[str, Any]) -> list[str]:
+    """Lines of a plain-text report: workloads, ledger curves, processes, publisher passes."""
+    lines = [
+        f"talaria-relay bench ({'quick' if document['quick'] else 'full'}): "
+        f"{document['method']['rounds']} rounds of {document['method']['ops_per_round']} ops, "
+        f"{document['machine']['cpus']} CPUs, Python {document['machine']['python']}"
+    ]
+    for store in document["stores"]:
+        lines += ["", f"{store['backend']}  {store['url']}"]
+        lines.append(
+            f"  {'workload':<28}{'store ops/s':>12}{'p50 µs':>10}{'p99 µs':>10}"
+            f"{'raw ops/s':>12}{'raw p50':>10}{'ratio':>8}"
+        )
+        for result in store["workloads"]:
+            name = result["name"] + (f" @{result['ledger']:,}" if result["ledger"] else "")
+            mine, raw = result["store"], result["raw"] or {}
+            lines.append(
+                f"  {name:<28}{_number(mine['ops_per_s']):>12}{_number(mine['p50_us']):>10}"
+                f"{_number(mine['p99_us']):>10}{_number(raw.get('ops_per_s')):>12}"
+                f"{_number(raw.get('p50_us')):>10}{_number(result['ratio'], 3):>8}"
+            )
+        for name, curve in store["ledger_curve"].items():
+            lines.append(
+                f"  ledger {name}: largest ÷ smallest {_number(curve['largest_vs_smallest'], 3)}"
+            )
+        if (processes := store["processes"]) is not None:
+            lines.append(
+                f"  {processes['processes']} processes allocating: store "
+                f"{_number(processes['store_ops_per_s'])}/s, raw "
+                f"{_number(processes['raw_ops_per_s'])}/s, pgbench "
+                f"{_number(processes['pgbench_ops_per_s'])}/s; store ÷ pgbench "
+                f"{_number(processes['store_vs_pgbench'], 3)}, raw ÷ pgbench "
+                f"{_number(processes['raw_vs_pgbench'], 3)}"
+            )
+        for one in store["publisher"]:
+            lines.append(
+                f"  publisher P={one['profiles']} S={one['sessions']} {one['pass']:<6} pass: "
+                f"{_number(one['wall_ms'], 2)} ms, {_number(one['transactions'], 0)} "
+                f"transactions, {_number(one['statements'], 0)} statements"
+            )
+    return lines

@@ -1,0 +1,167 @@
+"""Which stores to measure, their scratch databases, and the whole run."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relay.bench import pgbench, publisher, workloads
+from relay.bench.raw import PostgresRaw, Raw, SqliteRaw
+from relay.bench.report import ledger_curves
+from relay.bench.rounds import Rounds
+from relay.store import StoreTarget, migrate, open_store, resolve
+
+PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
+Say = Callable[[str], None]
+
+@dataclass(frozen=True)
+class Plan:
+    """What to run: `stores` are URLs naming backends and places (never written to themselves)."""
+
+    stores: tuple[str, ...] = ()
+    quick: bool = False
+    say: Say = field(default=lambda _line: None)
+
+    @property
+    def rounds(self) -> Rounds:
+        return Rounds(rounds=3, ops=20) if self.quick else Rounds(rounds=7, ops=200)
+
+    @property
+    def ledgers(self) -> tuple[int, ...]:
+        return (10, 1_000) if self.quick else (10, 10_000, 100_000)
+
+    @property
+    def sessions(self) -> tuple[int, ...]:
+        return (20, 200)
+
+    @property
+    def process_seconds(self) -> float:
+        return 2.0 if self.quick else 10.0
+
+    def targets(self) -> list[StoreTarget]:
+        """The named stores, else SQLite and JSON, plus Postgres when the test variable is set."""
+        if self.stores:
+            return [resolve(url) for url in self.stores]
+        scratch = Path(tempfile.gettempdir())
+        chosen = [resolve(f"sqlite:///{scratch / 'relay.db'}"), resolve(f"json://{scratch}")]
+        if os.environ.get(PG_ENV):
+            chosen.append(resolve(os.environ[PG_ENV]))
+        return chosen
+
+class Scratch:
+    """Fresh stores of one backend beside the named one; removed (or dropped) afterwards."""
+
+    def __init__(self, target: StoreTarget, stack: AsyncExitStack) -> None:
+        self.target = target
+        self.stack = stack
+
+    async def fresh(self, label: str) -> str:
+        """A new, migrated store's URL."""
+        if self.target.backend == "postgres":
+            return await self._database(label)
+        assert self.target.path is not None
+        parent = self.target.path.parent if self.target.backend == "sqlite" else self.target.path
+        parent.mkdir(parents=True, exist_ok=True)
+        directory = Path(
+            self.stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-", dir=parent))
+        )
+        if self.target.backend == "sqlite":
+            return f"sqlite:///{directory / f'{label}.db'}"
+        return f"json://{directory / label}"
+
+    async def _database(self, label: str) -> str:
+        import asyncpg
+
+        url = self.target.sqlalchemy_url
+        admin = pgbench.libpq_dsn(url.render_as_string(hide_password=False))
+        name = f"talaria_bench_{label}_{uuid.uuid4().hex[:8]}"
+        conn = await asyncpg.connect(admin, timeout=10)
+        try:
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+
+        async def drop() -> None:
+            conn = await asyncpg.connect(admin, timeout=10)
+            try:
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            finally:
+                await conn.close()
+
+        self.stack.push_async_callback(drop)
+        address = url.set(database=name).render_as_string(hide_password=False)
+        await migrate.upgrade(address)
+        return address
+
+@asynccontextmanager
+async def raw_for(url: str) -> AsyncIterator[Raw | None]:
+    """The raw driver on the store at `url`; None for JSON, which has none."""
+    target = resolve(url)
+    raw: Raw | None = None
+    if target.backend == "sqlite":
+        assert target.path is not None
+        raw = SqliteRaw(target.path)
+    elif target.backend == "postgres":
+        raw = await PostgresRaw.connect(pgbench.libpq_dsn(url))
+    try:
+        yield raw
+    finally:
+        if raw is not None:
+            await raw.close()
+
+async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
+    """Every workload on one backend."""
+    async with AsyncExitStack() as stack:
+        scratch = Scratch(target, stack)
+        url = await scratch.fresh("workloads")
+        plan.say(f"{target.backend}: store workloads on {resolve(url).display}")
+        async with open_store(url) as store, raw_for(url) as raw:
+            subject = workloads.Subject(store, raw, plan.rounds)
+            results = await workloads.measure(subject, plan.ledgers)
+        processes = None
+        if target.backend == "postgres":
+            plan.say(f"{target.backend}: {pgbench.PROCESSES} processes allocating revisions")
+            processes = await asyncio.to_thread(
+                pgbench.compare_processes, url, plan.process_seconds
+            )
+        passes: list[dict[str, Any]] = []
+        for sessions in plan.sessions:
+            plan.say(f"{target.backend}: publisher passes, S={sessions}")
+            async with open_store(await scratch.fresh(f"publisher{sessions}")) as store:
+                passes += await publisher.passes(store, sessions, plan.rounds.rounds)
+    return {
+        "backend": target.backend,
+        "url": resolve(url).display,
+        "workloads": results,
+        "ledger_curve": ledger_curves(results),
+        "processes": processes,
+        "publisher": passes,
+    }
+
+async def run(plan: Plan) -> dict[str, Any]:
+    """The whole bench: one document with every figure."""
+    targets = plan.targets()
+    stores = [await measure_store(plan, target) for target in targets]
+    return {
+        "version": 1,
+        "quick": plan.quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "method": {
+            "rounds": plan.rounds.rounds,
+            "ops_per_round": plan.rounds.ops,
+            "ledgers": list(plan.ledgers),
+        },
+        "stores": stores,
+    }
