@@ -31,7 +31,11 @@ async def _allocate_for(kind: str, store_url: str, seconds: float, barrier: Any)
 
         async with open_store(store_url) as store:
             barrier.wait(timeout=120)
-            return await _loop(lambda: store.allocate_revisions(1, int(time.time() * 1000)), seconds)
+
+            def allocate() -> Any:
+                return store.allocate_revisions(1, int(time.time() * 1000))
+
+            return await _loop(allocate, seconds)
     from relay.bench.raw import PostgresRaw
 
     raw = await PostgresRaw.connect(libpq_dsn(store_url))
@@ -55,7 +59,7 @@ def _worker(kind: str, store_url: str, seconds: float, barrier: Any, results: An
 
 
 def in_processes(kind: str, store_url: str, seconds: float) -> float:
-    """Total ops/s of `PROCESSES` spawned processes, each on its own connection, started together."""
+    """Total ops/s of `PROCESSES` spawned processes on a connection each, started together."""
     context = multiprocessing.get_context("spawn")
     barrier, results = context.Barrier(PROCESSES), context.Queue()
     workers = [

@@ -64,7 +64,7 @@ async def passes(store: RelayStore, sessions: int, steady_rounds: int) -> list[d
     clock = Clock()
     relay = DevRelay(clock=clock)
     host = MemoryHost(PROFILES, clock=clock)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=relay)) as http:  # type: ignore[arg-type]
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=relay)) as http:
         service = RelayService(
             store,
             host,
@@ -86,7 +86,8 @@ async def passes(store: RelayStore, sessions: int, steady_rounds: int) -> list[d
             await timed_pass(service, store)  # tracking starts: earlier sessions stay unannounced
             clock.now += 10
             for n in range(sessions):
-                host.create_session(f"s-{n}", PROFILES[n % len(PROFILES)]).created_at = clock.now - 1
+                session = host.create_session(f"s-{n}", PROFILES[n % len(PROFILES)])
+                session.created_at = clock.now - 1
             first = await timed_pass(service, store)
             first["announced"] = len(relay.started_events)
             steady = [await timed_pass(service, store) for _ in range(steady_rounds)]

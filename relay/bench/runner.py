@@ -22,6 +22,7 @@ from relay.store import StoreTarget, migrate, open_store, resolve
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
 Say = Callable[[str], None]
 
+
 @dataclass(frozen=True)
 class Plan:
     """What to run: `stores` are URLs naming backends and places (never written to themselves)."""
@@ -55,6 +56,7 @@ class Plan:
         if os.environ.get(PG_ENV):
             chosen.append(resolve(os.environ[PG_ENV]))
         return chosen
+
 
 class Scratch:
     """Fresh stores of one backend beside the named one; removed (or dropped) afterwards."""
@@ -101,6 +103,7 @@ class Scratch:
         await migrate.upgrade(address)
         return address
 
+
 @asynccontextmanager
 async def raw_for(url: str) -> AsyncIterator[Raw | None]:
     """The raw driver on the store at `url`; None for JSON, which has none."""
@@ -116,6 +119,7 @@ async def raw_for(url: str) -> AsyncIterator[Raw | None]:
     finally:
         if raw is not None:
             await raw.close()
+
 
 async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
     """Every workload on one backend."""
@@ -145,6 +149,7 @@ async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
         "processes": processes,
         "publisher": passes,
     }
+
 
 async def run(plan: Plan) -> dict[str, Any]:
     """The whole bench: one document with every figure."""
