@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from relay.errors import RelayPairingError
+from relay.errors import InvalidInputError, RelayPairingError
 from relay.protocol import (
     MAX_SAFE_INTEGER,
     PRESENCE_FENCE_MS,
@@ -19,7 +19,7 @@ from relay.protocol import (
     PRESENCE_MAX_TABS,
     PRESENCE_TAB_PATTERN,
 )
-from relay.store import RelayStore
+from relay.store import RelayStore, checks
 
 # Upstream admits 2^53 itself; one less keeps every stored sequence a safe integer.
 MAX_SEQ = MAX_SAFE_INTEGER
@@ -34,6 +34,8 @@ class Presence:
 
     async def update(self, body: object, profile: str) -> dict[str, Any]:
         """Apply a browser's `{tab_id, active, seq}`; the answer of `POST /api/talaria/presence`."""
+        if type(profile) is not str:
+            raise InvalidInputError("profile must be a string")
         if not isinstance(body, dict):
             raise RelayPairingError("Invalid presence request", 400)
         tab_id, active, seq = body.get("tab_id"), body.get("active"), body.get("seq")
@@ -49,7 +51,7 @@ class Presence:
         ):
             raise RelayPairingError("Invalid presence request", 400)
         name = profile.strip()
-        if not name:
+        if not name or "\x00" in name or (not name.isascii() and not _encodable(name)):
             raise RelayPairingError("Hermes profile is unavailable", 403)
         await self._store.apply_presence(
             name,
@@ -65,7 +67,15 @@ class Presence:
 
     async def active(self, profile: str) -> bool:
         """Whether a tab of the profile holds an active, unexpired lease."""
-        return await self._store.presence_active(profile, self._now_ms())
+        return await self._store.presence_active(checks.text("profile", profile), self._now_ms())
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
+
+
+def _encodable(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.serialization import (
 
 from relay.client import RelayClient
 from relay.errors import (
+    InvalidInputError,
     RelayError,
     RelayHttpError,
     RelayPairingError,
@@ -40,7 +41,7 @@ from relay.host import Host
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES, b64url, compact, validated_origin
 from relay.publisher import Log, RelayPublisher, load_key
-from relay.store import DeletedScope, ProfileGrant, RelayConfig, RelayStore
+from relay.store import DeletedScope, ProfileGrant, RelayConfig, RelayStore, checks
 
 RELAY_URL_ENV = "TALARIA_RELAY_URL"
 PUBLISHER_REDEEM = "/v1/pairings/publisher/redeem"
@@ -130,6 +131,7 @@ class RelayService:
         publisher = self._publisher or self._candidate
         if publisher is None:
             return
+        checks.text("session_id", session_id)
         meta = await self.host.session_meta(session_id)
         if meta is None:
             raise SessionNotFoundError(f"Session not found: {session_id}")
@@ -140,6 +142,8 @@ class RelayService:
 
         It is persisted even with no publisher, and bound to a relay scope at most once.
         """
+        checks.text("session_id", session_id)
+        checks.optional_text("profile", profile)
         name = self.host.canonical_profile(profile or "default")
         live = await self.host.session_exists(session_id)
         if not live and (name, session_id) in self._cleared:
@@ -176,11 +180,13 @@ class RelayService:
 
     async def profile_deleted(self, profile: str) -> None:
         """The web app deleted a profile: one recreated under its name is a new relay scope."""
+        checks.text("profile", profile)
         await self.store.forget_profile_identity(self.host.canonical_profile(profile))
 
     async def note_terminal(self, stream_id: str, phase: str) -> None:
         """A turn ended: its outcome reaches the relay, even in the middle of a swap."""
-        if phase not in TERMINAL_PHASES:
+        checks.text("stream_id", stream_id)
+        if checks.text("phase", phase) not in TERMINAL_PHASES:
             return
         run = next((r for r in await self.host.active_runs() if r.stream_id == stream_id), None)
         if run is None:
@@ -195,6 +201,9 @@ class RelayService:
 
         Serialised, so concurrent enrollments keep both mappings.
         """
+        if type(profile) is not str:
+            raise InvalidInputError("profile must be a string")
+        checks.flag("operator", operator)
         async with self._pairing:
             return await self._pair(body, profile, operator)
 
@@ -206,6 +215,8 @@ class RelayService:
         if not all(isinstance(value, str) for value in fields):
             raise RelayPairingError("Missing relay pairing fields", 400)
         relay_url, publisher_id, invitation, label = (str(value) for value in fields)
+        if not all(_clean(value) for value in (relay_url, publisher_id, invitation, label)):
+            raise RelayPairingError("Invalid relay pairing fields", 400)
         try:
             relay_url = self._relay_origin(relay_url)
             publisher_id = validated_origin(publisher_id)
@@ -215,42 +226,37 @@ class RelayService:
             raise RelayPairingError("Untrusted Talaria Relay origin", 400)
         if not 1 <= len(invitation) <= 256 or not 1 <= len(label) <= 80:
             raise RelayPairingError("Invalid relay pairing fields", 400)
-        canonical, identity = await self._available_profile(raw_profile)
+        canonical = await self._available_profile(raw_profile)
         existing = await self.store.load_config()
         if existing is not None:
-            return await self._enroll(
-                existing, relay_url, publisher_id, invitation, canonical, identity
-            )
+            return await self._enroll(existing, relay_url, publisher_id, invitation, canonical)
         if not operator:
             raise RelayPairingError(
                 "An owner must register this Hermes server with Talaria Relay before profile "
                 "enrollment",
                 409,
             )
-        return await self._register(relay_url, publisher_id, invitation, label, canonical, identity)
+        return await self._register(relay_url, publisher_id, invitation, label, canonical)
 
-    async def _available_profile(self, raw_profile: object) -> tuple[str, str | None]:
-        """The canonical profile and the identity it has so far; minting none yet."""
+    async def _available_profile(self, raw_profile: str) -> str:
+        profile = raw_profile.strip()
         try:
-            profile = raw_profile.strip() if isinstance(raw_profile, str) else ""
-            if not profile:
+            if not profile or not _clean(profile):
                 raise ValueError(profile)
             canonical = self.host.canonical_profile(profile)
-            if not await self.host.profile_available(canonical):
-                raise ValueError(canonical)
-            return canonical, (await self.store.identities()).get(canonical)
+            available = await self.host.profile_available(canonical)
         except (ValueError, LookupError, OSError, RelayError) as error:
             raise RelayPairingError("Hermes profile is unavailable", 403) from error
+        if not available:
+            raise RelayPairingError("Hermes profile is unavailable", 403)
+        return canonical
 
-    async def _accepted_identity(self, canonical: str, seen: str | None) -> str:
-        """The profile's identity, minted only now that the relay accepted it."""
+    async def _profile_identity(self, canonical: str) -> str:
+        # Minted only once the relay accepted: a refused enrollment leaves no identity behind.
         try:
-            identity = await self.store.profile_identity(canonical)
-        except RelayError as error:
+            return await self.store.profile_identity(canonical)
+        except (ValueError, LookupError, OSError, RelayError) as error:
             raise RelayPairingError("Hermes profile is unavailable", 403) from error
-        if seen is not None and identity != seen:
-            raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
-        return identity
 
     async def _enroll(
         self,
@@ -259,13 +265,15 @@ class RelayService:
         publisher_id: str,
         invitation: str,
         canonical: str,
-        identity: str | None,
     ) -> dict[str, Any]:
         if existing.url != relay_url or existing.publisher_id != publisher_id:
             raise RelayPairingError("This Hermes server is registered to a different relay", 409)
         known = existing.profiles.get(canonical)
+        # Read, not minted: the identity is minted only once the relay took the enrollment.
+        stored = (await self.store.identities()).get(canonical)
         # A recreated profile (new identity) gets a new relay scope.
-        profile_id = known.profile_id if known and known.identity == identity else _new_id("prf")
+        reuse = known is not None and stored is not None and known.identity == stored
+        profile_id = known.profile_id if known and reuse else _new_id("prf")
         key = load_key(await self.store.load_key(existing.key_ref))
         request = compact(
             {"invitation": invitation, "publisherId": publisher_id, "profileId": profile_id}
@@ -284,7 +292,9 @@ class RelayService:
             or payload.get("profileId") != profile_id
         ):
             raise RelayPairingError("Talaria Relay returned an invalid response", 502)
-        identity = await self._accepted_identity(canonical, identity)
+        identity = await self._profile_identity(canonical)
+        if stored is not None and identity != stored:
+            raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
         saved = await self._add_grant(existing, canonical, ProfileGrant(identity, profile_id))
         await self._configure(saved, profile_id, identity)
         return {"ok": True, "publisher_id": publisher_id}
@@ -318,7 +328,6 @@ class RelayService:
         invitation: str,
         label: str,
         canonical: str,
-        identity: str | None,
     ) -> dict[str, Any]:
         key = Ed25519PrivateKey.generate()
         profile_id = _new_id("prf")
@@ -352,7 +361,7 @@ class RelayService:
             final_publisher = validated_origin(paired_publisher)
         except RelayError as error:
             raise RelayPairingError("Talaria Relay returned an invalid response", 502) from error
-        identity = await self._accepted_identity(canonical, identity)
+        identity = await self._profile_identity(canonical)
         pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
         # Durable before the registration names it.
         key_ref = await self.store.save_key(key_id, pem)
@@ -463,6 +472,17 @@ def _is_loopback(origin: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _clean(value: str) -> bool:
+    """Free of NUL and unpaired surrogates, which no relay field or profile name may hold."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _new_id(prefix: str) -> str:

@@ -44,7 +44,8 @@ async def read(what: str, hook: Awaitable[T]) -> T:
 def checked_pem(pem: object) -> str:
     """`pem` if it is an unencrypted PKCS#8 Ed25519 private key, the only kind the relay takes."""
     try:
-        if type(pem) is not str or len(pem) > checks.MAX_TEXT:
+        # cryptography ignores a NUL after the PEM block, but a Postgres text column refuses it.
+        if type(pem) is not str or len(pem) > checks.MAX_TEXT or "\x00" in pem:
             raise TypeError(pem)
         key = serialization.load_pem_private_key(pem.encode(), password=None)
     except (TypeError, ValueError, UnicodeError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,11 @@ SUPPORTED = (
 )
 
 Backend = Literal["json", "sqlite", "postgres"]
+SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+POSTGRES_PARAMETERS = ("connect_timeout", "prepared_statement_cache_size", "ssl", "sslmode")
+# An hour: past that, a "timeout" is a typo, not a wait anyone means.
+MAX_CONNECT_TIMEOUT_S = 3600.0
+MAX_STATEMENT_CACHE = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +59,11 @@ def default_sqlite_path() -> Path:
 
 
 def resolve(raw: str | None = None) -> StoreTarget:
-    """Parse `raw`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite default."""
-    raw = (raw or os.environ.get(ENV_VAR) or "").strip()
+    """Parse `raw`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite default.
+
+    Only parses: nothing is created on disk, so a refused URL leaves no trace.
+    """
+    raw = (_checked_raw(raw) or _checked_raw(os.environ.get(ENV_VAR))).strip()
     if not raw:
         return StoreTarget("sqlite", default_sqlite_path(), _sqlite_url(default_sqlite_path()))
     scheme = raw.split("://", 1)[0].lower() if "://" in raw else ""
@@ -62,14 +71,9 @@ def resolve(raw: str | None = None) -> StoreTarget:
         directory = raw.split("://", 1)[1]
         if not directory:
             raise InvalidInputError("json store URL needs a directory: json:///path/to/state-dir")
-        return StoreTarget("json", Path(directory).expanduser())
+        return StoreTarget("json", _json_path(directory))
     if scheme in ("sqlite", "sqlite+aiosqlite", "sqlite+pysqlite"):
-        database = _parse(raw).database
-        if not database or database == ":memory:" or database.startswith("file:"):
-            raise InvalidInputError(
-                "sqlite store URL needs a file path: sqlite:///path/to/relay.db"
-            )
-        path = Path(database).expanduser()
+        path = _sqlite_path(_parse(raw))
         return StoreTarget("sqlite", path, _sqlite_url(path))
     if scheme in ("postgres", "postgresql", "postgresql+asyncpg"):
         return StoreTarget("postgres", url=_postgres_url(_parse("postgresql" + raw[len(scheme) :])))
@@ -77,11 +81,68 @@ def resolve(raw: str | None = None) -> StoreTarget:
     raise InvalidInputError(f"unsupported store URL {shown!r}; use one of: " + ", ".join(SUPPORTED))
 
 
+def _checked_raw(raw: object) -> str:
+    if raw is None:
+        return ""
+    if type(raw) is not str:
+        raise InvalidInputError(f"store URL must be a string, not {type(raw).__name__}")
+    if "\x00" in raw:
+        raise InvalidInputError("store URL must not contain NUL")
+    try:
+        raw.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError("store URL must not contain unpaired surrogates") from None
+    return raw
+
+
 def _parse(raw: str) -> URL:
     try:
-        return make_url(raw)
-    except (ArgumentError, ValueError) as exc:
-        raise InvalidInputError(f"store URL is malformed: {exc}") from None
+        url = make_url(raw)
+        port = url.port
+    except (ArgumentError, ValueError, TypeError) as exc:
+        # The message may quote the URL, password included.
+        raise InvalidInputError(f"store URL is malformed ({type(exc).__name__})") from None
+    if port is not None and not 1 <= port <= 65535:
+        raise InvalidInputError(f"store URL port {port} is not in 1..65535")
+    for name, value in url.query.items():
+        if not isinstance(value, str):
+            raise InvalidInputError(f"store URL parameter {name!r} is given more than once")
+    return url
+
+
+def _json_path(directory: str) -> Path:
+    path, query = directory.partition("?")[::2]
+    if query:
+        raise InvalidInputError(f"json store URL takes no parameters, got {query!r}")
+    resolved = Path(path).expanduser().absolute()
+    if resolved.exists() and not resolved.is_dir():
+        raise InvalidInputError(f"json store directory {resolved} exists and is not a directory")
+    return Path(path).expanduser()
+
+
+def _sqlite_path(url: URL) -> Path:
+    database = url.database
+    if url.host:
+        # sqlite://relay.db: the file name landed in the host part.
+        raise InvalidInputError(
+            f"sqlite store URL names host {url.host!r}: use sqlite:///relative/path.db "
+            "or sqlite:////absolute/path.db"
+        )
+    if not database or database == ":memory:" or database.startswith("file:"):
+        raise InvalidInputError("sqlite store URL needs a file path: sqlite:///path/to/relay.db")
+    if url.query:
+        raise InvalidInputError(
+            f"sqlite store URL takes no parameters, got {', '.join(sorted(url.query))}"
+        )
+    path = Path(database).expanduser()
+    resolved = path.absolute()
+    if resolved.is_dir():
+        raise InvalidInputError(f"sqlite store path {resolved} is a directory, not a file")
+    if resolved.parent.exists() and not resolved.parent.is_dir():
+        raise InvalidInputError(
+            f"sqlite store path {resolved}: {resolved.parent} is not a directory"
+        )
+    return path
 
 
 def _sqlite_url(path: Path) -> URL:
@@ -91,11 +152,41 @@ def _sqlite_url(path: Path) -> URL:
 def _postgres_url(url: URL) -> URL:
     if not url.database:
         raise InvalidInputError("postgres store URL needs a database name")
-    query = dict(url.query)
+    query = {name: str(value) for name, value in url.query.items()}
+    unknown = sorted(set(query) - set(POSTGRES_PARAMETERS))
+    if unknown:
+        raise InvalidInputError(
+            f"unknown postgres store URL parameter {', '.join(map(repr, unknown))}; "
+            f"supported: {', '.join(POSTGRES_PARAMETERS)}"
+        )
+    if "ssl" in query and "sslmode" in query:
+        raise InvalidInputError("postgres store URL gives both ssl and sslmode")
     # libpq spells it sslmode; asyncpg takes the same values as ssl.
     if "sslmode" in query:
         query["ssl"] = query.pop("sslmode")
+    if "ssl" in query and query["ssl"] not in SSLMODES:
+        raise InvalidInputError(f"sslmode must be one of {', '.join(SSLMODES)}")
+    if "connect_timeout" in query:
+        _connect_timeout(query["connect_timeout"])
+    if "prepared_statement_cache_size" in query:
+        size = query["prepared_statement_cache_size"]
+        if not size.isascii() or not size.isdigit() or int(size) > MAX_STATEMENT_CACHE:
+            raise InvalidInputError(
+                f"prepared_statement_cache_size must be an integer in 0..{MAX_STATEMENT_CACHE}"
+            )
     return url.set(drivername="postgresql+asyncpg", query=query)
+
+
+def _connect_timeout(raw: str) -> float:
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_CONNECT_TIMEOUT_S:  # NaN fails this too
+        raise InvalidInputError(
+            f"connect_timeout must be a number of seconds in (0, {MAX_CONNECT_TIMEOUT_S:g}]"
+        )
+    return seconds
 
 
 def driver_error(exc: BaseException, target: StoreTarget) -> StoreError:
