@@ -36,6 +36,13 @@ MAX_TITLE = 120  # UTF-16 code units, as the relay counts them
 MAX_SAFE_INTEGER = 2**53 - 1
 
 TERMINAL_PHASES = frozenset({"completed", "failed", "cancelled"})
+PHASES = TERMINAL_PHASES | {
+    "starting",
+    "running",
+    "waiting_for_approval",
+    "waiting_for_input",
+    "stale",
+}
 
 
 def validated_origin(raw: str, https_only: bool = False) -> str:

@@ -7,10 +7,10 @@ cheap: a store method runs a few of them on every call.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from relay.errors import InvalidInputError, RelayError
+from relay.errors import CorruptStateError, InvalidInputError, RelayError
 from relay.protocol import MAX_SAFE_INTEGER, validated_origin
 
 T = TypeVar("T")
@@ -126,3 +126,11 @@ def until(kind: str, now_ms: int, duration_ms: int) -> int:
     if now_ms + duration_ms > MAX_SAFE_INTEGER:
         raise InvalidInputError(f"{kind} ends past 2^53-1 ms")
     return now_ms + duration_ms
+
+
+async def read(what: str, hook: Awaitable[T]) -> T:
+    """What `hook` read; a record it could not build is corrupt stored state."""
+    try:
+        return await hook
+    except InvalidInputError as error:
+        raise CorruptStateError(f"stored {what} is invalid: {error}") from None

@@ -14,6 +14,7 @@ from relay.store.records import (
     DeletedView,
     PresenceLease,
     RelayConfig,
+    RunState,
     StartedEntry,
     StartedScope,
     StateBatch,
@@ -52,6 +53,10 @@ class Registration(Protocol):
 
     async def save_key(self, key_id: str, pem: str) -> str:
         """Store the publisher's PKCS#8 PEM durably and return the reference a config names."""
+        ...
+
+    async def delete_key(self, ref: str) -> bool:
+        """Remove a key no registration names (a registration that lost a race); True if removed."""
         ...
 
     async def load_key(self, ref: str) -> str:
@@ -142,6 +147,16 @@ class DeletedOutbox(Protocol):
         """Every queued deletion, oldest `through` first."""
         ...
 
+    async def claim_deleted(
+        self, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
+    ) -> list[DeletedView]:
+        """Lease queued deletions, oldest `through` first, to `owner` until now + `lease_ms`.
+
+        An entry another owner holds is passed over until its lease ends; the owner's own are
+        claimed again (a renewal).
+        """
+        ...
+
     async def ack_deleted(self, view_id: str, through: int) -> bool:
         """Remove the entry only if it is still the one acknowledged (same id and `through`)."""
         ...
@@ -178,6 +193,49 @@ class PresenceLeases(Protocol):
         ...
 
 
+class RunStates(Protocol):
+    """Each session's newest turn, shared so every replica publishes the same truth for it.
+
+    The replica hosting a turn owns its row and keeps its lease; a row whose owner stops renewing
+    is taken over by another replica, and a turn still live in it ends as `failed`.
+    """
+
+    async def save_run(self, run: RunState, now_ms: int, lease_ms: int) -> bool:
+        """Store `run` for its owner unless the session has a newer turn, or this turn has ended.
+
+        True if it was stored.
+        """
+        ...
+
+    async def sync_runs(
+        self,
+        owner: str,
+        live: Iterable[RunState],
+        now_ms: int,
+        *,
+        lease_ms: int,
+        retention_ms: int,
+    ) -> list[RunState]:
+        """One publishing pass's view of the runs: the rows `owner` publishes, oldest first.
+
+        Saves `live` (the owner's hosted turns) as `save_run` does; drops the owner's other live
+        rows (their turns are gone); renews the owner's leases; takes over rows whose lease
+        ended; forgets finished turns that ended more than `retention_ms` ago.
+        """
+        ...
+
+    async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:
+        """Renew `owner`'s run leases; when the first lease another owner holds ends, if any.
+
+        Leases counted: runs, and claims on unsent announcements and queued deletions.
+        """
+        ...
+
+    async def run_states(self) -> list[RunState]:
+        """Every stored run, by session."""
+        ...
+
+
 class StateTransfer(Protocol):
     """Folding in state copied from another store."""
 
@@ -199,6 +257,7 @@ class RelayStore(
     StartedLedger,
     DeletedOutbox,
     PresenceLeases,
+    RunStates,
     StateTransfer,
     Protocol,
 ):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from abc import abstractmethod
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from typing import TypeVar
 
 from cryptography.hazmat.primitives import serialization
@@ -19,8 +19,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store import checks
+from relay.store.checks import read
 from relay.store.contract import RelayStore
 from relay.store.records import (
+    OWNER_LIMIT,
     DeletedScope,
     DeletedView,
     PresenceLease,
@@ -29,16 +31,9 @@ from relay.store.records import (
     StartedScope,
     StateBatch,
 )
+from relay.store.run_gate import RunGate, lease_end
 
 T = TypeVar("T")
-
-
-async def read(what: str, hook: Awaitable[T]) -> T:
-    """What `hook` read; a record it could not build is corrupt stored state."""
-    try:
-        return await hook
-    except InvalidInputError as error:
-        raise CorruptStateError(f"stored {what} is invalid: {error}") from None
 
 
 def checked_pem(pem: object) -> str:
@@ -55,7 +50,7 @@ def checked_pem(pem: object) -> str:
     return pem
 
 
-class StoreGate(RelayStore):
+class StoreGate(RunGate, RelayStore):
     """Every public method of `RelayStore`: check, call the backend's hook, check its answer."""
 
     # ── registration ──────────────────────────────────────────────────────────
@@ -74,6 +69,9 @@ class StoreGate(RelayStore):
     async def save_key(self, key_id: str, pem: str) -> str:
         checks.text("key_id", key_id)
         return await self._save_key(key_id, checked_pem(pem))
+
+    async def delete_key(self, ref: str) -> bool:
+        return await self._delete_key(checks.text("key reference", ref))
 
     async def load_key(self, ref: str) -> str:
         checks.text("key reference", ref)
@@ -202,6 +200,16 @@ class StoreGate(RelayStore):
     async def pending_deleted(self) -> list[DeletedView]:
         return await read("deleted outbox", self._pending_deleted())
 
+    async def claim_deleted(
+        self, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
+    ) -> list[DeletedView]:
+        checks.text("owner", owner, OWNER_LIMIT)
+        until = lease_end(now_ms, lease_ms)
+        checks.optional_int("limit", limit, 1)
+        if limit is not None and limit > checks.MAX_BATCH:
+            raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
+        return await read("deleted view", self._claim_deleted(owner, now_ms, until, limit))
+
     async def ack_deleted(self, view_id: str, through: int) -> bool:
         checks.text("view id", view_id)
         checks.time_ms("through", through)
@@ -268,6 +276,10 @@ class StoreGate(RelayStore):
         """The stored PEM, None when `ref` names none in this store."""
 
     @abstractmethod
+    async def _delete_key(self, ref: str) -> bool:
+        """Remove the key unless the registration names it; whether it was removed."""
+
+    @abstractmethod
     async def _profile_identity(self, profile: str) -> str | None:
         """The stored identity, minting none."""
 
@@ -316,6 +328,11 @@ class StoreGate(RelayStore):
 
     @abstractmethod
     async def _pending_deleted(self) -> list[DeletedView]: ...
+
+    @abstractmethod
+    async def _claim_deleted(
+        self, owner: str, now_ms: int, until: int, limit: int | None
+    ) -> list[DeletedView]: ...
 
     @abstractmethod
     async def _ack_deleted(self, view_id: str, through: int) -> bool: ...

@@ -11,11 +11,13 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from relay.errors import InvalidInputError
-from relay.protocol import MAX_ID
+from relay.protocol import MAX_ID, PHASES, TERMINAL_PHASES
 from relay.store import checks
 
 CONFIG_VERSION = 2
 TAB_ID_LIMIT = 64
+# A replica's owner id (a claim's holder) is short: a uuid's hex, or a name an operator gave.
+OWNER_LIMIT = 64
 
 
 def _fields(record: str, error: InvalidInputError) -> InvalidInputError:
@@ -154,6 +156,44 @@ class DeletedView:
                 checks.instance("scope", self.scope, DeletedScope)
         except InvalidInputError as error:
             raise _fields(f"DeletedView({self.id!r})", error) from None
+
+
+@dataclass(frozen=True, slots=True)
+class RunState:
+    """A session's newest turn, as the replica hosting it (`owner`) last described it.
+
+    `started_at` orders a session's turns: a newer turn replaces an older one wherever it runs.
+    `updated_at` is when a finished turn ended; a live one is published as of now.
+    """
+
+    session_id: str
+    stream_id: str | None
+    profile: str | None
+    title: str
+    phase: str
+    started_at: int
+    updated_at: int
+    owner: str = "-"
+    lease_until: int = 0
+
+    def __post_init__(self) -> None:
+        try:
+            checks.text("session_id", self.session_id, MAX_ID)
+            checks.optional_text("stream_id", self.stream_id, MAX_ID)
+            checks.optional_text("profile", self.profile)
+            checks.text("title", self.title)
+            if self.phase not in PHASES:
+                raise InvalidInputError(f"phase must be one of {', '.join(sorted(PHASES))}")
+            checks.time_ms("started_at", self.started_at)
+            checks.time_ms("updated_at", self.updated_at)
+            checks.text("owner", self.owner, OWNER_LIMIT)
+            checks.time_ms("lease_until", self.lease_until)
+        except InvalidInputError as error:
+            raise _fields(f"RunState({self.session_id!r})", error) from None
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
 
 
 @dataclass(frozen=True, slots=True)

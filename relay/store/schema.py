@@ -108,6 +108,9 @@ deleted = Table(
     Column("scope_url", Text),
     Column("scope_publisher_id", Text),
     Column("scope_profile_id", Text),
+    # Who is delivering the entry, until when: a dead claimer's work is taken over.
+    Column("claimed_by", String(64)),
+    Column("claimed_until", BigInteger),
     UniqueConstraint("session_id", "profile", name="uq_relay_deleted_session_profile"),
     CheckConstraint(
         "(scope_url IS NULL) = (scope_publisher_id IS NULL)"
@@ -125,4 +128,21 @@ presence = Table(
     Column("active", Boolean, nullable=False),
     Column("expires_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+)
+
+runs = Table(
+    "relay_runs",
+    metadata,
+    Column("session_id", String(191), primary_key=True),
+    Column("stream_id", String(191)),
+    Column("profile", Text),
+    Column("title", Text, nullable=False),
+    Column("phase", String(32), nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("owner", String(64), nullable=False),
+    Column("lease_until", BigInteger, nullable=False),
+    # A pass reads the rows its replica owns; a takeover looks for leases that ended.
+    Index("ix_relay_runs_owner", "owner"),
+    Index("ix_relay_runs_lease_until", "lease_until"),
 )

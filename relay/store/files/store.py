@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -40,7 +38,8 @@ from relay.store.files.documents import (
     _parse_config,
 )
 from relay.store.files.io import _fsync_dir, _read, _write
-from relay.store.files.locked import LockedDir
+from relay.store.files.keys import KeyFiles
+from relay.store.files.runs import RunFiles
 from relay.store.gate import StoreGate
 from relay.store.records import (
     DeletedScope,
@@ -56,11 +55,8 @@ D = TypeVar("D")
 R = TypeVar("R")
 ProfileHome = Callable[[str], Path]
 
-# What `save_key` names a key file; `load_key` reads no other file.
-KEY_FILE = re.compile(r"talaria-relay-publisher-[0-9a-f]{16}\.pem")
 
-
-class FileStore(LockedDir, StoreGate):
+class FileStore(KeyFiles, RunFiles, StoreGate):
     """Relay state in one directory (`json:///state-dir`), safe across threads and processes."""
 
     def __init__(self, state_dir: Path, profile_home: ProfileHome | None = None) -> None:
@@ -119,41 +115,6 @@ class FileStore(LockedDir, StoreGate):
             return 0 if raw is None or _parse_config(raw, 0) is None else path.stat().st_mtime_ns
         except CorruptStateError:
             return path.stat().st_mtime_ns
-
-    async def _save_key(self, key_id: str, pem: str) -> str:
-        digest = hashlib.sha256(key_id.encode()).hexdigest()[:16]
-        path = self._dir / f"talaria-relay-publisher-{digest}.pem"
-
-        def work() -> str:
-            with self._locked(exclusive=True):
-                _write(path, pem)
-            return str(path)
-
-        return await self._call(work)
-
-    async def _load_key(self, ref: str) -> str | None:
-        def work() -> bytes | None:
-            with self._locked(exclusive=False):
-                path = self._key_path(ref)
-                return None if path is None else _read(path)
-
-        raw = await self._call(work)
-        try:
-            return None if raw is None else raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise CorruptStateError(f"Talaria publisher key {ref!r} is not text") from None
-
-    def _key_path(self, ref: str) -> Path | None:
-        """The key file of this store that `ref` names.
-
-        Only ever a key file inside the store, and never through a link: a legacy config names
-        the key by its absolute path, and its namesake here keeps a moved state dir working.
-        """
-        name = ref.replace("\\", "/").rsplit("/", 1)[-1]
-        path = self._dir / name
-        if KEY_FILE.fullmatch(name) is None or path.is_symlink() or not path.is_file():
-            return None
-        return path
 
     # ── profile identities ────────────────────────────────────────────────────
 

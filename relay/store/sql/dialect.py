@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Executable, Table, func
+from sqlalchemy import ColumnElement, Executable, Table, bindparam, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.sql.compiler import Compiled as SaCompiled
@@ -66,6 +66,11 @@ class Dialect:
         defaults = {name: bind.value for name, bind in binds.items() if not bind.required}
         names = tuple(compiled.positiontup) if self.postgres else None  # type: ignore[attr-defined]
         return Compiled(str(compiled), names, defaults)
+
+
+def bound(column: Any, name: str | None = None) -> Any:
+    """A bind parameter typed as `column`, named after it unless `name` is given."""
+    return bindparam(name or column.key, type_=column.type)
 
 
 SQLITE = Dialect("sqlite")

@@ -10,9 +10,20 @@ from sqlalchemy import bindparam, delete, or_, select, update
 
 from relay.store import schema as t
 from relay.store.records import DeletedScope, DeletedView
-from relay.store.sql.dialect import Compiled, Dialect, Row
+from relay.store.sql.dialect import Compiled, Dialect, Row, bound
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx
+
+VIEW_COLUMNS = (
+    "id",
+    "session_id",
+    "profile",
+    "through",
+    "identity",
+    "scope_url",
+    "scope_publisher_id",
+    "scope_profile_id",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,26 +32,36 @@ class _Sql:
     enqueue_gone: Compiled
     bind: Compiled
     pending: Compiled
+    claim: Compiled
     ack: Compiled
-
-
-def _bind(column: Any) -> Any:
-    return bindparam(column.key, type_=column.type)
 
 
 @functools.cache
 def _sql(d: Dialect) -> _Sql:
     c = t.deleted.c
-    insert = d.insert(t.deleted).values({column: _bind(column) for column in t.deleted.c})
+    # The record's columns; the claim columns are the outbox's own bookkeeping.
+    record = [c[name] for name in VIEW_COLUMNS]
+    insert = d.insert(t.deleted).values({column: bound(column) for column in record})
 
     def enqueue(through: Any) -> Compiled:
         # A queued entry keeps its id and binding; only `through` may move.
         return d.compile(
             insert.on_conflict_do_update(
                 index_elements=[c.session_id, c.profile], set_={"through": through}
-            ).returning(*t.deleted.c)
+            ).returning(*record)
         )
 
+    owner, now = bound(c.claimed_by, "owner"), bound(c.claimed_until, "now")
+    claimable = (
+        select(c.id)
+        .where(or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner))
+        .order_by(c.through, c.id)
+        .limit(bindparam("limit"))
+        # As the ledger's claim: claimers pass over each other's rows; chosen once.
+        .with_for_update(skip_locked=True)
+        .cte("claimable")
+        .prefix_with("MATERIALIZED")
+    )
     return _Sql(
         # A session that still has data pushes `through` forward, so the acknowledgement
         # covers runs that finished since.
@@ -49,19 +70,25 @@ def _sql(d: Dialect) -> _Sql:
         bind=d.compile(
             update(t.deleted)
             .where(
-                c.profile == _bind(c.profile),
+                c.profile == bound(c.profile),
                 c.scope_url.is_(None),
-                or_(c.identity.is_(None), c.identity == _bind(c.identity)),
+                or_(c.identity.is_(None), c.identity == bound(c.identity)),
             )
             .values(
-                identity=_bind(c.identity),
-                scope_url=_bind(c.scope_url),
-                scope_publisher_id=_bind(c.scope_publisher_id),
-                scope_profile_id=_bind(c.scope_profile_id),
+                identity=bound(c.identity),
+                scope_url=bound(c.scope_url),
+                scope_publisher_id=bound(c.scope_publisher_id),
+                scope_profile_id=bound(c.scope_profile_id),
             )
         ),
-        pending=d.compile(select(t.deleted).order_by(c.through, c.id)),
-        ack=d.compile(delete(t.deleted).where(c.id == _bind(c.id), c.through == _bind(c.through))),
+        pending=d.compile(select(*record).order_by(c.through, c.id)),
+        claim=d.compile(
+            update(t.deleted)
+            .where(c.id.in_(select(claimable.c.id)))
+            .values(claimed_by=owner, claimed_until=bound(c.claimed_until, "until"))
+            .returning(*record)
+        ),
+        ack=d.compile(delete(t.deleted).where(c.id == bound(c.id), c.through == bound(c.through))),
     )
 
 
@@ -121,6 +148,24 @@ class OutboxSql(SqlPart):
             return [view(row) for row in await tx.rows(q)]
 
         return await self._db.read(body)
+
+    async def _claim_deleted(
+        self, owner: str, now_ms: int, until: int, limit: int | None
+    ) -> list[DeletedView]:
+        q = _sql(self._db.dialect).claim
+        params = {
+            "owner": owner,
+            "now": now_ms,
+            "until": until,
+            # No limit: NULL on Postgres, a negative one on SQLite.
+            "limit": limit if limit is not None else (None if self._db.dialect.postgres else -1),
+        }
+
+        async def body(tx: Tx) -> list[DeletedView]:
+            return [view(row) for row in await tx.rows(q, params)]
+
+        claimed = await self._db.write(body, single=True)
+        return sorted(claimed, key=lambda v: (v.through, v.id))
 
     async def _ack_deleted(self, view_id: str, through: int) -> bool:
         q = _sql(self._db.dialect).ack

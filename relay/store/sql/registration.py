@@ -7,7 +7,7 @@ import hashlib
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, delete, select, true
+from sqlalchemy import bindparam, delete, exists, select, true
 
 from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError
 from relay.store import schema as t
@@ -27,6 +27,7 @@ class _Sql:
     insert_profile: Compiled
     upsert_key: Compiled
     load_key: Compiled
+    delete_key: Compiled
     identity: Compiled
     mint_identity: Compiled
     forget_identity: Compiled
@@ -84,6 +85,13 @@ def _sql(d: Dialect) -> _Sql:
         ),
         load_key=d.compile(
             select(k.pem, k.encrypted).where(k.ref == bindparam("ref", type_=k.ref.type))
+        ),
+        # A key the registration names is never deleted, whoever asks.
+        delete_key=d.compile(
+            delete(t.keys).where(
+                k.ref == bindparam("ref", type_=k.ref.type),
+                ~exists().where(c.key_ref == k.ref),
+            )
         ),
         identity=d.compile(select(i.identity).where(by_profile)),
         mint_identity=d.compile(mint.on_conflict_do_nothing(index_elements=[i.profile])),
@@ -159,6 +167,14 @@ class RegistrationSql(SqlPart):
             return None if row is None else row[0]
 
         return await self._db.read(body)
+
+    async def _delete_key(self, ref: str) -> bool:
+        q = _sql(self._db.dialect).delete_key
+
+        async def body(tx: Tx) -> int:
+            return await tx.run(q, {"ref": ref})
+
+        return bool(await self._db.write(body, single=True))
 
     async def _profile_identity(self, profile: str) -> str | None:
         q = _sql(self._db.dialect).identity

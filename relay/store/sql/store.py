@@ -10,6 +10,7 @@ from relay.store.sql.postgres import PostgresRunner
 from relay.store.sql.presence import PresenceSql
 from relay.store.sql.registration import RegistrationSql
 from relay.store.sql.revisions import RevisionsSql
+from relay.store.sql.runs import RunsSql
 from relay.store.sql.runner import Runner, Stats
 from relay.store.sql.schema_state import ensure_sqlite_schema, schema_revision
 from relay.store.sql.sqlite import SqliteRunner, create_private
@@ -18,7 +19,14 @@ from relay.store.url import StoreTarget
 
 
 class SqlStore(
-    RegistrationSql, RevisionsSql, LedgerSql, OutboxSql, PresenceSql, TransferSql, StoreGate
+    RegistrationSql,
+    RevisionsSql,
+    LedgerSql,
+    OutboxSql,
+    PresenceSql,
+    RunsSql,
+    TransferSql,
+    StoreGate,
 ):
     """Relay state in SQL tables; open with `await SqlStore.open(target)`."""
 

@@ -11,7 +11,7 @@ from sqlalchemy import and_, bindparam, or_, select, update
 from relay.store import schema as t
 from relay.store.records import StateBatch
 from relay.store.sql.dialect import Compiled, Dialect
-from relay.store.sql.outbox import columns
+from relay.store.sql.outbox import VIEW_COLUMNS, columns
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, first
 
@@ -67,9 +67,7 @@ def _sql(d: Dialect) -> _Sql:
             )
         ),
         deleted=d.compile(select(*(dl[k] for k in changes)).where(same)),
-        insert_deleted=d.compile(
-            t.deleted.insert().values(_values(t.deleted, *(c.key for c in dl)))
-        ),
+        insert_deleted=d.compile(t.deleted.insert().values(_values(t.deleted, *VIEW_COLUMNS))),
         update_deleted=d.compile(
             update(t.deleted).where(same).values(_values(t.deleted, *changes))
         ),

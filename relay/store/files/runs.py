@@ -1,0 +1,150 @@
+"""Run state and deletion claims in the state dir: files of our own beside the legacy ones.
+
+Both are tolerant: a lost run row is republished by the replica hosting it on its next pass, and a
+lost claim only lets another process deliver the same deletion again, which the relay takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any, TypeVar
+
+from relay.errors import InvalidInputError
+from relay.store import run_rules
+from relay.store.files.documents import (
+    _DELETED,
+    _STARTED,
+    Check,
+    Ledger,
+    _count,
+    _Document,
+    _is,
+    _json,
+    _json_text,
+    _member,
+    _text,
+    _values,
+)
+from relay.store.files.io import _read, _write
+from relay.store.files.locked import LockedDir
+from relay.store.records import DeletedView, RunState
+
+R = TypeVar("R")
+Claims = dict[str, tuple[str, int]]  # deletion id -> (owner, until)
+
+_RUN: dict[str, Check] = {
+    "sessionId": _text,
+    "streamId": _is(str | None),
+    "profile": _is(str | None),
+    "title": _text,
+    "phase": _text,
+    "startedAt": _count,
+    "updatedAt": _count,
+    "owner": _text,
+    "leaseUntil": _count,
+}
+
+
+def _parse_runs(raw: bytes | None) -> run_rules.Runs:
+    runs: run_rules.Runs = {}
+    for item in _member(_json(raw), "runs", list) or ():
+        if (values := _values(item, _RUN)) is not None:
+            try:
+                run = RunState(*values)
+            except InvalidInputError:
+                continue
+            runs.setdefault(run.session_id, run)
+    return runs
+
+
+def _dump_runs(runs: run_rules.Runs) -> str:
+    items = [dict(zip(_RUN, asdict(runs[sid]).values(), strict=True)) for sid in sorted(runs)]
+    return _json_text({"version": 1, "runs": items})
+
+
+def _parse_claims(raw: bytes | None) -> Claims:
+    claims: Claims = {}
+    for view_id, item in (_member(_json(raw), "deleted", dict) or {}).items():
+        if (values := _values(item, {"owner": _text, "until": _count})) is not None:
+            claims[view_id] = (values[0], values[1])
+    return claims
+
+
+def _dump_claims(claims: Claims) -> str:
+    deleted = {k: {"owner": o, "until": u} for k, (o, u) in sorted(claims.items())}
+    return _json_text({"version": 1, "deleted": deleted})
+
+
+_RUNS = _Document("talaria-relay-runs.json", _parse_runs, _dump_runs)
+_CLAIMS = _Document("talaria-relay-claims.json", _parse_claims, _dump_claims)
+
+
+class RunFiles(LockedDir):
+    """The run-state and deletion-claim hooks of `StoreGate` on the state dir."""
+
+    async def _together(self, docs: tuple[_Document[Any], ...], edit: Callable[..., R]) -> R:
+        """`edit` the documents' values in place under one lock; rewrite those it changed."""
+
+        def work() -> R:
+            with self._locked(exclusive=True):
+                values = [doc.parse(_read(self._dir / doc.name)) for doc in docs]
+                before = [doc.dump(value) for doc, value in zip(docs, values, strict=True)]
+                result = edit(*values)
+                for doc, value, old in zip(docs, values, before, strict=True):
+                    if (new := doc.dump(value)) != old:
+                        _write(self._dir / doc.name, new)
+                return result
+
+        return await self._call(work)
+
+    async def _save_run(self, run: RunState, until: int) -> bool:
+        return await self._together((_RUNS,), lambda runs: run_rules.save(runs, run, until))
+
+    async def _sync_runs(
+        self, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
+    ) -> list[RunState]:
+        def edit(runs: run_rules.Runs) -> list[RunState]:
+            return run_rules.sync(runs, owner, live, now_ms, until, cutoff)
+
+        return await self._together((_RUNS,), edit)
+
+    async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None:
+        def edit(runs: run_rules.Runs, ledger: Ledger, claims: Claims) -> int | None:
+            run_rules.renew(runs, owner, until)
+            ends = [
+                e.claimed_until
+                for scope in ledger.values()
+                for e in scope.entries
+                if not e.sent and e.claimed_by not in (None, owner) and e.claimed_until
+            ]
+            ends += [u for o, u in claims.values() if o != owner]
+            ends = [end for end in ends if end > now_ms]
+            if (run_end := run_rules.next_expiry(runs, owner, now_ms)) is not None:
+                ends.append(run_end)
+            return min(ends, default=None)
+
+        return await self._together((_RUNS, _STARTED, _CLAIMS), edit)
+
+    async def _run_states(self) -> list[RunState]:
+        runs = await self._load(_RUNS)
+        return [runs[sid] for sid in sorted(runs)]
+
+    async def _claim_deleted(
+        self, owner: str, now_ms: int, until: int, limit: int | None
+    ) -> list[DeletedView]:
+        def edit(views: list[DeletedView], claims: Claims) -> list[DeletedView]:
+            live = {view.id for view in views}
+            for view_id in [k for k in claims if k not in live]:
+                del claims[view_id]  # acknowledged since
+            free = [
+                view
+                for view in sorted(views, key=lambda v: (v.through, v.id))
+                if view.id not in claims
+                or claims[view.id][1] <= now_ms
+                or claims[view.id][0] == owner
+            ][:limit]
+            claims.update((view.id, (owner, until)) for view in free)
+            return free
+
+        return await self._together((_DELETED, _CLAIMS), edit)

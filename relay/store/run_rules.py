@@ -1,0 +1,63 @@
+"""The rules of the run-state table, on a plain dict of rows: for the stores that are not SQL.
+
+The SQL store states the same rules as statements (`relay.store.sql.runs`); the contract suite
+holds every backend to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from relay.store.records import RunState
+
+Runs = dict[str, RunState]  # by session id
+
+
+def _turn(run: RunState) -> tuple[int, str]:
+    return run.started_at, run.stream_id or ""
+
+
+def save(runs: Runs, run: RunState, until: int) -> bool:
+    """Store `run` unless its session has a newer turn, or this turn has ended already."""
+    stored = runs.get(run.session_id)
+    if stored is not None and (
+        _turn(stored) > _turn(run) or (_turn(stored) == _turn(run) and stored.terminal)
+    ):
+        return False
+    runs[run.session_id] = replace(run, lease_until=until)
+    return True
+
+
+def renew(runs: Runs, owner: str, until: int) -> None:
+    for sid, run in runs.items():
+        if run.owner == owner and run.lease_until < until:
+            runs[sid] = replace(run, lease_until=until)
+
+
+def sync(
+    runs: Runs, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
+) -> list[RunState]:
+    """What `sync_runs` does, in the order the SQL store does it."""
+    for run in live:
+        save(runs, replace(run, owner=owner), until)
+    for sid, run in list(runs.items()):
+        if run.owner == owner and not run.terminal and run.lease_until < until:
+            del runs[sid]  # a turn this replica no longer hosts
+    renew(runs, owner, until)
+    for sid, run in runs.items():
+        if run.owner != owner and run.lease_until <= now_ms:
+            ended = run if run.terminal else replace(run, phase="failed", updated_at=now_ms)
+            runs[sid] = replace(ended, owner=owner, lease_until=until)
+    for sid, run in list(runs.items()):
+        if run.terminal and run.updated_at < cutoff:
+            del runs[sid]
+    return sorted(
+        (run for run in runs.values() if run.owner == owner),
+        key=lambda run: (run.started_at, run.session_id),
+    )
+
+
+def next_expiry(runs: Runs, owner: str, now_ms: int) -> int | None:
+    """When the first run lease another owner holds ends after now."""
+    ends = [run.lease_until for run in runs.values() if run.owner != owner]
+    return min((end for end in ends if end > now_ms), default=None)

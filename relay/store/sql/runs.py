@@ -1,0 +1,186 @@
+"""Run state on SQL: one row per session, its newest turn, owned by the replica hosting it.
+
+On Postgres every write of this aggregate takes one transaction-scoped advisory lock first: a
+pass's sync locks many rows in an order no index gives, and two replicas taking over each
+other's rows would otherwise deadlock. Syncs are short and rare, so queueing them costs nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    and_,
+    case,
+    delete,
+    false,
+    func,
+    literal,
+    not_,
+    or_,
+    select,
+    union_all,
+    update,
+)
+
+from relay.protocol import TERMINAL_PHASES
+from relay.store import schema as t
+from relay.store.records import RunState
+from relay.store.sql.dialect import Compiled, Dialect, Row, bound
+from relay.store.sql.part import SqlPart
+from relay.store.sql.runner import Tx, scalar
+
+# Any constant will do: it names this aggregate's lock among the database's advisory locks.
+_RUNS_LOCK = 0x7A1A_2D0C
+
+
+@dataclass(frozen=True, slots=True)
+class _Sql:
+    lock: Compiled | None
+    save: Compiled
+    drop_gone: Compiled
+    renew: Compiled
+    take_over: Compiled
+    prune: Compiled
+    owned: Compiled
+    next_expiry: Compiled
+    all: Compiled
+
+
+@functools.cache
+def _sql(d: Dialect) -> _Sql:
+    r = t.runs.c
+    # Spelled out: a compiled-once statement cannot expand an IN list per call.
+    terminal = or_(*(r.phase == phase for phase in sorted(TERMINAL_PHASES)))
+    owner, now, until = bound(r.owner), bound(r.lease_until, "now"), bound(r.lease_until, "until")
+    insert = d.insert(t.runs).values({column: bound(column) for column in t.runs.c})
+    new = insert.excluded
+    stream, new_stream = func.coalesce(r.stream_id, ""), func.coalesce(new.stream_id, "")
+    newer_turn = or_(
+        new.started_at > r.started_at,
+        and_(new.started_at == r.started_at, new_stream > stream),
+    )
+    same_turn = and_(new.started_at == r.started_at, new_stream == stream)
+    # A newer turn replaces the row wherever it runs; a turn that ended stays ended.
+    save = insert.on_conflict_do_update(
+        index_elements=[r.session_id],
+        set_={column.key: new[column.key] for column in t.runs.c if column.key != "session_id"},
+        where=or_(newer_turn, and_(same_turn, not_(terminal))),
+    )
+    others = [
+        select(func.min(r.lease_until)).where(r.owner != owner, r.lease_until > now),
+        select(func.min(t.started.c.claimed_until)).where(
+            t.started.c.sent == false(),
+            t.started.c.claimed_by != owner,
+            t.started.c.claimed_until > now,
+        ),
+        select(func.min(t.deleted.c.claimed_until)).where(
+            t.deleted.c.claimed_by != owner, t.deleted.c.claimed_until > now
+        ),
+    ]
+    expiries = union_all(*others).subquery()
+    return _Sql(
+        lock=d.compile(select(func.pg_advisory_xact_lock(_RUNS_LOCK))) if d.postgres else None,
+        save=d.compile(save),
+        # This pass's saves set `until`; an owned live row without it is a turn that is gone.
+        drop_gone=d.compile(
+            delete(t.runs).where(r.owner == owner, not_(terminal), r.lease_until < until)
+        ),
+        renew=d.compile(
+            update(t.runs).where(r.owner == owner, r.lease_until < until).values(lease_until=until)
+        ),
+        take_over=d.compile(
+            update(t.runs)
+            .where(r.owner != owner, r.lease_until <= now)
+            .values(
+                owner=owner,
+                lease_until=until,
+                # A turn its replica never finished ends as failed, at the moment it is found.
+                phase=case((terminal, r.phase), else_=literal("failed")),
+                updated_at=case((terminal, r.updated_at), else_=now),
+            )
+        ),
+        prune=d.compile(
+            delete(t.runs).where(terminal, r.updated_at < bound(r.updated_at, "cutoff"))
+        ),
+        owned=d.compile(
+            select(t.runs).where(r.owner == owner).order_by(r.started_at, r.session_id)
+        ),
+        next_expiry=d.compile(select(func.min(expiries.c[0]))),
+        all=d.compile(select(t.runs).order_by(r.session_id)),
+    )
+
+
+def run_state(row: Row) -> RunState:
+    """A `relay_runs` row (in table order) as a record."""
+    return RunState(*row)
+
+
+def columns(run: RunState, owner: str, until: int) -> dict[str, Any]:
+    return {
+        "session_id": run.session_id,
+        "stream_id": run.stream_id,
+        "profile": run.profile,
+        "title": run.title,
+        "phase": run.phase,
+        "started_at": run.started_at,
+        "updated_at": run.updated_at,
+        "owner": owner,
+        "lease_until": until,
+    }
+
+
+class RunsSql(SqlPart):
+    """The run-state hooks of `StoreGate`."""
+
+    async def _save_run(self, run: RunState, until: int) -> bool:
+        q = _sql(self._db.dialect)
+
+        async def body(tx: Tx) -> int:
+            if q.lock is not None:
+                await tx.rows(q.lock)
+            return await tx.run(q.save, columns(run, run.owner, until))
+
+        return bool(await self._db.write(body))
+
+    async def _sync_runs(
+        self, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
+    ) -> list[RunState]:
+        q = _sql(self._db.dialect)
+        mine = {"owner": owner, "now": now_ms, "until": until}
+
+        async def body(tx: Tx) -> list[Row]:
+            if q.lock is not None:
+                await tx.rows(q.lock)
+            if live:
+                await tx.many(q.save, [columns(run, owner, until) for run in live])
+            await tx.run(q.drop_gone, mine)
+            await tx.run(q.renew, mine)
+            await tx.run(q.take_over, mine)
+            await tx.run(q.prune, {"cutoff": cutoff})
+            return await tx.rows(q.owned, mine)
+
+        return [run_state(row) for row in await self._db.write(body)]
+
+    async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None:
+        q = _sql(self._db.dialect)
+        mine = {"owner": owner, "now": now_ms, "until": until}
+
+        async def body(tx: Tx) -> Any:
+            if q.lock is not None:
+                await tx.rows(q.lock)
+            await tx.run(q.renew, mine)
+            return await scalar(tx, q.next_expiry, mine)
+
+        expiry: int | None = await self._db.write(body)
+        return expiry
+
+    async def _run_states(self) -> list[RunState]:
+        q = _sql(self._db.dialect).all
+
+        async def body(tx: Tx) -> list[Row]:
+            return await tx.rows(q)
+
+        return [run_state(row) for row in await self._db.read(body)]
