@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from test_store_contract import NOW, SECOND, ed25519_pem, make_config
 
 from relay.errors import InvalidInputError
 from relay.store import RelayStore, RunState
-from tests.test_store_contract import NOW, SECOND, ed25519_pem, make_config
 
 LEASE = 20 * SECOND
 RETENTION = 15 * 60 * SECOND
@@ -31,10 +31,15 @@ def run(
     return RunState(session, stream, "default", title, phase, started, updated, owner)
 
 
-async def sync(
-    store: RelayStore, owner: str, *live: RunState, now: int = NOW
-) -> list[RunState]:
+async def sync(store: RelayStore, owner: str, *live: RunState, now: int = NOW) -> list[RunState]:
     return await store.sync_runs(owner, live, now, lease_ms=LEASE, retention_ms=RETENTION)
+
+
+async def enqueue(store: RelayStore, session: str, at: int) -> str:
+    view = await store.enqueue_deleted(
+        session, "default", at, session_live=False, identity=None, scope=None
+    )
+    return view.id
 
 
 def shown(runs: list[RunState]) -> list[tuple[str, str | None, str, str]]:
@@ -125,7 +130,9 @@ async def test_keep_alive_renews_and_tells_when_another_lease_ends(store: RelayS
     await store.record_started("prf_a", [("e1", NOW)], NOW)
     await store.claim_started("prf_a", C, NOW + 1, 3 * SECOND)
     assert await store.keep_alive(B, NOW + 7, LEASE) == NOW + 1 + 3 * SECOND
-    await store.enqueue_deleted("gone", "default", NOW, session_live=False, identity=None, scope=None)
+    await store.enqueue_deleted(
+        "gone", "default", NOW, session_live=False, identity=None, scope=None
+    )
     await store.claim_deleted(A, NOW + 1, 2 * SECOND)
     assert await store.keep_alive(B, NOW + 7, LEASE) == NOW + 1 + 2 * SECOND
     assert await store.keep_alive(A, NOW + 7, LEASE) == NOW + 1 + 3 * SECOND
@@ -155,13 +162,6 @@ async def test_sync_refuses_what_it_cannot_store(store: RelayStore) -> None:
 
 
 # ── deletion claims ───────────────────────────────────────────────────────────
-
-
-async def enqueue(store: RelayStore, session: str, at: int) -> str:
-    view = await store.enqueue_deleted(
-        session, "default", at, session_live=False, identity=None, scope=None
-    )
-    return view.id
 
 
 async def test_a_claimed_deletion_is_delivered_by_one_owner_at_a_time(store: RelayStore) -> None:

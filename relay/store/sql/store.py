@@ -10,8 +10,8 @@ from relay.store.sql.postgres import PostgresRunner
 from relay.store.sql.presence import PresenceSql
 from relay.store.sql.registration import RegistrationSql
 from relay.store.sql.revisions import RevisionsSql
-from relay.store.sql.runs import RunsSql
 from relay.store.sql.runner import Runner, Stats
+from relay.store.sql.runs import RunsSql
 from relay.store.sql.schema_state import ensure_sqlite_schema, schema_revision
 from relay.store.sql.sqlite import SqliteRunner, create_private
 from relay.store.sql.transfer import TransferSql
