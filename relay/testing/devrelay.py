@@ -231,7 +231,7 @@ class DevRelay:
             "grants": [
                 {"userId": g.user_id, "publisherOwnerUserId": g.owner_user_id,
                  "publisherId": g.publisher_id, "profileId": g.profile_id,
-                 "rows": [wire(row) for row in g.current(now)],
+                 "rows": [wire(row) for row in g.current(now)], "stale": g.stale,
                  "completions": [wire(c) for c in g.completions.values()]}
                 for g in self._grants.values()
             ],

@@ -37,16 +37,31 @@ class MemoryHost(Host):
     # ── driving it ────────────────────────────────────────────────────────────
 
     def create_session(
-        self, session_id: str, profile: str = "default", title: str = "Untitled", messages: int = 1
+        self,
+        session_id: str,
+        profile: str = "default",
+        title: str = "Untitled",
+        messages: int = 1,
+        *,
+        created_at: float | None = None,
     ) -> MemorySession:
-        session = MemorySession(session_id, profile, title, self._clock(), messages)
+        """A session created now, or at `created_at` (Unix seconds)."""
+        at = self._clock() if created_at is None else created_at
+        session = MemorySession(session_id, profile, title, at, messages)
         self.sessions[session_id] = session
         return session
 
     def start_run(
-        self, session_id: str, stream_id: str | None = None, phase: str = "running"
+        self,
+        session_id: str,
+        stream_id: str | None = None,
+        phase: str = "running",
+        *,
+        started_at: float | None = None,
     ) -> ActiveRun:
-        run = ActiveRun(stream_id or f"stream-{session_id}", session_id, self._clock(), phase)
+        """A turn started now, or at `started_at` (Unix seconds)."""
+        at = self._clock() if started_at is None else started_at
+        run = ActiveRun(stream_id or f"stream-{session_id}", session_id, at, phase)
         self.runs[run.stream_id] = run
         return run
 

@@ -109,6 +109,10 @@ class Grant:
     profile_id: str
     rows: dict[str, SessionRow] = field(default_factory=dict)
     completions: dict[tuple[str, str], Completion] = field(default_factory=dict)
+    # For tests of many publishers: states that arrived with a lower revision than the row's,
+    # and every (session, stream, phase) a higher revision wrote, in order.
+    stale: int = 0
+    history: list[tuple[str, str | None, str]] = field(default_factory=list)
 
     def clear(self) -> None:
         self.rows.clear()
@@ -131,6 +135,7 @@ class Grant:
         """Lower revisions are ignored, an equal one refreshes the lease, a higher one replaces."""
         current = self.rows.get(state.session_id)
         if current is not None and state.revision < current.revision:
+            self.stale += 1
             return
         if current is not None and state.revision == current.revision:
             live = current.phase not in TERMINAL_PHASES
@@ -167,6 +172,7 @@ class Grant:
         if terminal:
             self._record_completion(row)
         self.rows[state.session_id] = row
+        self.history.append((state.session_id, state.stream_id, state.phase))
 
     def _record_completion(self, row: SessionRow) -> None:
         key = (row.session_id, row.run_key)

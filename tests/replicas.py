@@ -1,0 +1,123 @@
+"""Replicas as real OS processes on one store, publishing to one dev relay this process serves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relay.testing import DevRelay, serve
+
+PROC = Path(__file__).with_name("replica_proc.py")
+PUBLISHER_ID = "https://hermes.example"
+REPLY_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Replica:
+    """One replica process and the pipe that drives it."""
+
+    owner: str
+    process: asyncio.subprocess.Process
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def call(self, op: str, **fields: Any) -> Any:
+        """Send one command and wait for its answer; an error there fails the test here."""
+        assert self.process.stdin is not None and self.process.stdout is not None
+        async with self.lock:
+            self.process.stdin.write(json.dumps({"op": op, **fields}).encode() + b"\n")
+            await self.process.stdin.drain()
+            line = await asyncio.wait_for(self.process.stdout.readline(), REPLY_TIMEOUT_S)
+        if not line:
+            raise AssertionError(f"replica {self.owner} exited ({self.process.returncode})")
+        reply = json.loads(line)
+        if not reply["ok"]:
+            raise AssertionError(f"replica {self.owner}: {op} failed: {reply['error']}")
+        return reply.get("result")
+
+    def kill(self) -> None:
+        """kill -9: no clean-up of any kind."""
+        os.kill(self.process.pid, signal.SIGKILL)
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            assert self.process.stdin is not None
+            self.process.stdin.write(b'{"op": "stop"}\n')
+            try:
+                await self.process.stdin.drain()
+                await asyncio.wait_for(self.process.wait(), 30)
+            except (ConnectionError, TimeoutError):
+                self.process.kill()
+                await self.process.wait()
+
+
+async def spawn(
+    store_url: str, relay_url: str, owner: str, *, lease_s: float = 20.0, heartbeat_s: float = 60.0
+) -> Replica:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, str(PROC), store_url, relay_url, owner, str(lease_s), str(heartbeat_s),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(PROC.parent.parent)},
+    )  # fmt: skip
+    assert process.stdout is not None
+    ready = await asyncio.wait_for(process.stdout.readline(), REPLY_TIMEOUT_S)
+    assert json.loads(ready)["ok"], ready
+    return Replica(owner, process)
+
+
+@dataclass
+class Cluster:
+    relay: DevRelay
+    relay_url: str
+    store_url: str
+    replicas: list[Replica]
+
+    async def everywhere(self, op: str, **fields: Any) -> list[Any]:
+        return list(await asyncio.gather(*(r.call(op, **fields) for r in self.live())))
+
+    def live(self) -> list[Replica]:
+        return [r for r in self.replicas if r.process.returncode is None]
+
+    async def pair(self, replica: Replica | None = None) -> None:
+        body = {
+            "relay_url": self.relay_url,
+            "publisher_id": PUBLISHER_ID,
+            "publisher_invitation": self.relay.mint_invitation("usr_owner"),
+        }
+        await (replica or self.replicas[0]).call("pair", body=body)
+        await self.everywhere("start_service")
+
+    def grant_rows(self) -> list[dict[str, Any]]:
+        return [row for grant in self.relay.state()["grants"] for row in grant["rows"]]
+
+    def stale(self) -> int:
+        return sum(grant["stale"] for grant in self.relay.state()["grants"])
+
+
+@asynccontextmanager
+async def cluster(
+    store_url: str, count: int, *, lease_s: float = 20.0, heartbeat_s: float = 60.0
+) -> AsyncIterator[Cluster]:
+    """`count` replicas of one store publishing to one dev relay on loopback."""
+    relay = DevRelay()
+    async with AsyncExitStack() as stack:
+        relay_url = await stack.enter_async_context(serve(relay))
+        replicas: list[Replica] = []
+        try:
+            for n in range(count):
+                replicas.append(
+                    await spawn(
+                        store_url, relay_url, f"replica-{n}", lease_s=lease_s,
+                        heartbeat_s=heartbeat_s,
+                    )  # fmt: skip
+                )
+            yield Cluster(relay, relay_url, store_url, replicas)
+        finally:
+            await asyncio.gather(*(r.stop() for r in replicas))
