@@ -2,9 +2,11 @@
 
     from relay import RelayService, open_store
 
-The modules, top down: `service` (pairing and the current publisher), `publisher` (snapshots,
-acknowledgements, announcements), `presence`, `client` (signed HTTP), `protocol` (the wire),
-`host` (the port the web app implements), `store` (all state, one repository), `errors`.
+The modules, top down: `service` (the current publisher and its swaps), `pairing` (registration
+and enrollment), `publisher` (snapshots, composing the parts in `publishing`: `states`, the pure
+row builder; `outbox`, viewed and deleted acknowledgements; `announcements`; `loop`, passes and
+backoff; `logs`), `presence`, `client` (signed HTTP), `protocol` (the wire), `host` (the port the
+web app implements), `store` (all state, one repository), `errors`.
 """
 
 from relay.errors import (

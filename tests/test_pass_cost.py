@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from harness import Env, relay_env
 
-from relay.publisher import STARTED_BATCH
+from relay.publishing.announcements import STARTED_BATCH
 from relay.store import open_store
 from relay.store.sql import SqlStore, Stats
 

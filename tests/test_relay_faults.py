@@ -21,7 +21,8 @@ from harness import PUBLISHER_ID, RELAY_URL, Env, Wire, relay_env, restarted
 from relay.client import RelayClient
 from relay.errors import RelayPairingError, RelayTimeoutError
 from relay.protocol import b64url, compact, snapshot_path
-from relay.publisher import STARTED_LEASE_MS, RelayPublisher
+from relay.publisher import RelayPublisher
+from relay.publishing.announcements import STARTED_LEASE_MS
 from relay.store import DeletedView, RelayConfig, RelayStore, StartedEntry
 
 RETRYABLE = (408, 425, 429, 500, 502, 503, 504)

@@ -24,7 +24,7 @@ from harness import PUBLISHER_ID, RELAY_URL, START, Env, relay_env, restarted
 from relay.client import RelayClient
 from relay.host import AgentSessionRow
 from relay.protocol import b64url, compact
-from relay.publisher import STARTED_LEASE_MS
+from relay.publishing.announcements import STARTED_LEASE_MS
 from relay.store import ProfileGrant, RelayConfig, RelayStore, StartedEntry
 
 ENCODED_PUBLISHER = "https%3A%2F%2Fhermes.example"

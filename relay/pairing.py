@@ -1,0 +1,310 @@
+"""Pairing: register this server with Talaria Relay, or enroll one more profile.
+
+A port of the pairing half of Talaria Web 1.20's `RelayService`. Each request is checked, the
+relay redeems the invitation, and only then are the key, identity and registration saved; the
+service validates the result with a real publish before it swaps publishers (`configure`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+
+from relay.client import RelayClient
+from relay.errors import (
+    InvalidInputError,
+    RelayError,
+    RelayHttpError,
+    RelayPairingError,
+    RelayResponseError,
+    RelayUnreachableError,
+    StaleConfigError,
+)
+from relay.host import Host
+from relay.protocol import b64url, compact, validated_origin
+from relay.publisher import load_key
+from relay.store import ProfileGrant, RelayConfig, RelayStore, checks
+
+PUBLISHER_REDEEM = "/v1/pairings/publisher/redeem"
+PROFILE_REDEEM = "/v1/pairings/profile/redeem"
+# Enrollments racing on several replicas retry their save this often before giving up.
+SAVE_ATTEMPTS = 5
+
+# (config, profile_id, identity): validate a saved registration with a real publish, then swap.
+Configure = Callable[[RelayConfig, str, str], Awaitable[None]]
+
+
+class Pairing:
+    """The pairing state machine; `trusted` is the one relay origin this server pairs with."""
+
+    def __init__(
+        self,
+        store: RelayStore,
+        host: Host,
+        *,
+        trusted: str,
+        allow_insecure_loopback: bool,
+        client: Callable[[str], RelayClient],
+        configure: Configure,
+    ) -> None:
+        self.store = store
+        self.host = host
+        self._trusted = trusted
+        self._allow_insecure_loopback = allow_insecure_loopback
+        self._client = client
+        self._configure = configure
+        self._lock = asyncio.Lock()
+
+    async def pair(self, body: object, profile: str, *, operator: bool = True) -> dict[str, Any]:
+        """Register the server, or enroll another profile.
+
+        Serialised, so concurrent enrollments keep both mappings.
+        """
+        if type(profile) is not str:
+            raise InvalidInputError("profile must be a string")
+        checks.flag("operator", operator)
+        async with self._lock:
+            return await self._pair(body, profile, operator)
+
+    async def _pair(self, body: object, raw_profile: str, operator: bool) -> dict[str, Any]:
+        if not isinstance(body, dict):
+            raise RelayPairingError("Invalid pairing request", 400)
+        fields = [body.get(name) for name in ("relay_url", "publisher_id", "publisher_invitation")]
+        fields.append(body.get("label") or "Talaria Web")
+        if not all(isinstance(value, str) for value in fields):
+            raise RelayPairingError("Missing relay pairing fields", 400)
+        relay_url, publisher_id, invitation, label = (str(value) for value in fields)
+        if not all(_clean(value) for value in (relay_url, publisher_id, invitation, label)):
+            raise RelayPairingError("Invalid relay pairing fields", 400)
+        try:
+            relay_url = self._relay_origin(relay_url)
+            publisher_id = validated_origin(publisher_id)
+        except RelayError as error:
+            raise RelayPairingError(str(error), 400) from error
+        if relay_url != self._trusted_origin():
+            raise RelayPairingError("Untrusted Talaria Relay origin", 400)
+        if not 1 <= len(invitation) <= 256 or not 1 <= len(label) <= 80:
+            raise RelayPairingError("Invalid relay pairing fields", 400)
+        canonical = await self._available_profile(raw_profile)
+        existing = await self.store.load_config()
+        if existing is not None:
+            return await self._enroll(existing, relay_url, publisher_id, invitation, canonical)
+        if not operator:
+            raise RelayPairingError(
+                "An owner must register this Hermes server with Talaria Relay before profile "
+                "enrollment",
+                409,
+            )
+        return await self._register(relay_url, publisher_id, invitation, label, canonical)
+
+    async def _available_profile(self, raw_profile: str) -> str:
+        profile = raw_profile.strip()
+        try:
+            if not profile or not _clean(profile):
+                raise ValueError(profile)
+            canonical = self.host.canonical_profile(profile)
+            available = await self.host.profile_available(canonical)
+        except (ValueError, LookupError, OSError, RelayError) as error:
+            raise RelayPairingError("Hermes profile is unavailable", 403) from error
+        if not available:
+            raise RelayPairingError("Hermes profile is unavailable", 403)
+        return canonical
+
+    async def _profile_identity(self, canonical: str) -> str:
+        # Minted only once the relay accepted: a refused enrollment leaves no identity behind.
+        try:
+            return await self.store.profile_identity(canonical)
+        except (ValueError, LookupError, OSError, RelayError) as error:
+            raise RelayPairingError("Hermes profile is unavailable", 403) from error
+
+    async def _enroll(
+        self,
+        existing: RelayConfig,
+        relay_url: str,
+        publisher_id: str,
+        invitation: str,
+        canonical: str,
+    ) -> dict[str, Any]:
+        if existing.url != relay_url or existing.publisher_id != publisher_id:
+            raise RelayPairingError("This Hermes server is registered to a different relay", 409)
+        known = existing.profiles.get(canonical)
+        # Read, not minted: the identity is minted only once the relay took the enrollment.
+        stored = (await self.store.identities()).get(canonical)
+        # A recreated profile (new identity) gets a new relay scope.
+        reuse = known is not None and stored is not None and known.identity == stored
+        profile_id = known.profile_id if known and reuse else _new_id("prf")
+        key = load_key(await self.store.load_key(existing.key_ref))
+        request = compact(
+            {"invitation": invitation, "publisherId": publisher_id, "profileId": profile_id}
+        )
+        payload = await self._redeem(
+            existing.url,
+            PROFILE_REDEEM,
+            request,
+            "Talaria Relay rejected the profile enrollment",
+            key=key,
+            key_id=existing.key_id,
+        )
+        if (
+            payload.get("protocolVersion") != 2
+            or payload.get("publisherId") != publisher_id
+            or payload.get("profileId") != profile_id
+        ):
+            raise RelayPairingError("Talaria Relay returned an invalid response", 502)
+        identity = await self._profile_identity(canonical)
+        if stored is not None and identity != stored:
+            raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
+        saved = await self._add_grant(existing, canonical, ProfileGrant(identity, profile_id))
+        await self._configure(saved, profile_id, identity)
+        return {"ok": True, "publisher_id": publisher_id}
+
+    async def _add_grant(self, read: RelayConfig, profile: str, grant: ProfileGrant) -> RelayConfig:
+        """Save the registration with one more grant, over whatever another replica saved since."""
+        latest: RelayConfig | None = read
+        for _ in range(SAVE_ATTEMPTS):
+            if latest is None or (latest.url, latest.publisher_id) != (read.url, read.publisher_id):
+                break
+            updated = replace(latest, profiles={**latest.profiles, profile: grant})
+            try:
+                await self.store.save_config(updated, expected_generation=latest.generation)
+            except StaleConfigError:
+                latest = await self.store.load_config()
+                continue
+            return await self._saved()
+        raise RelayPairingError("This Hermes server is registered to a different relay", 409)
+
+    async def _saved(self) -> RelayConfig:
+        # Read back, so the publisher knows the generation it is built from.
+        saved = await self.store.load_config()
+        if saved is None:
+            raise StaleConfigError("the relay registration vanished as it was saved")
+        return saved
+
+    async def _register(
+        self,
+        relay_url: str,
+        publisher_id: str,
+        invitation: str,
+        label: str,
+        canonical: str,
+    ) -> dict[str, Any]:
+        key = Ed25519PrivateKey.generate()
+        profile_id = _new_id("prf")
+        public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        request = compact(
+            {
+                "invitation": invitation,
+                "publisherId": publisher_id,
+                "profileId": profile_id,
+                "label": label,
+                "publicKey": b64url(public),
+            }
+        )
+        payload = await self._redeem(
+            relay_url, PUBLISHER_REDEEM, request, "Talaria Relay rejected server registration"
+        )
+        key_id, paired_profile = payload.get("keyId"), payload.get("profileId")
+        paired_publisher, preserved = payload.get("publisherId"), payload.get("profileIdPreserved")
+        if (
+            payload.get("protocolVersion") != 2
+            or not isinstance(key_id, str)
+            or not key_id
+            or not isinstance(paired_publisher, str)
+            or not isinstance(paired_profile, str)
+            or not paired_profile
+            or not isinstance(preserved, bool)
+            or (paired_profile != profile_id and not preserved)
+        ):
+            raise RelayPairingError("Talaria Relay returned an invalid response", 502)
+        try:
+            final_publisher = validated_origin(paired_publisher)
+        except RelayError as error:
+            raise RelayPairingError("Talaria Relay returned an invalid response", 502) from error
+        identity = await self._profile_identity(canonical)
+        pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
+        # Durable before the registration names it.
+        key_ref = await self.store.save_key(key_id, pem)
+        grants = {canonical: ProfileGrant(identity, paired_profile)}
+        config = RelayConfig(relay_url, final_publisher, key_id, key_ref, grants)
+        try:
+            await self.store.save_config(config, expected_generation=0)
+        except StaleConfigError as error:
+            raise RelayPairingError(
+                "Another server process registered this Hermes server meanwhile", 409
+            ) from error
+        await self._configure(await self._saved(), paired_profile, identity)
+        return {"ok": True, "publisher_id": final_publisher}
+
+    async def _redeem(
+        self,
+        relay_url: str,
+        path: str,
+        body: bytes,
+        rejected: str,
+        *,
+        key: Ed25519PrivateKey | None = None,
+        key_id: str | None = None,
+    ) -> dict[str, Any]:
+        client = self._client(relay_url)
+        try:
+            return await client.post(path, body, key=key, key_id=key_id)
+        except RelayHttpError as error:
+            status = 409 if 400 <= error.status < 500 else 502
+            raise RelayPairingError(f"{rejected} (HTTP {error.status})", status) from error
+        except RelayUnreachableError as error:
+            raise RelayPairingError("Could not reach Talaria Relay", 502) from error
+        except RelayResponseError as error:
+            raise RelayPairingError("Talaria Relay returned an invalid response", 502) from error
+
+    # ── origins ───────────────────────────────────────────────────────────────
+
+    def _relay_origin(self, raw: str) -> str:
+        """The relay origin as given: https, or http to a loopback host when allowed."""
+        try:
+            return validated_origin(raw, True)
+        except RelayError:
+            origin = validated_origin(raw)
+            if self._allow_insecure_loopback and _is_loopback(origin):
+                return origin
+            raise
+
+    def _trusted_origin(self) -> str:
+        return self._trusted.strip().rstrip("/")
+
+
+def _is_loopback(origin: str) -> bool:
+    host = urlsplit(origin).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _clean(value: str) -> bool:
+    """Free of NUL and unpaired surrogates, which no relay field or profile name may hold."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"

@@ -1,0 +1,17 @@
+"""The parts `relay.publisher.RelayPublisher` is composed of, each one concept.
+
+`states` builds a profile's rows from records (pure), `announcements` sends session-started
+events, `outbox` sends viewed and deleted acknowledgements, `loop` runs coalesced passes with
+backoff, and `logs` reports what happened (once, where a failure repeats every pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from relay.store import ProfileGrant
+
+# A signed PUT to the relay under the publisher's current key.
+Put = Callable[[str, bytes], Awaitable[None]]
+# Whether a profile is still the one enrolled (not recreated) and not disabled.
+Publishes = Callable[[str, ProfileGrant], Awaitable[bool]]

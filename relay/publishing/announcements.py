@@ -1,0 +1,143 @@
+"""Session-started announcements: observe new sessions into the shared ledger, claim, announce.
+
+Every replica records what it sees; the ledger hands each unsent entry to one claimer at a time,
+so a session is announced once, oldest first, to its own profile's scope.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+
+from relay.errors import RelayHttpError
+from relay.host import AgentSessionRow, Host, IndexRow
+from relay.protocol import STARTED_WINDOW_MS, session_path, started_body
+from relay.publishing import Put
+from relay.publishing.logs import Refusals, Reporter, Swallowed
+from relay.store import ProfileGrant, RelayConfig, RelayStore
+
+# Announcements are claimed a few at a time, for long enough to send them all at the client timeout.
+STARTED_BATCH = 16
+STARTED_LEASE_MS = (STARTED_BATCH * 10 + 30) * 1000
+
+
+class Announcements:
+    """One publisher's side of the started ledger; `owner` names its claims."""
+
+    def __init__(
+        self,
+        store: RelayStore,
+        host: Host,
+        put: Put,
+        *,
+        owner: str,
+        clock: Callable[[], float],
+        swallowed: Swallowed,
+        report: Reporter,
+    ) -> None:
+        self._store = store
+        self._host = host
+        self._put = put
+        self._owner = owner
+        self._clock = clock
+        self._swallowed = swallowed
+        self._rejected = Refusals(
+            report, "session-started event", "devices refresh on their own schedule"
+        )
+        # Sightings this publisher has recorded: a steady pass writes none of them again.
+        self._recorded: dict[tuple[str, str], int] = {}
+
+    async def track(self, config: RelayConfig) -> None:
+        """Start (or keep) the ledger floor of every enrolled profile."""
+        scopes = [grant.profile_id for grant in config.profiles.values()]
+        await self._store.track_started(scopes, self._now_ms())
+
+    async def publish(
+        self, config: RelayConfig, publishing: list[tuple[str, ProfileGrant]]
+    ) -> None:
+        """Announce each newly seen session of the `publishing` profiles once, oldest first.
+
+        Each claimed batch is marked sent in one transaction, so a pass that announces S sessions
+        costs O(profiles + S / STARTED_BATCH) transactions.
+        """
+        await self._observe(config, publishing)
+        for _, grant in publishing:
+            while entries := await self._store.claim_started(
+                grant.profile_id, self._owner, self._now_ms(), STARTED_LEASE_MS, STARTED_BATCH
+            ):
+                done: list[str] = []
+                try:
+                    for entry in entries:
+                        await self._announce(
+                            config, grant.profile_id, entry.session_id, entry.started_at
+                        )
+                        done.append(entry.session_id)
+                finally:
+                    # What went out stays sent even when a later one of the batch failed.
+                    if done:
+                        await self._store.mark_started_sent(grant.profile_id, *done)
+
+    async def _observe(
+        self, config: RelayConfig, publishing: list[tuple[str, ProfileGrant]]
+    ) -> None:
+        """Record every messageful session started in a publishing profile."""
+        index: list[IndexRow] = await self._swallowed.call(
+            "session_index", self._index, [], "announcing Agent sessions only"
+        )
+        await self.track(config)
+        self._forget_old_sightings()
+        for profile, grant in publishing:
+            agent: list[AgentSessionRow] = await self._swallowed.call(
+                "agent_sessions", partial(self._agent, profile), [], "announcing no Agent session"
+            )
+            # A compressed Agent chat keeps its lineage root's id and start: not a new session.
+            seen = [
+                (row.session_id, row.created_at)
+                for row in index
+                if row.message_count > 0 and self._host.profiles_match(row.profile, profile)
+            ]
+            seen += [(row.lineage_root_id or row.id, row.started_at) for row in agent]
+            sightings = [
+                (sid, ms)
+                for sid, at in seen
+                if (ms := _ms(at)) is not None and (grant.profile_id, sid) not in self._recorded
+            ]
+            if sightings:
+                await self._store.record_started(grant.profile_id, sightings, self._now_ms())
+                self._recorded.update(((grant.profile_id, sid), ms) for sid, ms in sightings)
+
+    async def _index(self) -> list[IndexRow]:
+        return list(await self._host.session_index())
+
+    async def _agent(self, profile: str) -> list[AgentSessionRow]:
+        return list(await self._host.agent_sessions(profile))
+
+    def _forget_old_sightings(self) -> None:
+        """Sightings past the ledger's window would be pruned anyway: keep memory bounded."""
+        cutoff = self._now_ms() - STARTED_WINDOW_MS
+        self._recorded = {key: ms for key, ms in self._recorded.items() if ms >= cutoff}
+
+    async def _announce(
+        self, config: RelayConfig, profile_id: str, session_id: str, started_at: int
+    ) -> None:
+        """Send one announcement; a permanent refusal counts as done, a retryable one raises."""
+        path = session_path(config.publisher_id, profile_id, session_id, "started")
+        body = started_body(config.publisher_id, profile_id, session_id, started_at)
+        try:
+            await self._put(path, body)
+        except RelayHttpError as error:
+            if error.retryable:
+                raise  # the entry stays unsent, to go again under the same eventId
+            self._rejected(error.status)
+
+    def _now_ms(self) -> int:
+        return math.floor(self._clock() * 1000)
+
+
+def _ms(seconds: float) -> int | None:
+    """Seconds to whole milliseconds; None for a time that is not a finite number."""
+    try:
+        return math.floor(float(seconds) * 1000)
+    except (TypeError, ValueError, OverflowError):
+        return None

@@ -1,0 +1,104 @@
+"""The `[relay]` lines: to the web app's own `log` callable when it passes one, else to logging.
+
+Upstream hands its messages to one callable, and tests and the demo collect them that way; a
+`logging.Logger` under `relay` gives them levels. A traceback cannot travel through a callable
+of lines, so a record that carries one always reaches the logger as well.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+Log = Callable[[str], None]
+T = TypeVar("T")
+
+
+class Reporter:
+    """Sends each line to `log` if given, else to `logger` at its level."""
+
+    def __init__(self, log: Log | None, logger: logging.Logger) -> None:
+        self.log = log
+        self.logger = logger
+
+    def info(self, line: str) -> None:
+        self._emit(logging.INFO, line)
+
+    def warning(self, line: str) -> None:
+        self._emit(logging.WARNING, line)
+
+    def error(self, line: str, *, error: BaseException | None = None) -> None:
+        """An error; with `error`, its traceback too (for a bug, where the cause is the point)."""
+        self._emit(logging.ERROR, line, error)
+
+    def _emit(self, level: int, line: str, error: BaseException | None = None) -> None:
+        if self.log is not None:
+            self.log(line)
+        if self.log is None or error is not None:
+            self.logger.log(level, line, exc_info=error)
+
+
+def cause(error: BaseException) -> str:
+    """`Type: message`, what a line says of an exception it did not expect."""
+    return f"{type(error).__name__}: {error}"
+
+
+class Swallowed:
+    """Host calls a pass survives the failure of: each kind is warned of once, not every pass.
+
+    A kind is healthy again after a pass in which it was called and never failed; its next
+    failure is warned of anew.
+    """
+
+    def __init__(self, report: Reporter) -> None:
+        self._report = report
+        self._failing: set[str] = set()
+        self._failed: set[str] = set()
+        self._succeeded: set[str] = set()
+
+    async def call(
+        self, kind: str, call: Callable[[], Awaitable[T]], fallback: T, consequence: str
+    ) -> T:
+        """`await call()`, or `fallback` when it raises; `consequence` says what that means."""
+        try:
+            result = await call()
+        except Exception as error:  # the host's failure must not sink the pass; it is reported
+            self._failed.add(kind)
+            if kind not in self._failing:
+                self._failing.add(kind)
+                self._report.warning(f"[relay] Host {kind} failed ({cause(error)}); {consequence}")
+            return fallback
+        self._succeeded.add(kind)
+        return result
+
+    def settle(self) -> None:
+        """End of a pass: a failing kind that only succeeded in it is reported as recovered."""
+        for kind in sorted((self._failing & self._succeeded) - self._failed):
+            self._failing.discard(kind)
+            self._report.info(f"[relay] Host {kind} recovered")
+        self._failed.clear()
+        self._succeeded.clear()
+
+
+class Refusals:
+    """The relay's permanent refusals of one kind of request: each is logged, a 404 only once.
+
+    A 404 means a relay older than the request, so every later one would say the same.
+    """
+
+    def __init__(self, report: Reporter, what: str, without_it: str) -> None:
+        self._report = report
+        self._what = what
+        self._without_it = without_it
+        self._unsupported_logged = False
+
+    def __call__(self, status: int) -> None:
+        if status != 404:
+            self._report.warning(f"[relay] Talaria relay rejected a {self._what} (HTTP {status})")
+        elif not self._unsupported_logged:
+            self._unsupported_logged = True
+            self._report.info(
+                f"[relay] Talaria relay does not support {self._what}s (HTTP 404); "
+                f"{self._without_it}"
+            )

@@ -1,0 +1,119 @@
+"""The coalescing loop: changes wake one pass, failures back off, nothing but a stop ends it.
+
+What a pass does is the publisher's; what its failure means is decided here. The relay or the
+store failing (`RelayError`) is expected and gets one line; anything else is a bug and gets its
+traceback. Both back off and try again; only a permanent HTTP answer stops the loop for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from relay.errors import RelayError, RelayHttpError
+from relay.publishing.logs import Reporter, cause
+
+HEARTBEAT_S = 60.0
+
+
+def backoff_delay(failures: int, uniform: Callable[[float, float], float]) -> float:
+    """Seconds to wait after `failures` failures in a row: 5 s doubling, jittered, 300 s cap."""
+    return min(5.0 * 2.0 ** min(failures - 1, 6) * uniform(0.8, 1.2), 300.0)
+
+
+class PassLoop:
+    """Runs `one_pass` when woken (changes coalesce) or on the heartbeat, one pass at a time."""
+
+    def __init__(
+        self,
+        one_pass: Callable[[], Awaitable[None]],
+        *,
+        report: Reporter,
+        uniform: Callable[[float, float], float],
+    ) -> None:
+        self._one_pass = one_pass
+        self._report = report
+        self._uniform = uniform
+        self._failures = 0
+        self._dirty = False
+        self.stopped = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._passing = asyncio.Lock()
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None
+
+    def start(self) -> None:
+        """Run passes in the background until `stop()`."""
+        if self._task is None and not self.stopped:
+            self._task = asyncio.create_task(self._run(), name="talaria-relay-publisher")
+
+    async def stop(self) -> None:
+        self.stopped = True
+        self._wake.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    def changed(self) -> None:
+        """Something to publish: wake the loop (changes coalesce into one pass)."""
+        self._dirty = True
+        self._wake.set()
+
+    async def run_once(self) -> float | None:
+        """One pass, now; the seconds to back off for after a failure, else None."""
+        async with self._passing:
+            try:
+                await self._one_pass()
+            except RelayHttpError as error:
+                if error.retryable:
+                    return self._failed(error)
+                self._report.error(
+                    f"[relay] Talaria relay publisher stopped after permanent HTTP {error.status}"
+                )
+                self.stopped = True
+                return None
+            except RelayError as error:  # the relay or the store: expected, one line
+                return self._failed(error)
+            except Exception as error:  # a bug: its traceback, and the loop goes on
+                return self._failed(error, bug=True)
+            if self._failures:
+                self._report.info("[relay] Talaria relay snapshot recovered")
+            self._failures = 0
+            return None
+
+    def _failed(self, error: Exception, *, bug: bool = False) -> float:
+        self._failures += 1
+        delay = backoff_delay(self._failures, self._uniform)
+        state = "failed" if self._failures == 1 else "still failing"
+        reason = cause(error) if bug else str(error)
+        line = f"[relay] Talaria relay snapshot {state} ({reason}); retrying in {delay:.1f}s"
+        if bug:
+            self._report.error(line, error=error)
+        else:
+            self._report.warning(line)
+        return delay
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), seconds)
+        self._wake.clear()
+
+    async def _run(self) -> None:
+        while not self.stopped:
+            if not self._dirty:
+                await self._sleep(HEARTBEAT_S)
+            if self.stopped:
+                return
+            # A change from here on wakes the next sleep; one from before is in this pass.
+            self._wake.clear()
+            self._dirty = False
+            delay = await self.run_once()
+            if delay is not None:
+                await self._sleep(delay)
+                if not self.stopped:
+                    self._dirty = True

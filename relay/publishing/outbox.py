@@ -1,0 +1,98 @@
+"""Viewed acknowledgements and the deleted-session outbox (Talaria Web 1.20 semantics).
+
+A view is sent after the snapshot that carries its session's outcome. A deleted session's view
+is persisted in the store, bound once to one relay scope, and removed only by the relay's ack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from relay.errors import RelayHttpError
+from relay.host import Host
+from relay.protocol import session_path, viewed_body
+from relay.publishing import Publishes, Put
+from relay.publishing.logs import Refusals, Reporter
+from relay.store import DeletedScope, DeletedView, ProfileGrant, RelayConfig, RelayStore
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """A viewed (or deleted) session to acknowledge after the snapshot that carries its outcome."""
+
+    profile: str | None
+    through: int
+    deleted: DeletedView | None = None
+
+
+def scope(config: RelayConfig, grant: ProfileGrant) -> DeletedScope:
+    """The relay scope a grant of `config` publishes to."""
+    return DeletedScope(config.url, config.publisher_id, grant.profile_id)
+
+
+class Outbox:
+    """Queued views in memory, deleted ones in the store; each sent once the relay can take it."""
+
+    def __init__(
+        self, store: RelayStore, host: Host, put: Put, publishes: Publishes, report: Reporter
+    ) -> None:
+        self._store = store
+        self._host = host
+        self._put = put
+        self._publishes = publishes
+        self.views: dict[str, View] = {}
+        self._rejected = Refusals(
+            report, "viewed acknowledgement", "Live Activities clear only from the app"
+        )
+
+    async def ready(self, config: RelayConfig) -> list[tuple[str, View]]:
+        """What a pass sends after its snapshot: the queued views, then the deleted outbox."""
+        ready = list(self.views.items())
+        deleted = await self._deleted(config)
+        return ready + [(v.session_id, View(v.profile, v.through, v)) for v in deleted]
+
+    async def _deleted(self, config: RelayConfig) -> list[DeletedView]:
+        """The outbox, bound once to this registration's scope, minus sessions that still exist."""
+        views = await self._store.pending_deleted()
+        bound = 0
+        for profile in {view.profile for view in views if view.scope is None}:
+            grant = config.profiles.get(profile)
+            if grant is not None and await self._publishes(profile, grant):
+                bound += await self._store.bind_deleted(
+                    profile, grant.identity, scope(config, grant)
+                )
+        if bound:
+            views = await self._store.pending_deleted()
+        # A staged deletion must not clear a session that survived a failed removal.
+        return [view for view in views if not await self._host.session_exists(view.session_id)]
+
+    async def flush(self, config: RelayConfig, ready: list[tuple[str, View]]) -> None:
+        """Send the views queued before the snapshot just published."""
+        for sid, view in ready:
+            if view.deleted and await self._host.session_exists(sid):
+                continue
+            answered = False
+            for profile, grant in config.profiles.items():
+                if not self._host.profiles_match(view.profile, profile):
+                    continue
+                if not await self._publishes(profile, grant):
+                    continue
+                if view.deleted and (
+                    view.deleted.identity != grant.identity
+                    or view.deleted.scope != scope(config, grant)
+                ):
+                    continue
+                path = session_path(config.publisher_id, grant.profile_id, sid, "viewed")
+                try:
+                    await self._put(path, viewed_body(view.through))
+                except RelayHttpError as error:
+                    if error.retryable:
+                        raise
+                    self._rejected(error.status)
+                answered = True
+            if view.deleted:
+                # A permanent refusal is final too: resending it every pass would never end.
+                if answered:
+                    await self._store.ack_deleted(view.deleted.id, view.through)
+            elif self.views.get(sid) is view:
+                del self.views[sid]
