@@ -7,7 +7,7 @@ service validates the result with a real publish before it swaps publishers (`co
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import ipaddress
 import uuid
 from collections.abc import Awaitable, Callable
@@ -66,18 +66,18 @@ class Pairing:
         self._allow_insecure_loopback = allow_insecure_loopback
         self._client = client
         self._configure = configure
-        self._lock = asyncio.Lock()
 
     async def pair(self, body: object, profile: str, *, operator: bool = True) -> dict[str, Any]:
         """Register the server, or enroll another profile.
 
-        Serialised, so concurrent enrollments keep both mappings.
+        Nothing is locked while the relay is asked: saves are compare-and-set on the stored
+        registration, so enrollments racing here or on other replicas keep every mapping, and of
+        registrations racing only one wins.
         """
         if type(profile) is not str:
             raise InvalidInputError("profile must be a string")
         checks.flag("operator", operator)
-        async with self._lock:
-            return await self._pair(body, profile, operator)
+        return await self._pair(body, profile, operator)
 
     async def _pair(self, body: object, raw_profile: str, operator: bool) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -242,6 +242,9 @@ class Pairing:
         try:
             await self.store.save_config(config, expected_generation=0)
         except StaleConfigError as error:
+            # The winner's registration stands; ours would leave a key nothing names.
+            with contextlib.suppress(RelayError):
+                await self.store.delete_key(key_ref)
             raise RelayPairingError(
                 "Another server process registered this Hermes server meanwhile", 409
             ) from error

@@ -26,14 +26,15 @@ from relay.client import RelayClient
 from relay.errors import CorruptStateError, RelayHttpError, RelayPairingError
 from relay.host import ActiveRun, Host, SessionMeta
 from relay.presence import Presence
-from relay.protocol import RelayState, snapshot_body, snapshot_path
+from relay.protocol import TERMINAL_RETENTION_S, RelayState, snapshot_body, snapshot_path
 from relay.publishing import states
 from relay.publishing.announcements import Announcements
+from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
 from relay.publishing.logs import Log, Reporter, Swallowed
 from relay.publishing.loop import PassLoop
 from relay.publishing.outbox import Outbox, View
-from relay.publishing.states import SessionRun, Terminal
-from relay.store import ProfileGrant, RelayConfig, RelayStore
+from relay.publishing.states import Terminal
+from relay.store import ProfileGrant, RelayConfig, RelayStore, RunState
 
 logger = logging.getLogger("relay.publisher")
 
@@ -63,6 +64,8 @@ class RelayPublisher:
         uniform: Callable[[float, float], float] = random.uniform,
         new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         background: bool = True,
+        lease_s: float = DEFAULT_LEASE_S,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
     ) -> None:
         self.config = config
         self._store = store
@@ -79,18 +82,28 @@ class RelayPublisher:
         self._alert_eligibility = True
         self._identities: dict[str, str | None] | None = None
         self._swallowed = Swallowed(self._report)
-        self._loop = PassLoop(self._pass, report=self._report, uniform=uniform)
-        self._outbox = Outbox(store, host, self._put, self._publishes, self._report)
-        # Who claims started announcements: shared by a service's publishers, so a swap keeps them.
+        # The owner names this replica's claims and runs: shared by a service's publishers, so a
+        # swap keeps them.
+        self._leases = Leases(owner, math.ceil(lease_s * 1000), clock)
+        self._loop = PassLoop(
+            self._pass,
+            report=self._report,
+            uniform=uniform,
+            poll=self._keep_alive,
+            poll_s=self._leases.poll_s,
+            heartbeat_s=heartbeat_s,
+        )
+        self._outbox = Outbox(store, host, self._put, self._publishes, self._report, self._leases)
         self._announcements = Announcements(
             store,
             host,
             self._put,
-            owner=owner,
-            clock=clock,
+            leases=self._leases,
             swallowed=self._swallowed,
             report=self._report,
         )
+        # The rows this replica publishes, read once a pass.
+        self._owned: list[RunState] | None = None
 
     @property
     def views(self) -> dict[str, View]:
@@ -125,6 +138,10 @@ class RelayPublisher:
         """Something to publish: wake the loop (changes coalesce into one pass)."""
         self._loop.changed()
 
+    async def flush(self) -> None:
+        """Return once a pass that began after this call has finished (failed or not)."""
+        await self._loop.flush()
+
     def note_terminal(self, run: ActiveRun, phase: str) -> None:
         sid = run.session_id.strip()
         if not sid:
@@ -150,24 +167,28 @@ class RelayPublisher:
         self._identities = {}
         try:
             ready = await self._outbox.ready(self.config)
+            self._owned = await self._sync_runs()
             await self.publish_snapshot(isolate_permanent=True)
             await self._outbox.flush(self.config, ready)
             await self.publish_started()
         finally:
             self._identities = None
+            self._owned = None
             self._swallowed.settle()
 
-    async def _follow_registration(self) -> None:
-        """Adopt a registration another replica saved (a new key or profile) before publishing."""
+    async def _follow_registration(self) -> bool:
+        """Adopt a registration another replica saved (a new key or profile); whether one was."""
         latest = await self._store.load_config()
         # Another relay is another registration: the service swaps publishers for that.
         if (
-            latest is not None
-            and latest.generation != self.config.generation
-            and latest.url == self.config.url
+            latest is None
+            or latest.generation == self.config.generation
+            or latest.url != self.config.url
         ):
-            self._key = load_key(await self._store.load_key(latest.key_ref))
-            self.config = latest
+            return False
+        self._key = load_key(await self._store.load_key(latest.key_ref))
+        self.config = latest
+        return True
 
     # ── snapshots ─────────────────────────────────────────────────────────────
 
@@ -226,19 +247,37 @@ class RelayPublisher:
         await self._put(snapshot_path(self.config.publisher_id, profile_id), body)
 
     async def build_states(self, profile: str) -> list[RelayState]:
-        """One row per session of `profile` with a live or recently finished run."""
+        """One row per session of `profile` whose newest turn this replica publishes."""
+        owned = self._owned if self._owned is not None else await self._sync_runs()
+        rows = [run for run in owned if self._host.profiles_match(run.profile, profile)]
+        eligible = not await self._presence.active(profile) if self._alert_eligibility else True
+        now_ms = self._leases.now_ms()
+        planned = states.drafts(rows, now_ms)
+        revisions = await self._store.allocate_revisions(len(planned), now_ms)
+        return states.states(planned, revisions, eligible=eligible)
+
+    async def _sync_runs(self) -> list[RunState]:
+        """Tell the others what this replica hosts; the rows it publishes (its own, taken over)."""
         now = self._clock()
         self.terminal = states.retained(self.terminal, now)
-        rows = states.session_runs(await self._host.active_runs(), self.terminal)
-        eligible = not await self._presence.active(profile) if self._alert_eligibility else True
-        shown: list[tuple[SessionRun, SessionMeta]] = []
-        for row in rows:
+        hosted = []
+        for row in states.session_runs(await self._host.active_runs(), self.terminal):
             meta = await self._meta(row.session_id)
-            if meta is not None and self._host.profiles_match(meta.profile, profile):
-                shown.append((row, meta))
-        planned = states.drafts(shown, now)
-        revisions = await self._store.allocate_revisions(len(planned), math.floor(now * 1000))
-        return states.states(planned, revisions, eligible=eligible)
+            if meta is not None and (run := states.run_state(row, meta, self._leases.owner, now)):
+                hosted.append(run)
+        return await self._store.sync_runs(
+            self._leases.owner,
+            hosted,
+            self._leases.now_ms(),
+            lease_ms=self._leases.lease_ms,
+            retention_ms=TERMINAL_RETENTION_S * 1000,
+        )
+
+    async def _keep_alive(self) -> float | None:
+        """Renew this replica's runs; seconds until another replica's lease ends, if one does."""
+        now_ms = self._leases.now_ms()
+        ends = await self._store.keep_alive(self._leases.owner, now_ms, self._leases.lease_ms)
+        return None if ends is None else max(ends - now_ms, 0) / 1000
 
     async def _meta(self, session_id: str) -> SessionMeta | None:
         # One unreadable session must not sink the snapshot.
@@ -283,4 +322,10 @@ class RelayPublisher:
     async def _put(self, path: str, body: bytes) -> None:
         if self._key is None:
             raise RuntimeError("RelayPublisher.initialize() was not awaited")
-        await self._client.put(path, body, key=self._key, key_id=self.config.key_id)
+        try:
+            await self._client.put(path, body, key=self._key, key_id=self.config.key_id)
+        except RelayHttpError as error:
+            # Another replica may have re-registered: the old key's 401 is no reason to stop.
+            if error.status != 401 or not await self._follow_registration():
+                raise
+            await self._client.put(path, body, key=self._key, key_id=self.config.key_id)

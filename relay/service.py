@@ -11,17 +11,19 @@ import os
 import time
 import uuid
 from collections.abc import Callable
+from math import isfinite
 from typing import Any
 
 import httpx
 
 from relay.client import RelayClient
-from relay.errors import RelayError, RelayPairingError, StoreUnavailableError
+from relay.errors import InvalidInputError, RelayError, RelayPairingError, StoreUnavailableError
 from relay.host import Host
 from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
 from relay.publisher import RelayPublisher
+from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S
 from relay.publishing.logs import Log, Reporter
 from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 
@@ -46,8 +48,13 @@ class RelayService:
         http: httpx.AsyncClient | None = None,
         clock: Callable[[], float] = time.time,
         log: Log | None = None,
+        owner: str | None = None,
+        lease_s: float = DEFAULT_LEASE_S,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
         publisher_options: dict[str, Any] | None = None,
     ) -> None:
+        """`owner` names this replica in the store (a fresh id by default); `lease_s` is how long
+        its claims and runs outlive it; `heartbeat_s` how often it republishes when idle."""
         self.store = store
         self.host = host
         self.presence = Presence(store, clock)
@@ -55,9 +62,17 @@ class RelayService:
         self._clock = clock
         self._log = log
         self._report = Reporter(log, logger)
-        self._publisher_options = publisher_options or {}
-        # One claimant for started announcements across this service's publishers.
-        self._owner = uuid.uuid4().hex
+        if not isfinite(lease_s) or not 1 <= lease_s <= 3600:
+            raise InvalidInputError("lease_s must be a number of seconds in 1..3600")
+        if not isfinite(heartbeat_s) or not 1 <= heartbeat_s <= 3600:
+            raise InvalidInputError("heartbeat_s must be a number of seconds in 1..3600")
+        self._publisher_options = {
+            "lease_s": lease_s,
+            "heartbeat_s": heartbeat_s,
+            **(publisher_options or {}),
+        }
+        # One owner of claims and runs across this service's publishers.
+        self.owner = uuid.uuid4().hex if owner is None else checks.text("owner", owner, 64)
         self._publisher: RelayPublisher | None = None
         self._candidate: RelayPublisher | None = None
         self._clients: dict[str, RelayClient] = {}
@@ -104,6 +119,11 @@ class RelayService:
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
+
+    async def flush(self) -> None:
+        """Return once a publishing pass that began after this call has finished."""
+        if self._publisher is not None:
+            await self._publisher.flush()
 
     def changed(self) -> None:
         """The web app's session list changed."""
@@ -225,7 +245,7 @@ class RelayService:
             host=self.host,
             client=self._client(config.url),
             presence=self.presence,
-            owner=self._owner,
+            owner=self.owner,
             clock=self._clock,
             log=self._log,
             **self._publisher_options,

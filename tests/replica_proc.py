@@ -47,6 +47,8 @@ async def handle(service: RelayService, host: MemoryHost, command: dict[str, Any
         return await service.start()
     elif op == "flush":
         await service.flush()
+    elif op == "changed":
+        service.changed()
     else:
         raise ValueError(f"unknown op {op!r}")
     return None

@@ -30,7 +30,8 @@ class Replica:
 
     async def call(self, op: str, **fields: Any) -> Any:
         """Send one command and wait for its answer; an error there fails the test here."""
-        assert self.process.stdin is not None and self.process.stdout is not None
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
         async with self.lock:
             self.process.stdin.write(json.dumps({"op": op, **fields}).encode() + b"\n")
             await self.process.stdin.drain()
@@ -112,12 +113,9 @@ async def cluster(
         replicas: list[Replica] = []
         try:
             for n in range(count):
-                replicas.append(
-                    await spawn(
-                        store_url, relay_url, f"replica-{n}", lease_s=lease_s,
-                        heartbeat_s=heartbeat_s,
-                    )  # fmt: skip
-                )
+                name = f"replica-{n}"
+                options = {"lease_s": lease_s, "heartbeat_s": heartbeat_s}
+                replicas.append(await spawn(store_url, relay_url, name, **options))
             yield Cluster(relay, relay_url, store_url, replicas)
         finally:
             await asyncio.gather(*(r.stop() for r in replicas))

@@ -22,13 +22,13 @@ from relay.client import RelayClient
 from relay.errors import RelayPairingError, RelayTimeoutError
 from relay.protocol import b64url, compact, snapshot_path
 from relay.publisher import RelayPublisher
-from relay.publishing.announcements import STARTED_LEASE_MS
+from relay.publishing.leases import DEFAULT_LEASE_S
 from relay.store import DeletedView, RelayConfig, RelayStore, StartedEntry
 
 RETRYABLE = (408, 425, 429, 500, 502, 503, 504)
 PERMANENT = (400, 403, 409)
 TRANSPORT_ERRORS = (httpx.ReadTimeout, httpx.ConnectTimeout, httpx.ConnectError)
-PAST_LEASE_S = STARTED_LEASE_MS / 1000 + 1
+PAST_LEASE_S = DEFAULT_LEASE_S + 1
 
 
 def fault(env: Env, wire: Wire, route: str, kind: int | type[httpx.TransportError]) -> None:
@@ -375,6 +375,8 @@ async def test_a_deleted_session_stays_queued_until_the_relay_acknowledges_it(
         assert await env.publish() == 5.0
         await assert_intact(store, before)
 
+        # A restarted process is a new owner: the deletion is its own once the old claim ends.
+        env.clock.advance(PAST_LEASE_S)
         async with restarted(env) as publisher:
             wire.fail("viewed", httpx.ConnectError)
             assert await publisher.run_once() == 5.0

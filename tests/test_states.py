@@ -6,6 +6,7 @@ plain mapping and revisions counted from 1.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from relay.host import ActiveRun, SessionMeta
@@ -40,8 +41,13 @@ def build(
     eligible: bool = True,
 ) -> list[RelayState]:
     rows = states.session_runs(runs, states.retained(terminal or {}, now))
-    shown = [(row, metas[row.session_id]) for row in rows if row.session_id in metas]
-    planned = states.drafts(shown, now)
+    shared = [
+        run
+        for row in rows
+        if row.session_id in metas
+        and (run := states.run_state(row, metas[row.session_id], "replica", now))
+    ]
+    planned = states.drafts(shared, math.floor(now * 1000))
     return states.states(planned, range(1, len(planned) + 1), eligible=eligible)
 
 
@@ -77,6 +83,13 @@ def test_waiting_phases_and_starting() -> None:
         "s": "starting",
         "both": "waiting_for_approval",
     }
+
+
+def test_a_finished_turn_beats_its_own_live_copy() -> None:
+    """Until the app tears a finished run down, the run is live and finished: finished wins."""
+    live = run("s1")
+    (state,) = build([live], {"s1": meta()}, {"s1": Terminal(live, "cancelled", NOW - 1)})
+    assert (state.phase, state.updated_at) == ("cancelled", NOW_MS - 1000)
 
 
 def test_the_newest_run_of_a_session_wins_and_hides_its_terminal_one() -> None:

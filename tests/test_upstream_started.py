@@ -1,7 +1,7 @@
 """Session-started announcements: `relay-started.test.ts` (spec §6.2, §4.7) on every backend.
 
 The port keeps the started ledger in the store and lets many replicas drain it: each pass claims
-unsent entries for `STARTED_LEASE_MS` under the service's claim owner. A retryable failure leaves
+unsent entries for `DEFAULT_LEASE_S` under the service's claim owner. A retryable failure leaves
 the claim in place, so a restarted service (a new owner) resends only once that lease has ended;
 the tests move the clock past it where upstream simply restarts.
 """
@@ -24,11 +24,11 @@ from harness import PUBLISHER_ID, RELAY_URL, START, Env, relay_env, restarted
 from relay.client import RelayClient
 from relay.host import AgentSessionRow
 from relay.protocol import b64url, compact
-from relay.publishing.announcements import STARTED_LEASE_MS
+from relay.publishing.leases import DEFAULT_LEASE_S
 from relay.store import ProfileGrant, RelayConfig, RelayStore, StartedEntry
 
 ENCODED_PUBLISHER = "https%3A%2F%2Fhermes.example"
-PAST_LEASE_S = STARTED_LEASE_MS / 1000 + 1
+PAST_LEASE_S = DEFAULT_LEASE_S + 1
 
 
 async def ledger(store: RelayStore, scope: str) -> dict[str, StartedEntry]:

@@ -7,19 +7,18 @@ so a session is announced once, oldest first, to its own profile's scope.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import partial
 
 from relay.errors import RelayHttpError
 from relay.host import AgentSessionRow, Host, IndexRow
 from relay.protocol import STARTED_WINDOW_MS, session_path, started_body
 from relay.publishing import Put
+from relay.publishing.leases import Leases
 from relay.publishing.logs import Refusals, Reporter, Swallowed
 from relay.store import ProfileGrant, RelayConfig, RelayStore
 
-# Announcements are claimed a few at a time, for long enough to send them all at the client timeout.
+# Announcements are claimed a few at a time; a claim is renewed while its batch is still going out.
 STARTED_BATCH = 16
-STARTED_LEASE_MS = (STARTED_BATCH * 10 + 30) * 1000
 
 
 class Announcements:
@@ -31,16 +30,14 @@ class Announcements:
         host: Host,
         put: Put,
         *,
-        owner: str,
-        clock: Callable[[], float],
+        leases: Leases,
         swallowed: Swallowed,
         report: Reporter,
     ) -> None:
         self._store = store
         self._host = host
         self._put = put
-        self._owner = owner
-        self._clock = clock
+        self._leases = leases
         self._swallowed = swallowed
         self._rejected = Refusals(
             report, "session-started event", "devices refresh on their own schedule"
@@ -62,13 +59,17 @@ class Announcements:
         costs O(profiles + S / STARTED_BATCH) transactions.
         """
         await self._observe(config, publishing)
+        leases = self._leases
         for _, grant in publishing:
             while entries := await self._store.claim_started(
-                grant.profile_id, self._owner, self._now_ms(), STARTED_LEASE_MS, STARTED_BATCH
+                grant.profile_id, leases.owner, leases.now_ms(), leases.lease_ms, STARTED_BATCH
             ):
+                until = leases.until()
                 done: list[str] = []
                 try:
                     for entry in entries:
+                        if done and leases.expiring(until):
+                            break  # claim the rest again before the lease can lapse mid-send
                         await self._announce(
                             config, grant.profile_id, entry.session_id, entry.started_at
                         )
@@ -132,7 +133,7 @@ class Announcements:
             self._rejected(error.status)
 
     def _now_ms(self) -> int:
-        return math.floor(self._clock() * 1000)
+        return self._leases.now_ms()
 
 
 def _ms(seconds: float) -> int | None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Awaitable, Callable
 
 from relay.errors import RelayError, RelayHttpError
+from relay.publishing.leases import DEFAULT_HEARTBEAT_S
 from relay.publishing.logs import Reporter, cause
 
-HEARTBEAT_S = 60.0
+# Seconds from now until another replica's lease ends (a pass may take its work over), or None.
+Poll = Callable[[], Awaitable[float | None]]
 
 
 def backoff_delay(failures: int, uniform: Callable[[float, float], float]) -> float:
@@ -31,10 +34,19 @@ class PassLoop:
         *,
         report: Reporter,
         uniform: Callable[[float, float], float],
+        poll: Poll | None = None,
+        poll_s: float = math.inf,
+        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
     ) -> None:
         self._one_pass = one_pass
         self._report = report
         self._uniform = uniform
+        self._poll = poll
+        self._poll_s = poll_s
+        self._heartbeat_s = heartbeat_s
+        self._begun = 0
+        self._finished = 0
+        self._progress = asyncio.Condition()
         self._failures = 0
         self._dirty = False
         self.stopped = False
@@ -54,6 +66,8 @@ class PassLoop:
     async def stop(self) -> None:
         self.stopped = True
         self._wake.set()
+        async with self._progress:
+            self._progress.notify_all()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -64,27 +78,47 @@ class PassLoop:
         self._dirty = True
         self._wake.set()
 
+    async def flush(self) -> None:
+        """Return once a pass that began after this call has finished (failed or not)."""
+        if self._task is None or self.stopped:
+            if not self.stopped:
+                await self.run_once()
+            return
+        target = self._begun + 1
+        self.changed()
+        async with self._progress:
+            await self._progress.wait_for(lambda: self._finished >= target or self.stopped)
+
     async def run_once(self) -> float | None:
         """One pass, now; the seconds to back off for after a failure, else None."""
         async with self._passing:
+            self._begun += 1
             try:
-                await self._one_pass()
-            except RelayHttpError as error:
-                if error.retryable:
-                    return self._failed(error)
-                self._report.error(
-                    f"[relay] Talaria relay publisher stopped after permanent HTTP {error.status}"
-                )
-                self.stopped = True
-                return None
-            except RelayError as error:  # the relay or the store: expected, one line
+                return await self._attempt()
+            finally:
+                self._finished += 1
+                async with self._progress:
+                    self._progress.notify_all()
+
+    async def _attempt(self) -> float | None:
+        try:
+            await self._one_pass()
+        except RelayHttpError as error:
+            if error.retryable:
                 return self._failed(error)
-            except Exception as error:  # a bug: its traceback, and the loop goes on
-                return self._failed(error, bug=True)
-            if self._failures:
-                self._report.info("[relay] Talaria relay snapshot recovered")
-            self._failures = 0
+            self._report.error(
+                f"[relay] Talaria relay publisher stopped after permanent HTTP {error.status}"
+            )
+            self.stopped = True
             return None
+        except RelayError as error:  # the relay or the store: expected, one line
+            return self._failed(error)
+        except Exception as error:  # a bug: its traceback, and the loop goes on
+            return self._failed(error, bug=True)
+        if self._failures:
+            self._report.info("[relay] Talaria relay snapshot recovered")
+        self._failures = 0
+        return None
 
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
         self._failures += 1
@@ -103,10 +137,37 @@ class PassLoop:
             await asyncio.wait_for(self._wake.wait(), seconds)
         self._wake.clear()
 
+    async def _idle(self) -> None:
+        """Wait for a change, the heartbeat, or the end of a lease another replica holds.
+
+        Meanwhile every `poll_s` the replica renews its own leases and learns when the next
+        lease of another one ends, so a dead replica's work is taken over as soon as it may.
+        """
+        clock = asyncio.get_running_loop().time
+        beat_at = clock() + self._heartbeat_s
+        takeover_at = math.inf
+        while not self._dirty and not self.stopped:
+            now = clock()
+            if now >= min(beat_at, takeover_at):
+                return
+            await self._sleep(min(beat_at, takeover_at, now + self._poll_s) - now)
+            if self._poll is None or self._dirty or clock() >= min(beat_at, takeover_at):
+                continue
+            try:
+                due = await self._poll()
+            except RelayError:
+                continue  # the store is down: the heartbeat's pass reports it
+            except Exception as error:
+                self._report.error(
+                    f"[relay] Talaria relay lease renewal failed ({cause(error)})", error=error
+                )
+                continue
+            takeover_at = math.inf if due is None else clock() + due
+
     async def _run(self) -> None:
         while not self.stopped:
             if not self._dirty:
-                await self._sleep(HEARTBEAT_S)
+                await self._idle()
             if self.stopped:
                 return
             # A change from here on wakes the next sleep; one from before is in this pass.

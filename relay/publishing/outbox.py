@@ -12,6 +12,7 @@ from relay.errors import RelayHttpError
 from relay.host import Host
 from relay.protocol import session_path, viewed_body
 from relay.publishing import Publishes, Put
+from relay.publishing.leases import Leases
 from relay.publishing.logs import Refusals, Reporter
 from relay.store import DeletedScope, DeletedView, ProfileGrant, RelayConfig, RelayStore
 
@@ -34,9 +35,19 @@ class Outbox:
     """Queued views in memory, deleted ones in the store; each sent once the relay can take it."""
 
     def __init__(
-        self, store: RelayStore, host: Host, put: Put, publishes: Publishes, report: Reporter
+        self,
+        store: RelayStore,
+        host: Host,
+        put: Put,
+        publishes: Publishes,
+        report: Reporter,
+        leases: Leases,
     ) -> None:
         self._store = store
+        self._leases = leases
+        # The deletions this replica holds claims on, and until when.
+        self._claimed: set[str] = set()
+        self._until = 0
         self._host = host
         self._put = put
         self._publishes = publishes
@@ -51,9 +62,25 @@ class Outbox:
         deleted = await self._deleted(config)
         return ready + [(v.session_id, View(v.profile, v.through, v)) for v in deleted]
 
+    async def _claim(self) -> list[DeletedView]:
+        """Claim what no other replica is delivering (and renew what this one is)."""
+        leases = self._leases
+        self._until = leases.until()
+        views = await self._store.claim_deleted(leases.owner, leases.now_ms(), leases.lease_ms)
+        self._claimed = {view.id for view in views}
+        return views
+
+    async def _still_claimed(self, view: DeletedView) -> bool:
+        if self._leases.expiring(self._until):
+            await self._claim()
+        return view.id in self._claimed
+
     async def _deleted(self, config: RelayConfig) -> list[DeletedView]:
-        """The outbox, bound once to this registration's scope, minus sessions that still exist."""
-        views = await self._store.pending_deleted()
+        """The outbox, bound once to this registration's scope, minus sessions that still exist.
+
+        Only deletions this replica claimed: another replica's are delivered by it, once.
+        """
+        views = await self._claim()
         bound = 0
         for profile in {view.profile for view in views if view.scope is None}:
             grant = config.profiles.get(profile)
@@ -62,14 +89,16 @@ class Outbox:
                     profile, grant.identity, scope(config, grant)
                 )
         if bound:
-            views = await self._store.pending_deleted()
+            views = await self._claim()
         # A staged deletion must not clear a session that survived a failed removal.
         return [view for view in views if not await self._host.session_exists(view.session_id)]
 
     async def flush(self, config: RelayConfig, ready: list[tuple[str, View]]) -> None:
         """Send the views queued before the snapshot just published."""
         for sid, view in ready:
-            if view.deleted and await self._host.session_exists(sid):
+            if view.deleted and (
+                await self._host.session_exists(sid) or not await self._still_claimed(view.deleted)
+            ):
                 continue
             answered = False
             for profile, grant in config.profiles.items():

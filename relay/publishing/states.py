@@ -1,7 +1,8 @@
 """A profile's snapshot rows, built from records alone: no store, no host, nothing awaited.
 
-The publisher gathers the records (runs, retained terminal runs, session metas, presence,
-revisions); what each row says about them is decided here, so it can be tested without I/O.
+Two steps, each decided here so it can be tested without I/O: the replica hosting a run turns
+its records (the run, its session's meta, its outcome) into the `RunState` every replica shares;
+the replica owning a row turns the rows (with presence and revisions) into snapshot states.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from relay.errors import InvalidInputError
 from relay.host import ActiveRun, SessionMeta
 from relay.protocol import (
     MAX_ID,
@@ -19,6 +21,7 @@ from relay.protocol import (
     RelayState,
     capped_title,
 )
+from relay.store.records import RunState
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,20 +60,22 @@ def retained(terminal: Mapping[str, Terminal], now: float) -> dict[str, Terminal
 
 
 def session_runs(runs: Iterable[ActiveRun], terminal: Mapping[str, Terminal]) -> list[SessionRun]:
-    """One run per session: the newest live one wins, a terminal one only for a session with none.
+    """One run per session: its newest turn, live or finished; a finished turn beats its live copy.
 
     Health-only waiters and runs without a session id publish nothing.
     """
-    latest: dict[str, ActiveRun] = {}
+    latest: dict[str, SessionRun] = {}
     for run in runs:
         sid = run.session_id.strip()
         if run.health_only or not sid:
             continue
-        if sid not in latest or run.started_at > latest[sid].started_at:
-            latest[sid] = run
-    rows = [SessionRun(sid, run) for sid, run in latest.items()]
-    rows += [SessionRun(sid, t.run, t) for sid, t in terminal.items() if sid not in latest]
-    return rows
+        if sid not in latest or run.started_at > latest[sid].run.started_at:
+            latest[sid] = SessionRun(sid, run)
+    for sid, ended in terminal.items():
+        shown = latest.get(sid)
+        if shown is None or ended.run.started_at >= shown.run.started_at:
+            latest[sid] = SessionRun(sid, ended.run, ended)
+    return list(latest.values())
 
 
 def phase_of(row: SessionRun, meta: SessionMeta) -> str:
@@ -85,16 +90,37 @@ def phase_of(row: SessionRun, meta: SessionMeta) -> str:
     return phase
 
 
-def drafts(rows: Iterable[tuple[SessionRun, SessionMeta]], now: float) -> list[Draft]:
-    """The rows of one profile's sessions, most recent first, as many as the relay takes."""
-    built: list[Draft] = []
-    for row, meta in rows:
-        # A finished run keeps the instant it ended, so a viewer of that turn covers it.
-        updated_at = math.floor((row.terminal.terminal_at if row.terminal else now) * 1000)
-        title = capped_title(meta.title if meta.title and meta.title.strip() else None)
-        stream = row.run.stream_id or None
-        if len(row.session_id) <= MAX_ID and (stream is None or len(stream) <= MAX_ID):
-            built.append(Draft(row.session_id, stream, title, phase_of(row, meta), updated_at))
+def run_state(row: SessionRun, meta: SessionMeta, owner: str, now: float) -> RunState | None:
+    """What the replica hosting the run tells the others about it; None if the relay can't show it.
+
+    A finished run keeps the instant it ended, so a viewer of that turn covers it.
+    """
+    title = capped_title(meta.title if meta.title and meta.title.strip() else None)
+    ended = row.terminal.terminal_at if row.terminal else now
+    try:
+        return RunState(
+            row.session_id,
+            row.run.stream_id or None,
+            meta.profile,
+            title,
+            phase_of(row, meta),
+            _ms(row.run.started_at),
+            _ms(ended),
+            owner,
+        )
+    except InvalidInputError:  # an id past the relay's limits, or a time that is no time
+        return None
+
+
+def drafts(runs: Iterable[RunState], now_ms: int) -> list[Draft]:
+    """The rows of one profile's sessions, most recent first, as many as the relay takes.
+
+    A live run is published as of now; a finished one as of when it ended.
+    """
+    built = [
+        Draft(r.session_id, r.stream_id, r.title, r.phase, r.updated_at if r.terminal else now_ms)
+        for r in runs
+    ]
     # The relay takes 500 rows at most: keep the most recent (a stable sort keeps ties in order).
     built.sort(key=lambda draft: -draft.updated_at)
     return built[:MAX_SNAPSHOT_STATES]
@@ -110,3 +136,11 @@ def states(
     ]
     # An eventId over the relay's limit would fail the whole snapshot.
     return [state for state in built if len(state.event_id) <= MAX_ID]
+
+
+def _ms(seconds: float) -> int:
+    """Unix seconds as whole milliseconds; `InvalidInputError` for what is not a time."""
+    try:
+        return math.floor(float(seconds) * 1000)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidInputError("not a time") from None

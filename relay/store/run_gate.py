@@ -65,7 +65,7 @@ class RunGate(RunStates):
     async def _sync_runs(
         self, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
     ) -> list[RunState]:
-        """Save `live`, drop the owner's other live rows, renew, take over, prune; owned rows."""
+        """Replace the owner's live rows by `live`, renew, take over, prune; the owned rows."""
 
     @abstractmethod
     async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None: ...

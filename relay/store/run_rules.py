@@ -38,11 +38,11 @@ def sync(
     runs: Runs, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
 ) -> list[RunState]:
     """What `sync_runs` does, in the order the SQL store does it."""
+    for sid, run in list(runs.items()):
+        if run.owner == owner and not run.terminal:
+            del runs[sid]  # replaced by what the owner hosts now
     for run in live:
         save(runs, replace(run, owner=owner), until)
-    for sid, run in list(runs.items()):
-        if run.owner == owner and not run.terminal and run.lease_until < until:
-            del runs[sid]  # a turn this replica no longer hosts
     renew(runs, owner, until)
     for sid, run in runs.items():
         if run.owner != owner and run.lease_until <= now_ms:

@@ -40,7 +40,7 @@ _RUNS_LOCK = 0x7A1A_2D0C
 class _Sql:
     lock: Compiled | None
     save: Compiled
-    drop_gone: Compiled
+    drop_live: Compiled
     renew: Compiled
     take_over: Compiled
     prune: Compiled
@@ -84,10 +84,9 @@ def _sql(d: Dialect) -> _Sql:
     return _Sql(
         lock=d.compile(select(func.pg_advisory_xact_lock(_RUNS_LOCK))) if d.postgres else None,
         save=d.compile(save),
-        # This pass's saves set `until`; an owned live row without it is a turn that is gone.
-        drop_gone=d.compile(
-            delete(t.runs).where(r.owner == owner, not_(terminal), r.lease_until < until)
-        ),
+        # The owner's live rows are replaced by what it hosts now: a turn it no longer lists is
+        # gone (as upstream, no longer published), and a live row costs a replica only its own.
+        drop_live=d.compile(delete(t.runs).where(r.owner == owner, not_(terminal))),
         renew=d.compile(
             update(t.runs).where(r.owner == owner, r.lease_until < until).values(lease_until=until)
         ),
@@ -154,9 +153,9 @@ class RunsSql(SqlPart):
         async def body(tx: Tx) -> list[Row]:
             if q.lock is not None:
                 await tx.rows(q.lock)
+            await tx.run(q.drop_live, mine)
             if live:
                 await tx.many(q.save, [columns(run, owner, until) for run in live])
-            await tx.run(q.drop_gone, mine)
             await tx.run(q.renew, mine)
             await tx.run(q.take_over, mine)
             await tx.run(q.prune, {"cutoff": cutoff})

@@ -1,0 +1,42 @@
+"""How long a replica's claims and runs stay its own, and when it renews them.
+
+A claim (an announcement or a deletion being delivered) and a run row are leased to one replica.
+While it lives it renews them; when it dies, another takes them over once the lease has ended.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from relay.protocol import REQUEST_TIMEOUT_S
+
+DEFAULT_LEASE_S = 20.0
+DEFAULT_HEARTBEAT_S = 60.0
+# A claim is renewed before a send that could outlast it: one request takes this long at most.
+_SEND_MS = math.ceil(REQUEST_TIMEOUT_S * 1000) + 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Leases:
+    """One replica's leases: who holds them, for how long, by which clock (Unix seconds)."""
+
+    owner: str
+    lease_ms: int
+    clock: Callable[[], float]
+
+    def now_ms(self) -> int:
+        return math.floor(self.clock() * 1000)
+
+    def until(self) -> int:
+        return self.now_ms() + self.lease_ms
+
+    def expiring(self, until: int) -> bool:
+        """Whether a claim held until `until` may end during the next request."""
+        return self.now_ms() + min(_SEND_MS, self.lease_ms // 2) > until
+
+    @property
+    def poll_s(self) -> float:
+        """How often an idle replica renews its runs and looks for leases about to end."""
+        return self.lease_ms / 4000

@@ -1,0 +1,176 @@
+"""Replicas as real processes on one Postgres, behind no sticky sessions, with one dev relay.
+
+Each test drives three replica processes (`tests/replica_proc.py`) through their public API and
+judges only what the relay received: the row of each session, the stale revisions it ignored,
+the events and acknowledgements it took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from replicas import Cluster, cluster
+
+pytestmark = pytest.mark.parametrize(
+    "backend", [pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+
+START = 1_800_000_000.0
+
+
+async def until(condition: Callable[[], bool], within: float, step: float = 0.05) -> float:
+    """Seconds it took `condition` to hold; fails after `within` seconds."""
+    began = time.monotonic()
+    while not condition():
+        if time.monotonic() - began > within:
+            raise AssertionError(f"not within {within}s")
+        await asyncio.sleep(step)
+    return time.monotonic() - began
+
+
+def rows_of(group: Cluster, session: str) -> list[dict[str, object]]:
+    return [row for row in group.grant_rows() if row["sessionId"] == session]
+
+
+def history(group: Cluster, session: str) -> list[tuple[str | None, str]]:
+    """Each (stream, phase) the session's row went through, republications folded."""
+    seen: list[tuple[str | None, str]] = []
+    for grant in group.relay._grants.values():
+        for sid, stream, phase in grant.history:
+            if sid == session and (not seen or seen[-1] != (stream, phase)):
+                seen.append((stream, phase))
+    return seen
+
+
+async def test_a_sessions_row_follows_its_newest_turn_wherever_it_runs(store_url: str) -> None:
+    """Turns of two sessions hand off between three replicas every step while all of them
+    publish in the background: the relay's row is always the newest turn, never an older one,
+    and the relay never receives a stale revision."""
+    async with cluster(store_url, 3, heartbeat_s=1.0) as group:
+        await group.pair()
+        sessions = ("alpha", "beta")
+        for sid in sessions:
+            await group.everywhere("session", id=sid, created_at=START)
+        turns = 12
+        for turn in range(turns):
+            for offset, sid in enumerate(sessions):
+                host = group.replicas[(turn + offset) % 3]
+                stream = f"{sid}-{turn:02d}"
+                await host.call("start", session=sid, stream=stream, at=START + turn)
+                await group.everywhere("flush")
+                assert [r["streamId"] for r in rows_of(group, sid)] == [stream]
+                assert rows_of(group, sid)[0]["phase"] == "running"
+                await host.call("end", stream=stream, phase="completed")
+                await group.everywhere("flush")
+                assert [(r["streamId"], r["phase"]) for r in rows_of(group, sid)] == [
+                    (stream, "completed")
+                ]
+        await asyncio.sleep(1.5)  # background heartbeats of every replica
+        await group.everywhere("flush")
+        assert group.stale() == 0
+        for sid in sessions:
+            streams = [stream or "" for stream, _ in history(group, sid)]
+            assert streams == sorted(streams), f"{sid} went back to an older turn"
+            assert streams[-1] == f"{sid}-{turns - 1:02d}"
+
+
+async def test_a_dead_replicas_running_turn_ends_failed_once(store_url: str) -> None:
+    """kill -9 of the replica hosting a turn: within the lease the turn ends as `failed` on the
+    relay, once, and stays that way."""
+    lease_s = 2.0
+    async with cluster(store_url, 3, lease_s=lease_s) as group:
+        await group.pair()
+        await group.everywhere("session", id="s1", created_at=START)
+        host = group.replicas[0]
+        await host.call("start", session="s1", stream="t1", at=START)
+        await host.call("flush")
+        assert rows_of(group, "s1")[0]["phase"] == "running"
+        host.kill()
+        took = await until(lambda: rows_of(group, "s1")[0]["phase"] == "failed", 6 * lease_s)
+        assert took <= 3 * lease_s
+        await asyncio.sleep(lease_s)
+        await group.everywhere("flush")
+        assert [phase for _, phase in history(group, "s1")] == ["running", "failed"]
+        assert group.stale() == 0
+
+
+async def test_an_announcement_is_sent_once_and_taken_over_after_a_kill(store_url: str) -> None:
+    """With default settings: a replica killed while announcing leaves the event to another,
+    which sends it under the same eventId within 30 s; every other event goes out once."""
+    async with cluster(store_url, 3) as group:
+        await group.pair()
+        for n in range(3):
+            await group.everywhere("session", id=f"calm-{n}", created_at=time.time())
+        await group.everywhere("flush")
+        await group.everywhere("flush")
+        calm = sorted(e.session_id for e in group.relay.started_events)
+        assert calm == ["calm-0", "calm-1", "calm-2"]
+
+        group.relay.inject("started", 503, delay=10.0)
+        await group.everywhere("session", id="fragile", created_at=time.time())
+        victim = group.replicas[0]
+        await victim.call("changed")
+        await until(lambda: any(r.route == "started" for r in group.relay.requests[-3:]), 10)
+        victim.kill()
+        killed_at = time.monotonic()
+        await until(lambda: any(e.session_id == "fragile" for e in group.relay.started_events), 40)
+        assert time.monotonic() - killed_at <= 30
+        events = [e for e in group.relay.started_events if e.session_id == "fragile"]
+        assert len(events) == 1
+        await group.everywhere("flush")
+        assert sorted(e.session_id for e in group.relay.started_events) == [*calm, "fragile"]
+
+
+async def test_a_deletion_is_delivered_once_and_taken_over_after_a_kill(store_url: str) -> None:
+    """Deletions queued on one replica go out once, whoever delivers them; after a kill -9 of
+    the one delivering, another delivers within 30 s."""
+    async with cluster(store_url, 3) as group:
+        await group.pair()
+        for n in range(4):
+            await group.everywhere("session", id=f"d{n}", created_at=START)
+            await group.replicas[n % 3].call("start", session=f"d{n}", stream=f"t{n}", at=START)
+            await group.replicas[n % 3].call("end", stream=f"t{n}", phase="completed")
+        await group.everywhere("flush")
+        for n in range(4):
+            await group.everywhere("forget", id=f"d{n}")
+            await group.replicas[0].call("delete", session=f"d{n}", profile="default")
+        for _ in range(3):
+            await group.everywhere("flush")
+        acks = sorted(ack.session_id for ack in group.relay.viewed)
+        assert acks == ["d0", "d1", "d2", "d3"]
+
+        group.relay.inject("viewed", 503, delay=10.0)
+        await group.everywhere("forget", id="late")
+        victim = group.replicas[1]
+        await victim.call("delete", session="late", profile="default")
+        await until(lambda: any(r.route == "viewed" for r in group.relay.requests[-3:]), 10)
+        victim.kill()
+        killed_at = time.monotonic()
+        await until(lambda: any(a.session_id == "late" for a in group.relay.viewed), 40)
+        assert time.monotonic() - killed_at <= 30
+        assert sorted(ack.session_id for ack in group.relay.viewed) == [*acks, "late"]
+
+
+async def test_presence_on_one_replica_mutes_another_and_stays_revoked(store_url: str) -> None:
+    """A tab's renewal on replica A mutes alerts in B's snapshot; a stale renewal landing on B
+    cannot revive the tab A revoked."""
+    async with cluster(store_url, 3) as group:
+        await group.pair()
+        a, b, _ = group.replicas
+        await group.everywhere("session", id="s1", created_at=START)
+        await b.call("start", session="s1", stream="t1", at=START)
+        await b.call("flush")
+        assert rows_of(group, "s1")[0].get("alertEligible") in (None, True)
+
+        await a.call("presence", body={"tab_id": "tab-0000001", "active": True, "seq": 1})
+        await b.call("flush")
+        assert rows_of(group, "s1")[0]["alertEligible"] is False
+
+        await a.call("presence", body={"tab_id": "tab-0000001", "active": False, "seq": 3})
+        await b.call("presence", body={"tab_id": "tab-0000001", "active": True, "seq": 2})
+        await b.call("start", session="s1", stream="t2", at=START + 1)
+        await b.call("flush")
+        assert rows_of(group, "s1")[0].get("alertEligible") in (None, True)
