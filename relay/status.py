@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from relay.errors import RelayError
 from relay.publisher import load_key
-from relay.store import RelayStore, StoreTarget, migrate
+from relay.store import RelayStore, RunState, StoreTarget, migrate
 
 
 def fingerprint(pem: str) -> str:
@@ -65,6 +65,12 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
         for scope in await store.started_ledger()
     ]
     leases = await store.presence_leases()
+    claims = [
+        (entry.claimed_by, entry.claimed_until)
+        for scope in await store.started_ledger()
+        for entry in scope.entries
+        if not entry.sent and entry.claimed_by and entry.claimed_until
+    ]
     return {
         "store": {"backend": target.backend, "url": target.display, "schema": schema},
         "registration": registration,
@@ -73,7 +79,31 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
         "started": ledger,
         "deleted_outbox": len(await store.pending_deleted()),
         "presence_leases": sum(lease.active and lease.expires_at > now_ms for lease in leases),
+        "replicas": replicas(await store.run_states(), claims, now_ms),
     }
+
+
+def replicas(
+    runs: list[RunState], claims: list[tuple[str, int]], now_ms: int
+) -> list[dict[str, Any]]:
+    """Each replica the store has heard of lately: its owner id, what it holds, whether it lives.
+
+    A replica is alive while it renews its leases; one that is not is taken over.
+    """
+    held: dict[str, dict[str, Any]] = {}
+
+    def entry(owner: str, until: int) -> dict[str, Any]:
+        found = held.setdefault(owner, {"owner": owner, "runs": 0, "claims": 0, "lease_until": 0})
+        found["lease_until"] = max(found["lease_until"], until)
+        return found
+
+    for run in runs:
+        entry(run.owner, run.lease_until)["runs"] += 1
+    for owner, until in claims:
+        entry(owner, until)["claims"] += 1
+    for found in held.values():
+        found["alive"] = found["lease_until"] > now_ms
+    return [held[owner] for owner in sorted(held)]
 
 
 def render(status: dict[str, Any]) -> str:
@@ -104,4 +134,10 @@ def render(status: dict[str, Any]) -> str:
         )
     lines.append(f"deleted      {status['deleted_outbox']} awaiting acknowledgement")
     lines.append(f"presence     {status['presence_leases']} live lease(s)")
+    for replica in status["replicas"]:
+        state = "alive" if replica["alive"] else "lease ended"
+        lines.append(
+            f"replica      {replica['owner']}: {replica['runs']} run(s), "
+            f"{replica['claims']} claim(s), {state}"
+        )
     return "\n".join(lines)

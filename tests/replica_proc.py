@@ -56,7 +56,7 @@ async def handle(service: RelayService, host: MemoryHost, command: dict[str, Any
 
 async def main(store_url: str, relay_url: str, owner: str, lease_s: float, beat_s: float) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    host = MemoryHost(["default", "work"])
+    host = MemoryHost(["default", "work", "home"])
     async with open_store(store_url) as store:
         service = RelayService(
             store,

@@ -30,6 +30,13 @@ class Replica:
 
     async def call(self, op: str, **fields: Any) -> Any:
         """Send one command and wait for its answer; an error there fails the test here."""
+        reply = await self.reply(op, **fields)
+        if not reply["ok"]:
+            raise AssertionError(f"replica {self.owner}: {op} failed: {reply['error']}")
+        return reply.get("result")
+
+    async def reply(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send one command; its answer, `{"ok": false, "error": ...}` included."""
         assert self.process.stdin is not None
         assert self.process.stdout is not None
         async with self.lock:
@@ -38,10 +45,8 @@ class Replica:
             line = await asyncio.wait_for(self.process.stdout.readline(), REPLY_TIMEOUT_S)
         if not line:
             raise AssertionError(f"replica {self.owner} exited ({self.process.returncode})")
-        reply = json.loads(line)
-        if not reply["ok"]:
-            raise AssertionError(f"replica {self.owner}: {op} failed: {reply['error']}")
-        return reply.get("result")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
 
     def kill(self) -> None:
         """kill -9: no clean-up of any kind."""
@@ -86,13 +91,16 @@ class Cluster:
     def live(self) -> list[Replica]:
         return [r for r in self.replicas if r.process.returncode is None]
 
-    async def pair(self, replica: Replica | None = None) -> None:
-        body = {
+    def pairing(self, user: str = "usr_owner") -> dict[str, str]:
+        """A pairing request with a fresh invitation of `user`."""
+        return {
             "relay_url": self.relay_url,
             "publisher_id": PUBLISHER_ID,
-            "publisher_invitation": self.relay.mint_invitation("usr_owner"),
+            "publisher_invitation": self.relay.mint_invitation(user),
         }
-        await (replica or self.replicas[0]).call("pair", body=body)
+
+    async def pair(self, replica: Replica | None = None) -> None:
+        await (replica or self.replicas[0]).call("pair", body=self.pairing())
         await self.everywhere("start_service")
 
     def grant_rows(self) -> list[dict[str, Any]]:

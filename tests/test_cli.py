@@ -55,6 +55,7 @@ STATUS_KEYS = {
     "started",
     "deleted_outbox",
     "presence_leases",
+    "replicas",
 }
 
 

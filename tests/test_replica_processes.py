@@ -14,6 +14,8 @@ from collections.abc import Callable
 import pytest
 from replicas import Cluster, cluster
 
+from relay.store import open_store
+
 pytestmark = pytest.mark.parametrize(
     "backend", [pytest.param("postgres", marks=pytest.mark.postgres)]
 )
@@ -174,3 +176,47 @@ async def test_presence_on_one_replica_mutes_another_and_stays_revoked(store_url
         await b.call("start", session="s1", stream="t2", at=START + 1)
         await b.call("flush")
         assert rows_of(group, "s1")[0].get("alertEligible") in (None, True)
+
+
+async def test_replicas_pairing_at_once_leave_one_registration_and_every_mapping(
+    store_url: str,
+) -> None:
+    """Three replicas register at once: one wins, the others get the documented 409 and leave
+    no key behind. Then two enroll different profiles at once: every mapping survives."""
+    async with cluster(store_url, 3) as group:
+        replies = await asyncio.gather(
+            *(r.reply("pair", body=group.pairing()) for r in group.replicas)
+        )
+        won = [reply for reply in replies if reply["ok"]]
+        lost = [reply["error"] for reply in replies if not reply["ok"]]
+        assert len(won) == 1
+        assert (
+            lost
+            == ["RelayPairingError: Another server process registered this Hermes server meanwhile"]
+            * 2
+        )
+        assert await stored_keys(store_url) == 1
+
+        await group.everywhere("start_service")
+        _, b, c = group.replicas
+        await asyncio.gather(
+            b.call("pair", body=group.pairing("usr_work"), profile="work"),
+            c.call("pair", body=group.pairing("usr_home"), profile="home"),
+        )
+        async with open_store(store_url) as store:
+            config = await store.load_config()
+        assert config is not None
+        assert sorted(config.profiles) == ["default", "home", "work"]
+        assert await stored_keys(store_url) == 1
+
+
+async def stored_keys(store_url: str) -> int:
+    """How many private keys the store holds (orphans included), counted in SQL."""
+    import asyncpg
+
+    conn = await asyncpg.connect(store_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        count: int = await conn.fetchval("SELECT count(*) FROM relay_keys")
+    finally:
+        await conn.close()
+    return count

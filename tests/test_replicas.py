@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
-from harness import PUBLISHER_ID, relay_env
+from dataclasses import replace
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
+from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
+
+from relay.protocol import b64url, compact
 from relay.store import RelayStore
 
 
@@ -61,4 +71,51 @@ async def test_each_session_is_announced_once_across_replicas(store: RelayStore)
         await env.publish()
         await publisher.run_once()
         assert sorted(e.session_id for e in env.relay.started_events) == [f"s{n}" for n in range(5)]
+        await replica.stop()
+
+
+async def reregister(env: Env) -> str:
+    """What another replica's re-registration leaves: a new key on the relay and in the store."""
+    key = Ed25519PrivateKey.generate()
+    public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    request = {
+        "invitation": env.relay.mint_invitation("usr_owner"),
+        "publisherId": PUBLISHER_ID,
+        "profileId": await env.profile_id(),
+        "label": "Talaria Web",
+        "publicKey": b64url(public),
+    }
+    answer = await env.http.post(
+        f"{RELAY_URL}/v1/pairings/publisher/redeem", content=compact(request)
+    )
+    key_id = str(answer.json()["keyId"])
+    pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
+    config = await env.config()
+    ref = await env.store.save_key(key_id, pem)
+    rotated = replace(config, key_id=key_id, key_ref=ref)
+    await env.store.save_config(rotated, expected_generation=config.generation)
+    return key_id
+
+
+async def test_a_key_rotated_on_another_replica_is_reloaded_not_refused(store: RelayStore) -> None:
+    """Another replica re-registers (a new key; its first publication revokes the old one):
+    this replica's next snapshot under the old key gets a 401, reloads the registration and
+    publishes under the new key, disabling nothing."""
+    async with relay_env(store) as env:
+        await env.pair()
+        replica = env.new_service()
+        await replica.start()
+        publisher = replica.current()
+        assert publisher is not None
+        env.host.create_session("s1")
+        env.host.start_run("s1")
+        new_key = await reregister(env)
+        assert await env.publish() is None  # the new key's first publication revokes the old
+        refused = len([r for r in env.sent("snapshot") if r.status == 401])
+        await publisher.publish_snapshot(isolate_permanent=True)
+        assert len([r for r in env.sent("snapshot") if r.status == 401]) == refused + 1
+        assert publisher.config.key_id == new_key
+        assert env.sent("snapshot")[-1].status == 200
+        assert await publisher.run_once() is None
+        assert not [line for line in env.logs if "disabled" in line or "stopped" in line]
         await replica.stop()
