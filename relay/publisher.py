@@ -11,6 +11,7 @@ The parts live in `relay.publishing`; this class gathers the records and compose
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -23,10 +24,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from relay.client import RelayClient
-from relay.errors import CorruptStateError, RelayHttpError, RelayPairingError
+from relay.errors import CorruptStateError, RelayError, RelayHttpError, RelayPairingError
 from relay.host import ActiveRun, Host, SessionMeta
 from relay.presence import Presence
-from relay.protocol import TERMINAL_RETENTION_S, RelayState, snapshot_body, snapshot_path
+from relay.protocol import (
+    REQUEST_TIMEOUT_S,
+    TERMINAL_RETENTION_S,
+    RelayState,
+    snapshot_body,
+    snapshot_path,
+)
 from relay.publishing import states
 from relay.publishing.announcements import Announcements
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
@@ -37,6 +44,8 @@ from relay.publishing.states import Terminal
 from relay.store import ProfileGrant, RelayConfig, RelayStore, RunState
 
 logger = logging.getLogger("relay.publisher")
+# How often a replica looks whether another one has finished sending a row it took over.
+SENDING_POLL_S = 0.05
 
 
 def load_key(pem: str) -> Ed25519PrivateKey:
@@ -168,7 +177,10 @@ class RelayPublisher:
         try:
             ready = await self._outbox.ready(self.config)
             self._owned = await self._sync_runs()
-            await self.publish_snapshot(isolate_permanent=True)
+            try:
+                await self.publish_snapshot(isolate_permanent=True)
+            finally:
+                await self._release_runs()
             await self._outbox.flush(self.config, ready)
             await self.publish_started()
         finally:
@@ -221,7 +233,10 @@ class RelayPublisher:
             current = await self._identity(profile)
             if grant.identity != expected_identity or current != expected_identity:
                 raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
-            await self._publish_profile_snapshot(profile, profile_id)
+            try:
+                await self._publish_profile_snapshot(profile, profile_id)
+            finally:
+                await self._release_runs()
             return
         raise RelayPairingError("Talaria Relay profile enrollment is unavailable", 502)
 
@@ -257,21 +272,38 @@ class RelayPublisher:
         return states.states(planned, revisions, eligible=eligible)
 
     async def _sync_runs(self) -> list[RunState]:
-        """Tell the others what this replica hosts; the rows it publishes (its own, taken over)."""
+        """Tell the others what this replica hosts; the rows it publishes (its own, taken over).
+
+        A row just taken from a replica still sending it is published after that send, so the
+        relay never gets its older turn last: this waits a request's time at most.
+        """
         now = self._clock()
         self.terminal = states.retained(self.terminal, now)
         hosted = []
+        owner = self._leases.owner
         for row in states.session_runs(await self._host.active_runs(), self.terminal):
             meta = await self._meta(row.session_id)
-            if meta is not None and (run := states.run_state(row, meta, self._leases.owner, now)):
+            if meta is not None and (run := states.run_state(row, meta, owner, now)):
                 hosted.append(run)
-        return await self._store.sync_runs(
-            self._leases.owner,
-            hosted,
-            self._leases.now_ms(),
-            lease_ms=self._leases.lease_ms,
-            retention_ms=TERMINAL_RETENTION_S * 1000,
-        )
+        clock = asyncio.get_running_loop().time
+        give_up = clock() + REQUEST_TIMEOUT_S + 1
+        while True:
+            now_ms = self._leases.now_ms()
+            owned = await self._store.sync_runs(
+                owner,
+                hosted,
+                now_ms,
+                lease_ms=self._leases.lease_ms,
+                retention_ms=TERMINAL_RETENTION_S * 1000,
+            )
+            if clock() >= give_up or not any(r.sent_elsewhere(owner, now_ms) for r in owned):
+                return owned
+            await asyncio.sleep(SENDING_POLL_S)
+
+    async def _release_runs(self) -> None:
+        # Unreleased, the rows wait for their lease instead: slower for another replica, no loss.
+        with contextlib.suppress(RelayError):
+            await self._store.release_runs(self._leases.owner)
 
     async def _keep_alive(self) -> float | None:
         """Renew this replica's runs; seconds until another replica's lease ends, if one does."""

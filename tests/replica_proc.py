@@ -13,50 +13,79 @@ import asyncio
 import json
 import logging
 import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from relay.service import RelayService
 from relay.store import open_store
 from relay.testing import MemoryHost
 
+# Seconds this replica's clock runs ahead: a soak test moves every clock past the 24 h window.
+SKEW = [0.0]
+
+
+def clock() -> float:
+    return time.time() + SKEW[0]
+
+
+def _rss_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
 
 async def handle(service: RelayService, host: MemoryHost, command: dict[str, Any]) -> Any:
-    op = command["op"]
+    op, c = command["op"], command
+    if op in PLAIN:
+        return await PLAIN[op](service, c)
     if op == "session":
         host.create_session(
-            command["id"], command.get("profile", "default"), command.get("title", "Chat"),
-            created_at=command.get("created_at"),
-        )  # fmt: skip
+            c["id"],
+            c.get("profile", "default"),
+            c.get("title", "Chat"),
+            created_at=c.get("created_at"),
+        )
     elif op == "forget":
-        host.sessions.pop(command["id"], None)
+        host.sessions.pop(c["id"], None)
     elif op == "start":
-        host.start_run(command["session"], command["stream"], started_at=command.get("at"))
+        host.start_run(c["session"], c["stream"], started_at=c.get("at"))
         service.changed()
     elif op == "end":
-        await service.note_terminal(command["stream"], command["phase"])
-        host.end_run(command["stream"])
+        await service.note_terminal(c["stream"], c["phase"])
+        host.end_run(c["stream"])
         service.changed()
     elif op == "delete":
-        host.sessions.pop(command["session"], None)
-        await service.clear_deleted(command["session"], command.get("profile"))
-    elif op == "presence":
-        return await service.update_presence(command["body"], command.get("profile", "default"))
-    elif op == "pair":
-        return await service.pair(command["body"], command.get("profile", "default"))
-    elif op == "start_service":
-        return await service.start()
-    elif op == "flush":
-        await service.flush()
-    elif op == "changed":
-        service.changed()
+        host.sessions.pop(c["session"], None)
+        await service.clear_deleted(c["session"], c.get("profile"))
+    elif op == "advance":
+        SKEW[0] += c["seconds"]
+    elif op == "rss":
+        return _rss_kib()
     else:
         raise ValueError(f"unknown op {op!r}")
     return None
 
 
+async def _changed(service: RelayService, _: dict[str, Any]) -> None:
+    service.changed()
+
+
+# Commands that only call the service.
+PLAIN: dict[str, Callable[[RelayService, dict[str, Any]], Awaitable[Any]]] = {
+    "presence": lambda s, c: s.update_presence(c["body"], c.get("profile", "default")),
+    "pair": lambda s, c: s.pair(c["body"], c.get("profile", "default")),
+    "start_service": lambda s, _: s.start(),
+    "flush": lambda s, _: s.flush(),
+    "changed": _changed,
+}
+
+
 async def main(store_url: str, relay_url: str, owner: str, lease_s: float, beat_s: float) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    host = MemoryHost(["default", "work", "home"])
+    host = MemoryHost(["default", "work", "home"], clock=clock)
     async with open_store(store_url) as store:
         service = RelayService(
             store,
@@ -66,6 +95,7 @@ async def main(store_url: str, relay_url: str, owner: str, lease_s: float, beat_
             owner=owner,
             lease_s=lease_s,
             heartbeat_s=beat_s,
+            clock=clock,
         )
         reader = asyncio.StreamReader()
         loop = asyncio.get_running_loop()

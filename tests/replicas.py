@@ -7,7 +7,8 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -112,10 +113,15 @@ class Cluster:
 
 @asynccontextmanager
 async def cluster(
-    store_url: str, count: int, *, lease_s: float = 20.0, heartbeat_s: float = 60.0
+    store_url: str,
+    count: int,
+    *,
+    lease_s: float = 20.0,
+    heartbeat_s: float = 60.0,
+    clock: Callable[[], float] = time.time,
 ) -> AsyncIterator[Cluster]:
     """`count` replicas of one store publishing to one dev relay on loopback."""
-    relay = DevRelay()
+    relay = DevRelay(clock=clock)
     async with AsyncExitStack() as stack:
         relay_url = await stack.enter_async_context(serve(relay))
         replicas: list[Replica] = []

@@ -8,6 +8,7 @@ the events and acknowledgements it took.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable
 
@@ -220,3 +221,72 @@ async def stored_keys(store_url: str) -> int:
     finally:
         await conn.close()
     return count
+
+
+async def admin(store_url: str, statement: str, *args: object) -> object:
+    import asyncpg
+
+    dsn = store_url.replace("postgresql+asyncpg", "postgresql").rsplit("/", 1)[0] + "/postgres"
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await conn.fetchval(statement, *args)
+    finally:
+        await conn.close()
+
+
+async def test_replicas_ride_out_a_postgres_outage_and_a_migration(store_url: str) -> None:
+    """The database refuses connections and drops every one it has for a while (a restart):
+    replicas back off, resume by themselves and lose nothing; no connection is left idle in a
+    transaction. `talaria-relay migrate` run meanwhile (a rolling upgrade) disturbs nothing."""
+    database = store_url.rsplit("/", 1)[1]
+    async with cluster(store_url, 3, heartbeat_s=1.0) as group:
+        await group.pair()
+        a, b, c = group.replicas
+        await group.everywhere("session", id="before", created_at=time.time())
+        await a.call("start", session="before", stream="b1", at=START)
+        await group.everywhere("flush")
+
+        await admin(store_url, f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+        try:
+            await admin(
+                store_url,
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = $1",
+                database,
+            )
+            # Work arrives during the outage: a turn ends, one starts, a session is created.
+            await a.call("end", stream="b1", phase="completed")
+            await group.everywhere("session", id="during", created_at=time.time())
+            await b.call("start", session="during", stream="d1", at=START + 1)
+            await asyncio.sleep(3)
+        finally:
+            await admin(store_url, f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+
+        migrate = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "relay", "migrate", "--store", store_url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        await group.everywhere("flush")
+        _, err = await migrate.communicate()
+        assert migrate.returncode == 0, err
+        await c.call("start", session="before", stream="b2", at=START + 2)
+
+        def caught_up() -> bool:
+            phases = {row["sessionId"]: row["phase"] for row in group.grant_rows()}
+            started = {event.session_id for event in group.relay.started_events}
+            return phases == {"before": "running", "during": "running"} and "during" in started
+
+        # Each replica's backoff (5 s, jittered) ends by itself; nothing else wakes them.
+        await until(caught_up, 30)
+        assert group.stale() == 0
+        idle_in_transaction = await admin(
+            store_url,
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = $1 AND state LIKE 'idle in transaction%'",
+            database,
+        )
+        assert idle_in_transaction == 0
+        assert [phase for _, phase in history(group, "before")] == [
+            "running",
+            "completed",
+            "running",
+        ]

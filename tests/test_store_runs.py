@@ -201,3 +201,26 @@ async def test_delete_key_removes_only_a_key_no_registration_names(store: RelayS
     config = await store.load_config()
     assert config is not None
     assert dataclasses.replace(config, generation=0) == make_config(named)
+
+
+async def test_a_row_taken_while_its_old_owner_sends_it_waits_for_that_send(
+    store: RelayStore,
+) -> None:
+    """B takes a session's row with a newer turn while A may still be sending the old one: the
+    row tells B so until A releases its rows (or A's mark ends), then B marks it its own."""
+    (mine,) = await sync(store, A, run(stream="t1"))
+    assert (mine.sending_by, mine.sending_until) == (A, NOW + LEASE)
+    assert not mine.sent_elsewhere(A, NOW)
+    (taken,) = await sync(store, B, run(stream="t2", started=NOW + 1, owner=B), now=NOW + 2)
+    assert taken.owner == B
+    assert taken.sent_elsewhere(B, NOW + 2)
+    await store.release_runs(A)
+    (free,) = await sync(store, B, run(stream="t2", started=NOW + 1, owner=B), now=NOW + 3)
+    assert not free.sent_elsewhere(B, NOW + 3)
+    assert free.sending_by == B
+    # A mark that ended frees the row without a release.
+    await sync(store, C, run("s9", owner=C), now=NOW + 4)
+    at = NOW + 5 + LEASE
+    owned = await sync(store, A, run("s9", stream="t9", started=NOW + 9), now=at)
+    (late,) = [r for r in owned if r.session_id == "s9"]
+    assert not late.sent_elsewhere(A, at)

@@ -30,6 +30,8 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.BigInteger(), nullable=False),
         sa.Column("owner", sa.String(64), nullable=False),
         sa.Column("lease_until", sa.BigInteger(), nullable=False),
+        sa.Column("sending_by", sa.String(64), nullable=True),
+        sa.Column("sending_until", sa.BigInteger(), nullable=False, server_default="0"),
         sa.PrimaryKeyConstraint("session_id", name="pk_relay_runs"),
     )
     op.create_index("ix_relay_runs_owner", "relay_runs", ["owner"])

@@ -218,10 +218,16 @@ class RunStates(Protocol):
     ) -> list[RunState]:
         """One publishing pass's view of the runs: the rows `owner` publishes, oldest first.
 
-        Saves `live` (the owner's hosted turns) as `save_run` does; drops the owner's other live
-        rows (their turns are gone); renews the owner's leases; takes over rows whose lease
-        ended; forgets finished turns that ended more than `retention_ms` ago.
+        Replaces the owner's live rows by `live` (its hosted turns, saved as `save_run` does: a
+        turn it no longer hosts is gone); renews the owner's leases; takes over rows whose lease
+        ended; forgets finished turns that ended more than `retention_ms` ago; marks the owned
+        rows as being sent by `owner` for a lease, except one another replica is still sending
+        (`RunState.sent_elsewhere`), which the owner publishes once that send is done.
         """
+        ...
+
+    async def release_runs(self, owner: str) -> None:
+        """`owner`'s snapshots are out: rows it was sending may now be sent by whoever owns them."""
         ...
 
     async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:

@@ -175,6 +175,8 @@ class RunState:
     updated_at: int
     owner: str = "-"
     lease_until: int = 0
+    sending_by: str | None = None
+    sending_until: int = 0
 
     def __post_init__(self) -> None:
         try:
@@ -188,12 +190,18 @@ class RunState:
             checks.time_ms("updated_at", self.updated_at)
             checks.text("owner", self.owner, OWNER_LIMIT)
             checks.time_ms("lease_until", self.lease_until)
+            checks.optional_text("sending_by", self.sending_by, OWNER_LIMIT)
+            checks.time_ms("sending_until", self.sending_until)
         except InvalidInputError as error:
             raise _fields(f"RunState({self.session_id!r})", error) from None
 
     @property
     def terminal(self) -> bool:
         return self.phase in TERMINAL_PHASES
+
+    def sent_elsewhere(self, owner: str, now_ms: int) -> bool:
+        """Whether another replica may still be sending a snapshot that holds this row."""
+        return self.sending_by not in (None, owner) and self.sending_until > now_ms
 
 
 @dataclass(frozen=True, slots=True)

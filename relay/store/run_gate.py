@@ -55,6 +55,9 @@ class RunGate(RunStates):
             return None
         return await read("lease", _checked_end(expiry))
 
+    async def release_runs(self, owner: str) -> None:
+        await self._release_runs(checks.text("owner", owner, OWNER_LIMIT))
+
     async def run_states(self) -> list[RunState]:
         return await read("run", self._run_states())
 
@@ -65,10 +68,13 @@ class RunGate(RunStates):
     async def _sync_runs(
         self, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
     ) -> list[RunState]:
-        """Replace the owner's live rows by `live`, renew, take over, prune; the owned rows."""
+        """Replace the owner's live rows, renew, take over, prune, mark sending; owned rows."""
 
     @abstractmethod
     async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None: ...
+
+    @abstractmethod
+    async def _release_runs(self, owner: str) -> None: ...
 
     @abstractmethod
     async def _run_states(self) -> list[RunState]: ...

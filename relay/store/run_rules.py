@@ -24,7 +24,11 @@ def save(runs: Runs, run: RunState, until: int) -> bool:
         _turn(stored) > _turn(run) or (_turn(stored) == _turn(run) and stored.terminal)
     ):
         return False
-    runs[run.session_id] = replace(run, lease_until=until)
+    # Whoever is sending the row goes on sending it: that is not part of the turn.
+    sending = (stored.sending_by, stored.sending_until) if stored else (None, 0)
+    runs[run.session_id] = replace(
+        run, lease_until=until, sending_by=sending[0], sending_until=sending[1]
+    )
     return True
 
 
@@ -51,6 +55,9 @@ def sync(
     for sid, run in list(runs.items()):
         if run.terminal and run.updated_at < cutoff:
             del runs[sid]
+    for sid, run in runs.items():
+        if run.owner == owner and not run.sent_elsewhere(owner, now_ms):
+            runs[sid] = replace(run, sending_by=owner, sending_until=until)
     return sorted(
         (run for run in runs.values() if run.owner == owner),
         key=lambda run: (run.started_at, run.session_id),
@@ -61,3 +68,9 @@ def next_expiry(runs: Runs, owner: str, now_ms: int) -> int | None:
     """When the first run lease another owner holds ends after now."""
     ends = [run.lease_until for run in runs.values() if run.owner != owner]
     return min((end for end in ends if end > now_ms), default=None)
+
+
+def release(runs: Runs, owner: str) -> None:
+    for sid, run in runs.items():
+        if run.sending_by == owner:
+            runs[sid] = replace(run, sending_by=None, sending_until=0)

@@ -142,6 +142,10 @@ runs = Table(
     Column("updated_at", BigInteger, nullable=False),
     Column("owner", String(64), nullable=False),
     Column("lease_until", BigInteger, nullable=False),
+    # Which replica is sending a snapshot with this row in it, until when: a replica that took
+    # the row over publishes it only after that send, so the relay never sees it go back.
+    Column("sending_by", String(64)),
+    Column("sending_until", BigInteger, nullable=False, server_default="0"),
     # A pass reads the rows its replica owns; a takeover looks for leases that ended.
     Index("ix_relay_runs_owner", "owner"),
     Index("ix_relay_runs_lease_until", "lease_until"),

@@ -43,6 +43,8 @@ _RUN: dict[str, Check] = {
     "updatedAt": _count,
     "owner": _text,
     "leaseUntil": _count,
+    "sendingBy": _is(str | None),
+    "sendingUntil": _count,
 }
 
 
@@ -125,6 +127,9 @@ class RunFiles(LockedDir):
             return min(ends, default=None)
 
         return await self._together((_RUNS, _STARTED, _CLAIMS), edit)
+
+    async def _release_runs(self, owner: str) -> None:
+        await self._together((_RUNS,), lambda runs: run_rules.release(runs, owner))
 
     async def _run_states(self) -> list[RunState]:
         runs = await self._load(_RUNS)

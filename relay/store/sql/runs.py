@@ -44,6 +44,8 @@ class _Sql:
     renew: Compiled
     take_over: Compiled
     prune: Compiled
+    mark_sending: Compiled
+    release: Compiled
     owned: Compiled
     next_expiry: Compiled
     all: Compiled
@@ -55,7 +57,8 @@ def _sql(d: Dialect) -> _Sql:
     # Spelled out: a compiled-once statement cannot expand an IN list per call.
     terminal = or_(*(r.phase == phase for phase in sorted(TERMINAL_PHASES)))
     owner, now, until = bound(r.owner), bound(r.lease_until, "now"), bound(r.lease_until, "until")
-    insert = d.insert(t.runs).values({column: bound(column) for column in t.runs.c})
+    turn_columns = [c for c in t.runs.c if c.key not in ("sending_by", "sending_until")]
+    insert = d.insert(t.runs).values({column: bound(column) for column in turn_columns})
     new = insert.excluded
     stream, new_stream = func.coalesce(r.stream_id, ""), func.coalesce(new.stream_id, "")
     newer_turn = or_(
@@ -63,10 +66,11 @@ def _sql(d: Dialect) -> _Sql:
         and_(new.started_at == r.started_at, new_stream > stream),
     )
     same_turn = and_(new.started_at == r.started_at, new_stream == stream)
-    # A newer turn replaces the row wherever it runs; a turn that ended stays ended.
+    # A newer turn replaces the row wherever it runs; a turn that ended stays ended. Whoever is
+    # sending the row goes on sending it: that is not part of the turn.
     save = insert.on_conflict_do_update(
         index_elements=[r.session_id],
-        set_={column.key: new[column.key] for column in t.runs.c if column.key != "session_id"},
+        set_={c.key: new[c.key] for c in turn_columns if c.key != "session_id"},
         where=or_(newer_turn, and_(same_turn, not_(terminal))),
     )
     others = [
@@ -104,6 +108,17 @@ def _sql(d: Dialect) -> _Sql:
         prune=d.compile(
             delete(t.runs).where(terminal, r.updated_at < bound(r.updated_at, "cutoff"))
         ),
+        mark_sending=d.compile(
+            update(t.runs)
+            .where(
+                r.owner == owner,
+                or_(r.sending_by.is_(None), r.sending_by == owner, r.sending_until <= now),
+            )
+            .values(sending_by=owner, sending_until=until)
+        ),
+        release=d.compile(
+            update(t.runs).where(r.sending_by == owner).values(sending_by=None, sending_until=0)
+        ),
         owned=d.compile(
             select(t.runs).where(r.owner == owner).order_by(r.started_at, r.session_id)
         ),
@@ -118,6 +133,7 @@ def run_state(row: Row) -> RunState:
 
 
 def columns(run: RunState, owner: str, until: int) -> dict[str, Any]:
+    """The turn's columns of `run`, held by `owner` until `until`."""
     return {
         "session_id": run.session_id,
         "stream_id": run.stream_id,
@@ -159,6 +175,7 @@ class RunsSql(SqlPart):
             await tx.run(q.renew, mine)
             await tx.run(q.take_over, mine)
             await tx.run(q.prune, {"cutoff": cutoff})
+            await tx.run(q.mark_sending, mine)
             return await tx.rows(q.owned, mine)
 
         return [run_state(row) for row in await self._db.write(body)]
@@ -175,6 +192,16 @@ class RunsSql(SqlPart):
 
         expiry: int | None = await self._db.write(body)
         return expiry
+
+    async def _release_runs(self, owner: str) -> None:
+        q = _sql(self._db.dialect)
+
+        async def body(tx: Tx) -> None:
+            if q.lock is not None:
+                await tx.rows(q.lock)
+            await tx.run(q.release, {"owner": owner})
+
+        await self._db.write(body)
 
     async def _run_states(self) -> list[RunState]:
         q = _sql(self._db.dialect).all
