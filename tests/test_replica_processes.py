@@ -127,6 +127,21 @@ async def test_an_announcement_is_sent_once_and_taken_over_after_a_kill(store_ur
         assert sorted(e.session_id for e in group.relay.started_events) == [*calm, "fragile"]
 
 
+async def test_a_slow_relay_does_not_cause_a_second_announcement(store_url: str) -> None:
+    """Claims are renewed while their holder sends: with every announcement answered later than
+    half the lease, no other replica takes one over, and each goes out once."""
+    async with cluster(store_url, 3, lease_s=4.0) as group:
+        await group.pair()
+        group.relay.slow("started", 1.5, times=6)
+        for n in range(6):
+            await group.everywhere("session", id=f"slow-{n}", created_at=time.time())
+        await asyncio.gather(*(r.call("flush") for r in group.replicas))
+        await asyncio.sleep(4.0)
+        await group.everywhere("flush")
+        sent = sorted(e.session_id for e in group.relay.started_events)
+        assert sent == [f"slow-{n}" for n in range(6)]
+
+
 async def test_a_deletion_is_delivered_once_and_taken_over_after_a_kill(store_url: str) -> None:
     """Deletions queued on one replica go out once, whoever delivers them; after a kill -9 of
     the one delivering, another delivers within 30 s."""

@@ -69,6 +69,8 @@ Send = Callable[[Message], Awaitable[None]]
 Reply = tuple[int, dict[str, Any]]
 
 _NOT_FOUND: Reply = (404, {"error": "not_found"})
+# A fault whose request is handled as usual, only answered late.
+_SLOW = 0
 _UNAUTHORIZED: Reply = (401, {"error": "unauthorized"})
 
 
@@ -186,6 +188,14 @@ class DevRelay:
             raise InvalidInputError("status must be 100..599, times >= 1 and delay >= 0")
         self._faults.append(_Fault(route, status, times, delay))
 
+    def slow(self, route: str, delay: float, *, times: int = 1) -> None:
+        """Handle the next `times` requests to `route` as usual, answering `delay` seconds late."""
+        if route not in ROUTES:
+            raise InvalidInputError(f"route must be one of {', '.join(ROUTES)}")
+        if times < 1 or delay < 0:
+            raise InvalidInputError("times must be >= 1 and delay >= 0")
+        self._faults.append(_Fault(route, _SLOW, times, delay))
+
     # ── inspection ──
 
     def rows(
@@ -259,7 +269,7 @@ class DevRelay:
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
         route = route_of(method, path)
         fault = self._take_fault(route)
-        if fault is None:
+        if fault is None or fault.status == _SLOW:
             status, payload = self._handle(method, path, headers, body)
         else:
             status, payload = fault.status, {"error": "injected", "status": fault.status}
