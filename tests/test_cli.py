@@ -215,11 +215,18 @@ def test_migrate_sql_prints_sqlite_ddl_and_creates_no_file(home: Path) -> None:
     assert not path.exists()
 
 
-@pytest.mark.json
-def test_migrate_a_json_store_is_bad_input(home: Path) -> None:
-    """`migrate` on a json:// store exits 2 saying a JSON store has no schema to migrate."""
-    result = expect(cli(home, "migrate", "--store", json_url(home / "state"), timeout=30), 2)
-    assert "JSON store has no schema" in result.stderr
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        pytest.param("json://{home}/state", "JSON", marks=pytest.mark.json),
+        pytest.param("memory://", "memory", marks=pytest.mark.memory),
+    ],
+)
+def test_migrate_a_store_without_a_schema_is_bad_input(home: Path, url: str, name: str) -> None:
+    """`migrate` on a json:// or memory:// store exits 2 saying that store has no schema."""
+    store = url.format(home=home)
+    result = expect(cli(home, "migrate", "--store", store, timeout=30), 2)
+    assert f"a {name} store has no schema to migrate" in result.stderr
     assert result.stderr.startswith("talaria-relay: ")
 
 

@@ -227,6 +227,7 @@ async def test_unknown_scheme_lists_supported_forms(url: str) -> None:
         assert form in message
     assert "postgres://" in message
     assert "json:///" in message
+    assert "memory://" in message
     assert PASSWORD not in message
     assert PASSWORD not in repr(caught.value)
 
