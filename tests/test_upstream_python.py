@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import REAL, on
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from harness import PUBLISHER_ID, RELAY_URL, START, Env, relay_env, restarted
 from sqlalchemy import update
@@ -209,6 +210,7 @@ async def downgrade_to_v1(backend: str, store_url: str, store: RelayStore) -> No
         await engine.dispose()
 
 
+@on(*REAL)
 async def test_v1_relay_state_requires_registration_again(
     store: RelayStore, store_url: str, backend: str
 ) -> None:
