@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from backends import REAL, on
 from harness import PUBLISHER_ID, relay_env
 
 from relay.store import RelayStore
+
+pytestmark = on(*REAL)
 
 
 async def test_a_replica_follows_an_enrollment_made_on_another(store: RelayStore) -> None:
