@@ -50,8 +50,8 @@ def progress(line: str) -> None:
 
 async def cmd_migrate(args: argparse.Namespace) -> int:
     target = resolve(args.store)
-    if target.backend == "json":
-        raise InvalidInputError("a JSON store has no schema to migrate")
+    if target.url is None:
+        raise InvalidInputError(f"a {target.name} store has no schema to migrate")
     address = target.sqlalchemy_url.render_as_string(hide_password=False)
     head = migrate.head_revision()
     if args.sql:
@@ -221,8 +221,8 @@ def parser() -> argparse.ArgumentParser:
     store.add_argument(
         "--store",
         metavar="URL",
-        help="the relay store: sqlite:///path, postgresql://…, json:///dir "
-        "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)",
+        help="the relay store: sqlite:///path, postgresql://…, json:///dir, memory:// (new and "
+        "empty) (default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)",
     )
     root = argparse.ArgumentParser(
         prog="talaria-relay",

@@ -92,6 +92,8 @@ async def run(
 ) -> bool:
     """Run the demo; True when the relay accepted and verified every request."""
     target = resolve(store_url or os.environ.get(ENV_VAR) or default_demo_url())
+    if replicas and target.backend == "memory":
+        raise InvalidInputError("replica processes cannot share a memory:// store")
     responses = Responses()
     async with AsyncExitStack() as stack:
         relay: DevRelay | None = None
@@ -105,7 +107,7 @@ async def run(
         elif mint_invitations:
             invitations = [await _mint(relay_url, user) for user in ("usr_owner", "usr_work")]
             say(f"minted {len(invitations)} invitations at {relay_url}/admin/invitations")
-        if target.backend != "json":
+        if target.url is not None:
             await migrate.upgrade(_address(target))
             say(f"store {target.display} migrated to {migrate.head_revision()}")
         http = await stack.enter_async_context(

@@ -28,7 +28,7 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     """The status document of the store at `target`."""
     now_ms = int(time.time() * 1000)
     schema: dict[str, Any] | None = None
-    if target.backend != "json":
+    if target.url is not None:
         current = await migrate.current(target.sqlalchemy_url.render_as_string(hide_password=False))
         head = migrate.head_revision()
         schema = {"current": current, "head": head, "at_head": current == head}

@@ -1,4 +1,4 @@
-"""Fixtures: one fresh store per test on every backend.
+"""Fixtures: one fresh store per test on every backend (`backends.py` says which ones).
 
 Postgres comes from `TALARIA_RELAY_TEST_POSTGRES_URL` (an admin URL, e.g.
 `postgresql://postgres@127.0.0.1:5432/postgres`). A migrated template database is built once per
@@ -16,13 +16,13 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from backends import ALL, MEMORY, params
 from sqlalchemy import make_url
 
 from relay.store import RelayStore, open_store
 from relay.store.migrate import upgrade
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
-BACKENDS = ("json", "sqlite", "postgres")
 
 
 def _asyncpg_dsn(url: str, database: str | None = None) -> str:
@@ -92,15 +92,24 @@ def pg_database(pg_admin_url: str) -> Iterator[str]:
         asyncio.run(_admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
-@pytest.fixture(params=[pytest.param(name, marks=getattr(pytest.mark, name)) for name in BACKENDS])
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run a test that needs `backend` on those its closest `backends` marker names, else all."""
+    if "backend" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("backends")
+        metafunc.parametrize("backend", params(marker.args if marker else ALL), indirect=True)
+
+
+@pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
 def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A URL of a fresh, migrated store of `backend`."""
-    if backend == "json":
+    """A URL of a fresh, migrated store of `backend` (each open of `memory://` is a new store)."""
+    if backend == MEMORY:
+        yield "memory://"
+    elif backend == "json":
         yield f"json://{tmp_path / 'state'}"
     elif backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'relay.db'}"

@@ -1080,6 +1080,8 @@ URL_CASES: dict[str, tuple[object, str]] = {
     "json-empty": ("json://", "json store URL needs a directory"),
     "json-parameter": ("json://{dir}/new?mode=1", "json store URL takes no parameters"),
     "json-file": ("json://{dir}/file", "exists and is not a directory"),
+    "memory-path": ("memory://{dir}/relay", "memory store URL takes nothing after 'memory://'"),
+    "memory-parameter": ("memory://?shared=1", "memory store URL takes nothing after"),
     "pg-port-range": ("postgresql://u@127.0.0.1:99999/db", "port 99999 is not in 1..65535"),
     "pg-port-zero": ("postgresql://u@127.0.0.1:0/db", "port 0 is not in 1..65535"),
     "pg-port-text": ("postgresql://u:s3cret@127.0.0.1:abc/db", "store URL is malformed"),

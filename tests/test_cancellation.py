@@ -7,6 +7,7 @@ import sqlite3
 
 import asyncpg
 import pytest
+from backends import on
 from sqlalchemy import make_url
 
 from relay.store import open_store
@@ -14,8 +15,7 @@ from relay.store import open_store
 NOW = 1_800_000_000_000
 
 
-@pytest.mark.postgres
-@pytest.mark.parametrize("backend", ["postgres"])
+@on("postgres")
 async def test_cancelled_postgres_call_releases_its_connection(store_url: str) -> None:
     """A call cancelled while waiting on a row lock leaves no transaction open on the server."""
     dsn = make_url(store_url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -47,8 +47,7 @@ async def test_cancelled_postgres_call_releases_its_connection(store_url: str) -
         await blocker.close()
 
 
-@pytest.mark.sqlite
-@pytest.mark.parametrize("backend", ["sqlite"])
+@on("sqlite")
 async def test_cancelled_sqlite_call_still_ends_its_transaction(store_url: str) -> None:
     """A call cancelled while SQLite is busy ends in its thread; the file is never left locked."""
     path = make_url(store_url).database

@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 import pytest
+from backends import REAL, on
 from cli_support import (
     IDENTITY_ALPHA,
     IDENTITY_BETA,
@@ -216,11 +217,18 @@ def test_migrate_sql_prints_sqlite_ddl_and_creates_no_file(home: Path) -> None:
     assert not path.exists()
 
 
-@pytest.mark.json
-def test_migrate_a_json_store_is_bad_input(home: Path) -> None:
-    """`migrate` on a json:// store exits 2 saying a JSON store has no schema to migrate."""
-    result = expect(cli(home, "migrate", "--store", json_url(home / "state"), timeout=30), 2)
-    assert "JSON store has no schema" in result.stderr
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        pytest.param("json://{home}/state", "JSON", marks=pytest.mark.json),
+        pytest.param("memory://", "memory", marks=pytest.mark.memory),
+    ],
+)
+def test_migrate_a_store_without_a_schema_is_bad_input(home: Path, url: str, name: str) -> None:
+    """`migrate` on a json:// or memory:// store exits 2 saying that store has no schema."""
+    store = url.format(home=home)
+    result = expect(cli(home, "migrate", "--store", store, timeout=30), 2)
+    assert f"a {name} store has no schema to migrate" in result.stderr
     assert result.stderr.startswith("talaria-relay: ")
 
 
@@ -310,7 +318,7 @@ def test_status_of_a_fresh_store(home: Path, store_url: str, backend: str) -> No
     assert set(document) == STATUS_KEYS
     assert document["store"]["backend"] == backend
     assert set(document["store"]) == {"backend", "url", "schema"}
-    if backend == "json":
+    if backend in ("json", "memory"):
         assert document["store"]["schema"] is None
     else:
         head = head_revision()
@@ -323,6 +331,7 @@ def test_status_of_a_fresh_store(home: Path, store_url: str, backend: str) -> No
     assert document["presence_leases"] == 0
 
 
+@on(*REAL)
 async def test_status_of_a_registered_store(home: Path, store_url: str, backend: str) -> None:
     """A registered store's status shows every documented field, and never the private key."""
     async with open_store(store_url) as store:

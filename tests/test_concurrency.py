@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import mp_workers
+from backends import REAL, on
 from processes import run_processes
 
 from relay.store import open_store
+
+# Each process opens the URL: a memory store would be a new, private one in each.
+pytestmark = on(*REAL)
 
 WORKERS = 4
 

@@ -7,10 +7,14 @@ import inspect
 from collections.abc import Awaitable, Callable
 
 import httpx
+from backends import REAL, on
 
 from relay.service import RelayService
 from relay.store import RelayStore, open_store
 from relay.testing import DevRelay, MemoryHost, serve
+
+# Over real loopback with the loops running: a real store, as in production.
+pytestmark = on(*REAL)
 
 PUBLISHER_ID = "http://hermes.localhost"
 WAIT_S = 15.0

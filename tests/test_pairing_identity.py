@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from backends import MEMORY, on
 from harness import relay_env
 
 from relay.errors import RelayPairingError
 from relay.store import RelayStore
+
+pytestmark = on(MEMORY)
 
 
 async def test_a_refused_registration_mints_no_identity(store: RelayStore) -> None:

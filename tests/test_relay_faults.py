@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from harness import PUBLISHER_ID, RELAY_URL, Env, Wire, relay_env, restarted
@@ -24,6 +25,8 @@ from relay.protocol import b64url, compact, snapshot_path
 from relay.publisher import RelayPublisher
 from relay.publishing.leases import DEFAULT_LEASE_S
 from relay.store import DeletedView, RelayConfig, RelayStore, StartedEntry
+
+pytestmark = on(MEMORY)
 
 RETRYABLE = (408, 425, 429, 500, 502, 503, 504)
 PERMANENT = (400, 403, 409)

@@ -18,12 +18,10 @@ import time
 
 import asyncpg
 import pytest
+from backends import on
 from replicas import Cluster, cluster
 
-pytestmark = [
-    pytest.mark.soak,
-    pytest.mark.parametrize("backend", [pytest.param("postgres", marks=pytest.mark.postgres)]),
-]
+pytestmark = [pytest.mark.soak, on("postgres")]
 
 HOUR = 3600.0
 TABLES = ("relay_started", "relay_runs", "relay_deleted", "relay_presence")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from backends import REAL, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -15,6 +16,8 @@ from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
 
 from relay.protocol import b64url, compact
 from relay.store import RelayStore
+
+pytestmark = on(*REAL)
 
 
 async def test_a_replica_follows_an_enrollment_made_on_another(store: RelayStore) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from sqlalchemy import Table, delete, insert, select, update
@@ -45,10 +46,7 @@ REVISION_FILE = "talaria-relay-revision"
 STARTED_FILE = "talaria-relay-started.json"
 IDENTITY_FILE = ".talaria-relay-profile-id"
 
-SQL_BACKENDS = [
-    pytest.param("sqlite", marks=pytest.mark.sqlite),
-    pytest.param("postgres", marks=pytest.mark.postgres),
-]
+ON_SQL = on("sqlite", "postgres")
 
 # ── helpers ───────────────────────────────────────────────────────────────────
 
@@ -227,6 +225,7 @@ async def test_unknown_scheme_lists_supported_forms(url: str) -> None:
         assert form in message
     assert "postgres://" in message
     assert "json:///" in message
+    assert "memory://" in message
     assert PASSWORD not in message
     assert PASSWORD not in repr(caught.value)
 
@@ -518,7 +517,7 @@ SQL_CORRUPT_CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("backend", SQL_BACKENDS)
+@ON_SQL
 @pytest.mark.parametrize("statement", SQL_CORRUPT_CONFIGS.values(), ids=SQL_CORRUPT_CONFIGS.keys())
 async def test_sql_corrupt_config_row_raises_and_stays(
     store: RelayStore, store_url: str, statement: Any
@@ -535,7 +534,7 @@ async def test_sql_corrupt_config_row_raises_and_stays(
     ) == before
 
 
-@pytest.mark.parametrize("backend", SQL_BACKENDS)
+@ON_SQL
 async def test_sql_config_row_of_other_version_is_none(store: RelayStore, store_url: str) -> None:
     """A config row whose version is not 2 counts as no registration."""
     await save_config(store)
@@ -543,7 +542,7 @@ async def test_sql_config_row_of_other_version_is_none(store: RelayStore, store_
     assert await store.load_config() is None
 
 
-@pytest.mark.parametrize("backend", SQL_BACKENDS)
+@ON_SQL
 @pytest.mark.parametrize("stored", ["bogus", "pfi_" + "A" * 32, "", "pfi_" + "a" * 31])
 async def test_sql_invalid_identity_row_raises(
     store: RelayStore, store_url: str, stored: str
@@ -555,7 +554,7 @@ async def test_sql_invalid_identity_row_raises(
     assert await _rows(store_url, tables.identities) == [("alpha", stored)]
 
 
-@pytest.mark.parametrize("backend", SQL_BACKENDS)
+@ON_SQL
 async def test_sql_negative_revision_floor_counts_as_zero(
     store: RelayStore, store_url: str
 ) -> None:
@@ -567,7 +566,7 @@ async def test_sql_negative_revision_floor_counts_as_zero(
     assert await store.revision_floor() == NOW + 1
 
 
-@pytest.mark.parametrize("backend", SQL_BACKENDS)
+@ON_SQL
 async def test_sql_missing_key_row_raises(store: RelayStore, store_url: str) -> None:
     """A config whose key row was deleted directly makes load_key raise CorruptStateError."""
     config = await save_config(store)

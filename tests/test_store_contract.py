@@ -1,8 +1,9 @@
-"""The `RelayStore` contract, run unchanged on every backend (json, sqlite, postgres).
+"""The `RelayStore` contract, run unchanged on every backend (memory, json, sqlite, postgres).
 
 Each test states one rule of a method's docstring in `relay/store/contract.py` (or of issue 2, which
 defines the semantics) and proves it through the public methods only. Times are fixed
-milliseconds; nothing sleeps.
+milliseconds; nothing sleeps. What one store shows another open on the same URL, or a reopened
+one, holds on the real backends only: each open of `memory://` is a new store (`PERSISTENT`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from backends import REAL, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
@@ -28,6 +30,7 @@ from relay.store import (
     StartedEntry,
     StartedScope,
     open_store,
+    resolve,
 )
 
 NOW = 1_800_000_000_000
@@ -48,6 +51,9 @@ FENCE = 15 * 60 * SECOND
 MAX_TABS = 256
 
 IDENTITY_RE = re.compile(r"^pfi_[0-9a-f]{32}$")
+
+# Reopening a store, or opening it twice: only a store kept outside the process can.
+PERSISTENT = on(*REAL)
 
 
 # ── helpers ───────────────────────────────────────────────────────────────────
@@ -178,6 +184,14 @@ async def seed(store: RelayStore) -> str:
     return config.key_ref
 
 
+# ── the handle ────────────────────────────────────────────────────────────────
+
+
+async def test_display_url_is_the_url_it_was_opened_with(store: RelayStore, store_url: str) -> None:
+    """`display_url` is the opened URL in its canonical form, which is what messages name."""
+    assert store.display_url == resolve(store_url).display
+
+
 # ── config ────────────────────────────────────────────────────────────────────
 
 
@@ -292,6 +306,7 @@ async def test_keys_do_not_collide(store: RelayStore) -> None:
     assert await store.load_key(second_ref) == second
 
 
+@PERSISTENT
 async def test_key_survives_reopen(store_url: str) -> None:
     """A saved key can be loaded by a store opened after the saving one closed."""
     pem = ed25519_pem()
@@ -323,6 +338,7 @@ async def test_identity_differs_per_profile(store: RelayStore) -> None:
     assert await store.profile_identity("alpha") != await store.profile_identity("beta")
 
 
+@PERSISTENT
 async def test_identity_survives_reopen(store_url: str) -> None:
     """A minted identity is returned unchanged by a store opened after the minting one closed."""
     async with open_store(store_url) as first:
@@ -331,6 +347,7 @@ async def test_identity_survives_reopen(store_url: str) -> None:
         assert await second.profile_identity("alpha") == identity
 
 
+@PERSISTENT
 async def test_identity_shared_between_open_stores(store: RelayStore, store_url: str) -> None:
     """A second store open on the same URL sees the identity the first one minted."""
     identity = await store.profile_identity("alpha")
@@ -405,6 +422,7 @@ async def test_allocate_negative_count_is_refused(store: RelayStore) -> None:
     assert await store.revision_floor() == NOW
 
 
+@PERSISTENT
 async def test_allocate_survives_reopen(store_url: str) -> None:
     """The floor is durable: a reopened store continues above every revision handed out."""
     async with open_store(store_url) as first:
@@ -414,6 +432,7 @@ async def test_allocate_survives_reopen(store_url: str) -> None:
         assert await second.allocate_revisions(1, NOW) == [NOW + 503]
 
 
+@PERSISTENT
 async def test_allocate_shared_between_open_stores(store: RelayStore, store_url: str) -> None:
     """Two stores open on one URL draw from one counter."""
     async with open_store(store_url) as other:
@@ -895,6 +914,7 @@ async def test_presence_leases_most_recent_first(store: RelayStore) -> None:
 # ── durability ────────────────────────────────────────────────────────────────
 
 
+@PERSISTENT
 async def test_every_write_survives_reopen(store_url: str) -> None:
     """Everything written is read back unchanged by a store opened after the writer closed."""
     async with open_store(store_url) as first:
@@ -905,6 +925,7 @@ async def test_every_write_survives_reopen(store_url: str) -> None:
         assert (await second.allocate_revisions(1, NOW))[0] == before["floor"] + 1
 
 
+@PERSISTENT
 async def test_writes_visible_to_other_open_store(store: RelayStore, store_url: str) -> None:
     """A second store open on the same URL reads what the first one wrote, and vice versa."""
     key_ref = await seed(store)

@@ -1,11 +1,12 @@
 """Acceptance tests mirroring upstream `web/packages/server/src/sessions/relay.test.ts` (spec §6.1).
 
 Each upstream test has one counterpart here, named after it, that drives the real `RelayService`
-and `RelayPublisher` against the in-process dev relay on every store backend. The assertions look
-at what the relay received and kept, at what the store holds, and at the service's answers and
-log lines. Where upstream inspects a file, the store API is checked on every backend and the file
-itself on the JSON backend only. Where the port differs from upstream on purpose, the docstring
-says so. No test sleeps: time moves only when `env.clock` is advanced.
+and `RelayPublisher` against the in-process dev relay on the memory store (the contract suite
+proves the real backends keep the same rules). The assertions look at what the relay received and
+kept, at what the store holds, and at the service's answers and log lines. Where upstream inspects
+a file, the store API is checked, and the test runs again on the JSON backend to check the file.
+Where the port differs from upstream on purpose, the docstring says so. No test sleeps: time moves
+only when `env.clock` is advanced.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -35,6 +37,10 @@ from relay.protocol import canonical_string, validated_origin
 from relay.service import RelayService, SessionNotFoundError
 from relay.store import DeletedScope, ProfileGrant, RelayStore
 from relay.testing import RecordedRequest
+
+pytestmark = on(MEMORY)
+# Tests that also look at the JSON backend's files, which only it has.
+WITH_FILES = on(MEMORY, "json")
 
 Json = dict[str, Any]
 
@@ -146,6 +152,7 @@ async def presence(
 # ── relay.test.ts: 'Talaria relay pairing and publishing' ────────────────────
 
 
+@WITH_FILES
 async def test_rejects_untrusted_relays_and_malformed_fields_before_touching_the_network(
     store: RelayStore,
 ) -> None:
@@ -206,6 +213,7 @@ async def test_rejects_untrusted_relays_and_malformed_fields_before_touching_the
             assert not (state / "talaria-relay.json").exists()
 
 
+@WITH_FILES
 async def test_registers_the_publisher_persists_the_key_at_0600_and_publishes_a_signed_initial_snapshot(  # noqa: E501
     store: RelayStore,
 ) -> None:
@@ -318,6 +326,7 @@ async def test_re_pairing_to_a_different_relay_or_publisher_answers_409(store: R
         assert await env.config() == before
 
 
+@WITH_FILES
 async def test_publishes_active_runs_pending_prompts_and_terminal_phases_for_the_enrolled_profile(
     store: RelayStore,
 ) -> None:
@@ -575,6 +584,7 @@ async def test_validates_presence_payloads_and_ignores_stale_sequence_numbers(
         assert await active("default") is True
 
 
+@WITH_FILES
 async def test_enrolls_another_profile_with_a_signed_request_on_the_existing_key(
     store: RelayStore,
 ) -> None:
@@ -830,6 +840,7 @@ async def test_treats_viewed_as_a_no_op_without_a_relay_and_logs_an_old_relay_on
         assert not any("stopped" in line for line in env.logs)
 
 
+@WITH_FILES
 async def test_requires_an_owner_registration_before_profile_enrollment_and_refuses_v1_state(
     store: RelayStore,
 ) -> None:

@@ -1,8 +1,9 @@
-"""The Python original's relay tests (spec §6.4) mirrored on the port, on every backend.
+"""The Python original's relay tests (spec §6.4) mirrored on the port, on the memory store.
 
 Upstream drives module globals with a fake opener; here a `RelayService` pairs and publishes
 against the dev relay. Where upstream checks a file (the config, the 0600 key), the port checks
-the `RelayStore`; the key's file mode only exists on the JSON backend.
+the `RelayStore`; the key's file mode only exists on the JSON backend, so that test runs there too,
+and a v1 registration can only be written behind the back of a real store.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from backends import MEMORY, REAL, on
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from harness import PUBLISHER_ID, RELAY_URL, START, Env, relay_env, restarted
 from sqlalchemy import update
@@ -30,6 +32,8 @@ from relay.store import RelayStore, resolve
 from relay.store import schema as tables
 from relay.testing import RecordedRequest, route_of
 from relay.testing.validation import b64url_decode
+
+pytestmark = on(MEMORY)
 
 ENCODED_PUBLISHER = "https%3A%2F%2Fhermes.example"
 PRF = re.compile(r"prf_[0-9a-f]{32}")
@@ -105,6 +109,7 @@ async def test_pairing_persists_private_key_and_starts_publisher(store: RelaySto
         assert [row.session_id for row in env.relay.rows(PUBLISHER_ID, body["profileId"])] == ["s1"]
 
 
+@on(MEMORY, "json")
 async def test_pairing_private_key_is_0600_before_any_post_write_failure(
     store: RelayStore, backend: str
 ) -> None:
@@ -210,6 +215,7 @@ async def downgrade_to_v1(backend: str, store_url: str, store: RelayStore) -> No
         await engine.dispose()
 
 
+@on(*REAL)
 async def test_v1_relay_state_requires_registration_again(
     store: RelayStore, store_url: str, backend: str
 ) -> None:

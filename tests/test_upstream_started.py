@@ -1,4 +1,4 @@
-"""Session-started announcements: `relay-started.test.ts` (spec §6.2, §4.7) on every backend.
+"""Session-started announcements: `relay-started.test.ts` (spec §6.2, §4.7) on the memory store.
 
 The port keeps the started ledger in the store and lets many replicas drain it: each pass claims
 unsent entries for `DEFAULT_LEASE_S` under the service's claim owner. A retryable failure leaves
@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 import httpx
+from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
     Encoding,
@@ -26,6 +27,8 @@ from relay.host import AgentSessionRow
 from relay.protocol import b64url, compact
 from relay.publishing.leases import DEFAULT_LEASE_S
 from relay.store import ProfileGrant, RelayConfig, RelayStore, StartedEntry
+
+pytestmark = on(MEMORY)
 
 ENCODED_PUBLISHER = "https%3A%2F%2Fhermes.example"
 PAST_LEASE_S = DEFAULT_LEASE_S + 1

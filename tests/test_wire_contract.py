@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import httpx
+from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
@@ -15,6 +16,8 @@ from relay.protocol import PRESENCE_FENCE_MS, PRESENCE_LEASE_MS, PRESENCE_MAX_TA
 from relay.publisher import RelayPublisher
 from relay.store import ProfileGrant, RelayConfig, RelayStore
 from relay.testing.memory import MemoryHost
+
+pytestmark = on(MEMORY)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NOW = 1_800_000_000.0

@@ -69,6 +69,8 @@ class Scratch:
         """A new, migrated store's URL."""
         if self.target.backend == "postgres":
             return await self._database(label)
+        if self.target.backend == "memory":
+            return self.target.display  # each open is a new store already
         assert self.target.path is not None
         parent = self.target.path.parent if self.target.backend == "sqlite" else self.target.path
         parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Relay state behind one repository, `RelayStore`, on JSON files, SQLite or Postgres.
+"""Relay state behind one repository, `RelayStore`, on JSON files, SQLite, Postgres or memory.
 
     async with open_store("postgresql://relay@db/relay") as store:
         revisions = await store.allocate_revisions(3, now_ms)
@@ -48,6 +48,10 @@ ProfileHome = Callable[[str], Path]
 
 async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore:
     target = resolve(url)
+    if target.backend == "memory":
+        from relay.store.memory import MemoryStore
+
+        return MemoryStore()
     if target.backend == "json":
         from relay.store.files import FileStore
 
@@ -85,6 +89,9 @@ class _Opening:
 
 def open_store(url: str | None = None, *, profile_home: ProfileHome | None = None) -> _Opening:
     """Open the store at `url`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite file.
+
+    `memory://` opens a new, empty store that lives in this process only, until it is closed:
+    for tests and trials, never for state that has to survive or be shared.
 
     `profile_home` maps a profile name to its home directory; a JSON store then keeps each
     profile's identity in `<home>/.talaria-relay-profile-id`, as the Python original did.

@@ -78,8 +78,8 @@ async def upgrade(url: str | None = None, revision: str = "head") -> None:
 async def current(url: str | None = None) -> str | None:
     """The revision the store at `url` is at; None for an empty (or missing SQLite) database."""
     target = resolve(url)
-    if target.backend == "json":
-        raise InvalidInputError("a JSON store has no schema revision")
+    if target.url is None:
+        raise InvalidInputError(f"a {target.name} store has no schema revision")
     if target.backend == "sqlite":
         assert target.path is not None
         path = target.path
@@ -120,8 +120,8 @@ async def downgrade(url: str | None, revision: str) -> None:
 
 async def _run(url: str | None, step: Callable[[Connection], None]) -> None:
     target = resolve(url)
-    if target.backend == "json":
-        raise InvalidInputError("a JSON store has no schema to migrate")
+    if target.url is None:
+        raise InvalidInputError(f"a {target.name} store has no schema to migrate")
     if target.backend == "postgres":
         engine = postgres_engine(target.sqlalchemy_url)
         try:

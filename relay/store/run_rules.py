@@ -6,9 +6,10 @@ holds every backend to them.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 
-from relay.store.records import RunState
+from relay.store.records import RunState, StartedEntry
 
 Runs = dict[str, RunState]  # by session id
 
@@ -64,9 +65,22 @@ def sync(
     )
 
 
-def next_expiry(runs: Runs, owner: str, now_ms: int) -> int | None:
-    """When the first run lease another owner holds ends after now."""
+def next_lease_end(
+    owner: str,
+    now_ms: int,
+    runs: Runs,
+    started: Iterable[StartedEntry],
+    claims: Iterable[tuple[str, int]],
+) -> int | None:
+    """When the first lease another owner holds ends after now: a run, an unsent announcement's
+    claim, or a deletion's claim (`(owner, until)` pairs)."""
     ends = [run.lease_until for run in runs.values() if run.owner != owner]
+    ends += [
+        e.claimed_until
+        for e in started
+        if not e.sent and e.claimed_by not in (None, owner) and e.claimed_until
+    ]
+    ends += [until for holder, until in claims if holder != owner]
     return min((end for end in ends if end > now_ms), default=None)
 
 

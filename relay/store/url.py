@@ -14,6 +14,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, Operationa
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 
 ENV_VAR = "TALARIA_RELAY_STORE_URL"
+# A store in this process only: each open is a new, empty one.
+MEMORY = "memory://"
 SUPPORTED = (
     "sqlite+aiosqlite:///PATH",
     "sqlite:///PATH",
@@ -21,9 +23,17 @@ SUPPORTED = (
     "postgresql://…",
     "postgres://…",
     "json:///STATE-DIR",
+    "memory://",
 )
 
-Backend = Literal["json", "sqlite", "postgres"]
+Backend = Literal["json", "sqlite", "postgres", "memory"]
+# How messages name each backend.
+NAMES: dict[Backend, str] = {
+    "json": "JSON",
+    "sqlite": "SQLite",
+    "postgres": "Postgres",
+    "memory": "memory",
+}
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 POSTGRES_PARAMETERS = ("connect_timeout", "prepared_statement_cache_size", "ssl", "sslmode")
 # An hour: past that, a "timeout" is a typo, not a wait anyone means.
@@ -43,12 +53,17 @@ class StoreTarget:
     def display(self) -> str:
         if self.url is not None:
             return self.url.render_as_string(hide_password=True)
-        return f"json://{self.path}"
+        return MEMORY if self.backend == "memory" else f"json://{self.path}"
+
+    @property
+    def name(self) -> str:
+        """The backend as messages name it: JSON, SQLite, Postgres or memory."""
+        return NAMES[self.backend]
 
     @property
     def sqlalchemy_url(self) -> URL:
         if self.url is None:
-            raise InvalidInputError("JSON stores have no database schema")
+            raise InvalidInputError(f"{self.name} stores have no database schema")
         return self.url
 
 
@@ -67,6 +82,10 @@ def resolve(raw: str | None = None) -> StoreTarget:
     if not raw:
         return StoreTarget("sqlite", default_sqlite_path(), _sqlite_url(default_sqlite_path()))
     scheme = raw.split("://", 1)[0].lower() if "://" in raw else ""
+    if scheme == "memory":
+        if raw.split("://", 1)[1]:
+            raise InvalidInputError(f"memory store URL takes nothing after {MEMORY!r}")
+        return StoreTarget("memory")
     if scheme == "json":
         directory = raw.split("://", 1)[1]
         if not directory:

@@ -114,17 +114,8 @@ class RunFiles(LockedDir):
     async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None:
         def edit(runs: run_rules.Runs, ledger: Ledger, claims: Claims) -> int | None:
             run_rules.renew(runs, owner, until)
-            ends = [
-                e.claimed_until
-                for scope in ledger.values()
-                for e in scope.entries
-                if not e.sent and e.claimed_by not in (None, owner) and e.claimed_until
-            ]
-            ends += [u for o, u in claims.values() if o != owner]
-            ends = [end for end in ends if end > now_ms]
-            if (run_end := run_rules.next_expiry(runs, owner, now_ms)) is not None:
-                ends.append(run_end)
-            return min(ends, default=None)
+            started = (e for scope in ledger.values() for e in scope.entries)
+            return run_rules.next_lease_end(owner, now_ms, runs, started, claims.values())
 
         return await self._together((_RUNS, _STARTED, _CLAIMS), edit)
 
