@@ -12,14 +12,12 @@ import sys
 import time
 from collections.abc import Callable
 
-import pytest
+from backends import on
 from replicas import Cluster, cluster
 
 from relay.store import open_store
 
-pytestmark = pytest.mark.parametrize(
-    "backend", [pytest.param("postgres", marks=pytest.mark.postgres)]
-)
+pytestmark = on("postgres")
 
 START = 1_800_000_000.0
 
