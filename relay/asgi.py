@@ -67,6 +67,11 @@ class Caller:
     profile: str
     operator: bool = False
 
+    def __post_init__(self) -> None:
+        # A wrong type here is the app's bug: fail where it is made, not as a client's 400.
+        if type(self.profile) is not str or type(self.operator) is not bool:
+            raise TypeError("Caller(profile: str, operator: bool)")
+
 
 class Refused(RelayError):
     """Not authorized."""
@@ -74,7 +79,7 @@ class Refused(RelayError):
     def __init__(self, message: str | None = None, status: int = 401) -> None:
         super().__init__(message)
         if not 400 <= status <= 499:
-            raise ValueError("a refusal's status must be a 4xx")
+            raise InvalidInputError("a refusal's status must be a 4xx")
         self.status = status
 
 

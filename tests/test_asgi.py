@@ -16,7 +16,15 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 
 from relay.asgi import MAX_BODY, Caller, Refused, app, routes
-from relay.errors import StoreUnavailableError
+from relay.errors import (
+    CorruptStateError,
+    InvalidInputError,
+    RelayError,
+    RelayUnreachableError,
+    SchemaError,
+    StaleConfigError,
+    StoreUnavailableError,
+)
 from relay.service import RelayService
 from relay.store import RelayStore
 from relay.testing import serve
@@ -325,3 +333,42 @@ def test_relay_imports_without_starlette() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert "pip install 'talaria-relay[web]'" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (InvalidInputError("profile must be a string"), 400),
+        (StaleConfigError(), 409),
+        (StoreUnavailableError(), 503),
+        (SchemaError(), 503),
+        (CorruptStateError(), 500),
+        (RelayUnreachableError(), 502),
+        (RelayError(), 500),
+    ],
+)
+async def test_service_errors_map_to_statuses(
+    store: RelayStore, monkeypatch: pytest.MonkeyPatch, error: RelayError, status: int
+) -> None:
+    """Each error of the `relay.errors` tree answers its status, with a JSON error body."""
+
+    async def failing(*args: object, **kwargs: object) -> dict[str, Any]:
+        raise error
+
+    async with relay_env(store) as env, web(env) as client:
+        monkeypatch.setattr(env.service, "pair", failing)
+        response = await client.post("/api/talaria/relay/pair", json=pairing(env), headers=OWNER)
+        assert response.status_code == status
+        assert set(response.json()) == {"error"}
+
+
+def test_arguments_the_app_gets_wrong_fail_at_once() -> None:
+    """A bad prefix, body cap or `Caller` fails where the app makes it, not per request."""
+    with pytest.raises(InvalidInputError):
+        routes(lambda: None, identify, prefix="api/talaria")
+    with pytest.raises(InvalidInputError):
+        routes(lambda: None, identify, max_body=0)
+    with pytest.raises(TypeError):
+        Caller("default", operator="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="4xx"):
+        Refused("teapot", 500)
