@@ -6,7 +6,8 @@ The modules, top down: `service` (the current publisher and its swaps), `pairing
 and enrollment), `publisher` (snapshots, composing the parts in `publishing`: `states`, the pure
 row builder; `outbox`, viewed and deleted acknowledgements; `announcements`; `loop`, passes and
 backoff; `logs`), `presence`, `client` (signed HTTP), `protocol` (the wire), `host` (the port the
-web app implements), `store` (all state, one repository), `errors`.
+web app implements), `store` (all state, one repository), `errors`; and `asgi`, the browser-facing
+routes for Starlette or FastAPI (the optional extra `web`, imported only on request).
 """
 
 from relay.errors import (

@@ -8,6 +8,7 @@
     │   ├── StaleConfigError        the registration changed since it was read; nothing was saved
     │   └── StoreUnavailableError   the database cannot be reached, or stayed busy
     ├── RelayPairingError           pairing failed: the `message` and `status` to answer with
+    ├── relay.asgi.Refused          the web app's `identify` refused a request: its 4xx status
     └── RelayRequestError           a request to the relay did not succeed
         ├── RelayHttpError          the relay answered non-2xx; `retryable` for 408, 425, 429, 5xx
         ├── RelayUnreachableError   no answer: connection failed
