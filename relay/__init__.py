@@ -9,6 +9,8 @@ backoff; `logs`), `presence`, `client` (signed HTTP), `protocol` (the wire), `ho
 web app implements), `store` (all state, one repository), `errors`.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from relay.errors import (
     CorruptStateError,
     InvalidInputError,
@@ -27,6 +29,11 @@ from relay.errors import (
 from relay.host import ActiveRun, AgentSessionRow, Host, IndexRow, SessionMeta
 from relay.service import RelayService, SessionNotFoundError
 from relay.store import RelayStore, open_store
+
+try:
+    __version__ = version("talaria-relay")
+except PackageNotFoundError:  # a source tree on sys.path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ActiveRun",

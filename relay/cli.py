@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from relay import __version__
 from relay.errors import (
     InvalidInputError,
     RelayError,
@@ -73,9 +74,18 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    from relay.status import collect, render
+    from relay.status import collect, render, unmigrated
 
     target = resolve(args.store)
+    _require_existing(target)
+    if target.url is not None:
+        # Read the schema state first: opening an unmigrated store would refuse without saying it.
+        current = await migrate.current(target.sqlalchemy_url.render_as_string(hide_password=False))
+        if current != migrate.head_revision():
+            status = unmigrated(target, current, args.store)
+            say(json.dumps(status, indent=2) if args.json else render(status))
+            fail(status["hint"])
+            return FAILED
     async with open_store(args.store) as store:
         status = await collect(store, target)
     say(json.dumps(status, indent=2) if args.json else render(status))
@@ -122,10 +132,23 @@ def _missing(target: StoreTarget) -> bool:
     return target.backend == "sqlite" and target.path is not None and not target.path.exists()
 
 
+def _require_existing(target: StoreTarget, flag: str = "--store") -> None:
+    """Reading a store that is not there is a mistake: say where we looked, create nothing."""
+    if _missing(target):
+        assert target.path is not None
+        hint = ""
+        if target.backend == "sqlite":
+            hint = " (sqlite:///relay.db is relative to here, sqlite:////srv/relay.db absolute)"
+        raise InvalidInputError(
+            f"{flag}: no {target.name} store at {target.path.absolute()}{hint}; nothing created"
+        )
+
+
 async def cmd_import(args: argparse.Namespace) -> int:
     source_target, target_target = resolve(args.source), resolve(args.target)
     if source_target.display == target_target.display:
         raise InvalidInputError("--from and --to name the same store")
+    _require_existing(source_target, "--from")
     with tempfile.TemporaryDirectory(prefix="talaria-relay-dry-run-") as scratch:
         destination = args.target
         if args.dry_run and _missing(target_target):
@@ -229,6 +252,7 @@ def parser() -> argparse.ArgumentParser:
         description="Talaria Relay publisher state: migrate, inspect, copy; dev relay; demo.",
         epilog="exit codes: 0 ok, 1 failed, 2 bad usage or input, 3 store or relay unreachable",
     )
+    root.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, run: Command, text: str, **kwargs: Any) -> argparse.ArgumentParser:
