@@ -22,6 +22,7 @@ from relay import __version__
 from relay.errors import (
     InvalidInputError,
     RelayError,
+    RelayHttpError,
     RelayPairingError,
     RelayUnreachableError,
     StoreUnavailableError,
@@ -349,7 +350,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return FAILED
     except RelayPairingError as error:
-        fail(str(error))
+        cause = error.__cause__
+        reason = cause.code if isinstance(cause, RelayHttpError) else None
+        fail(f"{error}: the relay's reason: {reason}" if reason else str(error))
         unreachable = isinstance(error.__cause__, RelayUnreachableError)
         return UNREACHABLE if unreachable else FAILED
     except ModuleNotFoundError as error:

@@ -830,7 +830,10 @@ def test_demo_with_a_bad_invitation_exits_1_with_the_rejection(home: Path) -> No
         )
         relay.stop()
     expect(result, 1)
-    assert "Talaria Relay rejected server registration (HTTP 400)" in result.stderr
+    assert (
+        "Talaria Relay rejected server registration (HTTP 400): the relay's reason: "
+        "invalid_invitation" in result.stderr
+    )
 
 
 def demo_unreachable(home: Path) -> Result:
