@@ -303,6 +303,7 @@ def test_unreachable_postgres_exits_3_quickly_and_hides_the_password(
 ) -> None:
     """A Postgres server that is not there: exit 3 within seconds, the password printed nowhere."""
     pg, sqlite = unreachable_pg_url(), sqlite_url(home / "local.db")
+    asyncio.run(create(sqlite))  # a source that exists, so only the Postgres side fails
     result = expect(cli(home, *(a.format(pg=pg, sqlite=sqlite) for a in args), timeout=30), 3)
     assert result.seconds < 10, result.describe()
     assert SECRET not in result.output

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from cli_support import ROOT
+from cli_support import ROOT, write_legacy_state
 from test_cli import cli, expect, home, json_url, sqlite_url
 
 import relay
@@ -63,3 +63,51 @@ def test_a_relative_sqlite_url_shows_the_path_it_resolved(home: Path) -> None:
     assert f"no SQLite store at {ROOT / 'srv' / 'relay.db'}" in result.stderr
     assert "sqlite:////srv/relay.db absolute" in result.stderr
     assert not (ROOT / "srv").exists()
+
+
+def test_demo_never_writes_the_store_the_environment_names(home: Path) -> None:
+    """Without --store, `demo` uses its own demo.db, never `$TALARIA_RELAY_STORE_URL`'s store."""
+    real = home / "real.db"
+    env = {"TALARIA_RELAY_STORE_URL": sqlite_url(real)}
+    result = expect(cli(home, "demo", env=env, timeout=120), 0)
+    assert not real.exists(), result.describe()
+    assert str(home / "talaria-relay" / "demo.db") in result.stdout
+
+
+def test_demo_refuses_a_store_that_holds_anything_and_skips_when_asked(home: Path) -> None:
+    """A second `demo --store` on its store exits 2, changing nothing; --skip-if-registered: 0."""
+    store = home / "named.db"
+    expect(cli(home, "demo", "--store", sqlite_url(store), timeout=120), 0)
+    before = store.read_bytes()
+    result = expect(cli(home, "demo", "--store", sqlite_url(store), timeout=60), 2)
+    assert "already holds a registration with http://127.0.0.1:" in result.stderr
+    assert "writes only into an empty store" in result.stderr
+    flags = ["--store", sqlite_url(store), "--skip-if-registered"]
+    result = expect(cli(home, "demo", *flags, timeout=60), 0)
+    assert "registration skipped" in result.stdout
+    assert store.read_bytes() == before
+
+
+def test_demo_summary_shows_what_the_relay_holds_apart_from_the_store(home: Path) -> None:
+    """The summary's relay table is the relay's own state; the store's status is labelled so."""
+    result = expect(cli(home, "demo", "--store", sqlite_url(home / "d.db"), timeout=120), 0)
+    relay_part, _, store_part = result.stdout.partition("what the store holds")
+    assert "what the relay holds" in relay_part
+    assert "sessions announced once each: chat-old, chat-plan, chat-review" in relay_part
+    assert "store        sqlite" in store_part
+
+
+def test_legacy_import_without_identities_stops_and_names_the_flags(home: Path) -> None:
+    """A legacy state dir whose profile homes are not given: exit 2 naming the flags, no copy;
+    with --allow-missing-identities the import goes on."""
+    state, root = home / "legacy-state", home / "profiles"
+    write_legacy_state(state, {"alpha": root / "alpha", "beta": root / "beta"})
+    target = home / "imported.db"
+    args = ["import", "--from", json_url(state), "--to", sqlite_url(target)]
+    result = expect(cli(home, *args, timeout=30), 2)
+    assert "no identity found for profiles alpha, beta" in result.stderr
+    assert "--profile-home NAME=PATH" in result.stderr
+    assert "--profiles-root DIR" in result.stderr
+    assert not target.exists()
+    result = expect(cli(home, *args, "--allow-missing-identities", timeout=30), 0)
+    assert "identities       0" in result.stdout
