@@ -111,3 +111,50 @@ def test_legacy_import_without_identities_stops_and_names_the_flags(home: Path) 
     assert not target.exists()
     result = expect(cli(home, *args, "--allow-missing-identities", timeout=30), 0)
     assert "identities       0" in result.stdout
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "query",
+    [
+        "application_name=my-relay",
+        "options=-c%20statement_timeout%3D5000",
+        "sslmode=disable",
+        "sslmode=prefer",
+        "sslmode=allow",
+        "ssl=false",
+        "target_session_attrs=read-write",
+        "target_session_attrs=any&application_name=x&sslmode=prefer",
+    ],
+)
+def test_postgres_url_parameters_users_paste_work(home: Path, pg_database: str, query: str) -> None:
+    """libpq parameters copied from a connection string work for `migrate` and `status`."""
+    url = f"{pg_database}{'&' if '?' in pg_database else '?'}{query}"
+    expect(cli(home, "migrate", "--store", url, timeout=60), 0)
+    expect(cli(home, "status", "--json", "--store", url, timeout=60), 0)
+
+
+@pytest.mark.parametrize(
+    ("query", "named"),
+    [
+        ("sslmode=maybe", "sslmode='maybe'"),
+        ("target_session_attrs=whichever", "target_session_attrs='whichever'"),
+        ("sslrootcert=/nonexistent/root.crt", "sslrootcert: no file at /nonexistent/root.crt"),
+        ("sslcert=/nonexistent/c.crt", "sslcert: no file at"),
+        ("sslkey=/nonexistent/c.key", "sslkey: no file at"),
+        ("keepalives=1", "unknown postgres store URL parameter 'keepalives'"),
+    ],
+)
+def test_a_bad_postgres_url_parameter_is_named(home: Path, query: str, named: str) -> None:
+    """A parameter that cannot work: exit 2 and a message that names it; nothing is contacted."""
+    url = f"postgresql://relay@127.0.0.1:1/relay?{query}"
+    result = expect(cli(home, "status", "--store", url, timeout=30), 2)
+    assert named in result.stderr
+
+
+@pytest.mark.postgres
+def test_a_missing_postgres_database_is_unreachable(home: Path, pg_database: str) -> None:
+    """A database that does not exist on a live server: exit 3, naming the store."""
+    url = pg_database.rsplit("/", 1)[0] + "/relay_no_such_database"
+    result = expect(cli(home, "status", "--store", url, timeout=30), 3)
+    assert "relay_no_such_database" in result.stderr
