@@ -86,8 +86,18 @@ async def cmd_status(args: argparse.Namespace) -> int:
             say(json.dumps(status, indent=2) if args.json else render(status))
             fail(status["hint"])
             return FAILED
-    async with open_store(args.store) as store:
-        status = await collect(store, target)
+    if target.backend == "sqlite":
+        from relay.store.sql import SqlStore
+
+        # Read-only: status never writes, so it also reads a database it may not write.
+        read_only = await SqlStore.open(target, read_only=True)
+        try:
+            status = await collect(read_only, target)
+        finally:
+            await read_only.close()
+    else:
+        async with open_store(args.store) as store:
+            status = await collect(store, target)
     say(json.dumps(status, indent=2) if args.json else render(status))
     return OK
 
@@ -306,6 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         fail("the dev relay needs uvicorn: pip install 'talaria-relay[devrelay]'")
         return USAGE
+    except OSError as error:
+        # A file store's path that cannot be written (read-only, under a file): one line.
+        fail(f"{error.strerror or error}: {error.filename}" if error.filename else str(error))
+        return UNREACHABLE
     except (StoreUnavailableError, RelayUnreachableError) as error:
         fail(str(error))
         return UNREACHABLE

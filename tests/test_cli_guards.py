@@ -5,7 +5,11 @@ Acceptance tests in subprocesses, like tests/test_cli.py, whose helpers they sha
 
 from __future__ import annotations
 
+import contextlib
+import shutil
+import subprocess
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -158,3 +162,62 @@ def test_a_missing_postgres_database_is_unreachable(home: Path, pg_database: str
     url = pg_database.rsplit("/", 1)[0] + "/relay_no_such_database"
     result = expect(cli(home, "status", "--store", url, timeout=30), 3)
     assert "relay_no_such_database" in result.stderr
+
+
+@contextlib.contextmanager
+def read_only_view(directory: Path) -> Iterator[Path]:
+    """`directory` bind-mounted read-only: binds root too, which permission bits do not."""
+    mount, umount = shutil.which("mount"), shutil.which("umount")
+    if mount is None or umount is None:
+        pytest.skip("no mount/umount here to make a read-only bind mount")
+    view = directory.with_name(directory.name + "-ro")
+    view.mkdir()
+    mounted = subprocess.run([mount, "--bind", str(directory), str(view)], check=False)
+    remounted = mounted.returncode == 0 and (
+        subprocess.run([mount, "-o", "remount,bind,ro", str(view)], check=False).returncode == 0
+    )
+    try:
+        if not remounted:
+            pytest.skip("this sandbox cannot bind-mount a directory read-only (mount failed)")
+        yield view
+    finally:
+        if mounted.returncode == 0:
+            subprocess.run([umount, str(view)], check=True)
+
+
+@pytest.mark.sqlite
+def test_status_reads_a_read_only_database_and_writers_fail_in_one_line(home: Path) -> None:
+    """On a read-only mount, `status` reads the database; `migrate` and `demo` give one line, 3."""
+    data = home / "data"
+    data.mkdir()
+    expect(cli(home, "migrate", "--store", sqlite_url(data / "relay.db"), timeout=30), 0)
+    with read_only_view(data) as view:
+        url = sqlite_url(view / "relay.db")
+        result = expect(cli(home, "status", "--store", url, timeout=30), 0)
+        assert "registration none" in result.stdout
+        expect(cli(home, "status", "--json", "--store", url, timeout=30), 0)
+        for args in (["migrate"], ["demo"]):
+            result = cli(home, *args, "--store", url, timeout=60)
+            assert result.code in (2, 3), result.describe()
+            assert len(result.stderr.strip().splitlines()) == 1, result.describe()
+            said = result.stderr.lower()
+            assert "readonly" in said or "read-only" in said, result.describe()
+
+
+@pytest.mark.parametrize("kind", ["directory", "under-a-file"])
+def test_a_sqlite_path_that_cannot_be_a_file_is_one_line(home: Path, kind: str) -> None:
+    """A directory given as the SQLite file, or a path under a file: exit 2, one line."""
+    (home / "plain").write_text("x")
+    path = home if kind == "directory" else home / "plain" / "relay.db"
+    for args in (["status"], ["migrate"], ["import", "--to", sqlite_url(home / "t.db"), "--from"]):
+        result = expect(
+            cli(
+                home,
+                *args,
+                *([] if "--from" in args else ["--store"]),
+                sqlite_url(path),
+                timeout=30,
+            ),
+            2,
+        )
+        assert len(result.stderr.strip().splitlines()) == 1, result.describe()
