@@ -10,6 +10,8 @@ web app implements), `store` (all state, one repository), `errors`; and `asgi`, 
 routes for Starlette or FastAPI (the optional extra `web`, imported only on request).
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from relay.errors import (
     CorruptStateError,
     InvalidInputError,
@@ -28,6 +30,11 @@ from relay.errors import (
 from relay.host import ActiveRun, AgentSessionRow, Host, IndexRow, SessionMeta
 from relay.service import RelayService, SessionNotFoundError
 from relay.store import RelayStore, open_store
+
+try:
+    __version__ = version("talaria-relay")
+except PackageNotFoundError:  # a source tree on sys.path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ActiveRun",

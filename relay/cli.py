@@ -13,20 +13,21 @@ import json
 import os
 import signal
 import sys
-import tempfile
 from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
 from typing import Any
 
+from relay import __version__
+from relay.cli_import import copy, require_existing
 from relay.errors import (
     InvalidInputError,
     RelayError,
+    RelayHttpError,
     RelayPairingError,
     RelayUnreachableError,
     StoreUnavailableError,
 )
-from relay.store import StoreTarget, migrate, open_store, resolve
-from relay.store.transfer import TransferConflictError, transfer
+from relay.store import migrate, open_store, resolve
+from relay.store.transfer import TransferConflictError
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 
@@ -73,11 +74,30 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    from relay.status import collect, render
+    from relay.status import collect, render, unmigrated
 
     target = resolve(args.store)
-    async with open_store(args.store) as store:
-        status = await collect(store, target)
+    require_existing(target)
+    if target.url is not None:
+        # Read the schema state first: opening an unmigrated store would refuse without saying it.
+        current = await migrate.current(target.sqlalchemy_url.render_as_string(hide_password=False))
+        if current != migrate.head_revision():
+            status = unmigrated(target, current, args.store)
+            say(json.dumps(status, indent=2) if args.json else render(status))
+            fail(status["hint"])
+            return FAILED
+    if target.backend == "sqlite":
+        from relay.store.sql import SqlStore
+
+        # Read-only: status never writes, so it also reads a database it may not write.
+        read_only = await SqlStore.open(target, read_only=True)
+        try:
+            status = await collect(read_only, target)
+        finally:
+            await read_only.close()
+    else:
+        async with open_store(args.store) as store:
+            status = await collect(store, target)
     say(json.dumps(status, indent=2) if args.json else render(status))
     return OK
 
@@ -85,66 +105,9 @@ async def cmd_status(args: argparse.Namespace) -> int:
 # ── import ────────────────────────────────────────────────────────────────────
 
 
-def _profile_homes(args: argparse.Namespace) -> Callable[[str], Path] | None:
-    homes: dict[str, Path] = {}
-    for item in args.profile_home:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise InvalidInputError(f"--profile-home takes NAME=PATH, not {item!r}")
-        homes[name] = Path(path).expanduser()
-    root = Path(args.profiles_root).expanduser() if args.profiles_root else None
-    if not homes and root is None:
-        return None
-
-    def home(profile: str) -> Path:
-        if profile in homes:
-            return homes[profile]
-        if root is None:
-            raise InvalidInputError(f"no --profile-home given for profile {profile!r}")
-        return root / profile
-
-    return home
-
-
-def _progress(done: int, total: int) -> None:
-    if sys.stderr.isatty() and total:
-        filled = 30 * done // total
-        bar = "#" * filled + "." * (30 - filled)
-        print(f"\r  ledger [{bar}] {done}/{total}", end="", file=sys.stderr, flush=True)
-        if done == total:
-            print(file=sys.stderr)
-
-
-def _missing(target: StoreTarget) -> bool:
-    """A file store that does not exist yet (opening one would create it)."""
-    if target.backend == "json":
-        return target.path is not None and not target.path.is_dir()
-    return target.backend == "sqlite" and target.path is not None and not target.path.exists()
-
-
 async def cmd_import(args: argparse.Namespace) -> int:
-    source_target, target_target = resolve(args.source), resolve(args.target)
-    if source_target.display == target_target.display:
-        raise InvalidInputError("--from and --to name the same store")
-    with tempfile.TemporaryDirectory(prefix="talaria-relay-dry-run-") as scratch:
-        destination = args.target
-        if args.dry_run and _missing(target_target):
-            destination = f"json://{scratch}"  # a dry run creates nothing: compare with empty
-        async with (
-            open_store(args.source, profile_home=_profile_homes(args)) as source,
-            open_store(destination) as target,
-        ):
-            report = await transfer(
-                source, target, force=args.force, dry_run=args.dry_run, progress=_progress
-            )
-    verb = "would copy" if args.dry_run else "copied"
-    say(f"{verb} {source_target.display} → {target_target.display}")
-    say(f"  registration     {report.registration} ({report.profiles} profiles)")
-    say(f"  identities       {report.identities}")
-    say(f"  revision floor   {report.revision_floor}")
-    say(f"  started ledger   {report.ledger_entries} entries in {report.scopes} scopes")
-    say(f"  deleted outbox   {report.deleted}")
-    say(f"  presence leases  {report.presence}")
+    for line in await copy(args):
+        say(line)
     return OK
 
 
@@ -190,6 +153,7 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         allow_insecure_loopback=args.allow_insecure_loopback,
         mint_invitations=args.mint_invitations,
         replicas=args.replicas,
+        skip_if_registered=args.skip_if_registered,
         say=say,
     )
     return OK if passed else FAILED
@@ -229,6 +193,7 @@ def parser() -> argparse.ArgumentParser:
         description="Talaria Relay publisher state: migrate, inspect, copy; dev relay; demo.",
         epilog="exit codes: 0 ok, 1 failed, 2 bad usage or input, 3 store or relay unreachable",
     )
+    root.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, run: Command, text: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -258,12 +223,23 @@ def parser() -> argparse.ArgumentParser:
         help="a legacy JSON source's profile home (repeatable)",
     )
     sub.add_argument("--profiles-root", metavar="DIR", help="profile homes are DIR/NAME")
+    sub.add_argument(
+        "--allow-missing-identities",
+        action="store_true",
+        help="import a legacy JSON source even when profile identities are not found",
+    )
 
     sub = add("dev-relay", cmd_dev_relay, "run a dev Talaria Relay on loopback")
     sub.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
     sub.add_argument("--port", type=int, default=8787, help="port (default 8787; 0 picks one)")
 
-    sub = add("demo", cmd_demo, "publish a demo web app's sessions and check what the relay got")
+    sub = add(
+        "demo",
+        cmd_demo,
+        "publish a demo web app's sessions and check what the relay got; it writes only an empty "
+        "store, $XDG_STATE_HOME/talaria-relay/demo.db unless --store names one (never "
+        "$TALARIA_RELAY_STORE_URL's)",
+    )
     sub.add_argument("--relay-url", metavar="URL", help="a running relay instead of a dev relay")
     sub.add_argument(
         "--invitation",
@@ -282,6 +258,11 @@ def parser() -> argparse.ArgumentParser:
     )
     sub.add_argument(
         "--replicas", type=int, default=0, metavar="N", help="also run N replica processes"
+    )
+    sub.add_argument(
+        "--skip-if-registered",
+        action="store_true",
+        help="a store that already holds a registration is left alone, and the demo exits 0",
     )
     sub = commands.add_parser(
         "bench",
@@ -325,7 +306,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return FAILED
     except RelayPairingError as error:
-        fail(str(error))
+        cause = error.__cause__
+        reason = cause.code if isinstance(cause, RelayHttpError) else None
+        fail(f"{error}: the relay's reason: {reason}" if reason else str(error))
         unreachable = isinstance(error.__cause__, RelayUnreachableError)
         return UNREACHABLE if unreachable else FAILED
     except ModuleNotFoundError as error:
@@ -333,6 +316,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         fail("the dev relay needs uvicorn: pip install 'talaria-relay[devrelay]'")
         return USAGE
+    except OSError as error:
+        # A file store's path that cannot be written (read-only, under a file): one line.
+        fail(f"{error.strerror or error}: {error.filename}" if error.filename else str(error))
+        return UNREACHABLE
     except (StoreUnavailableError, RelayUnreachableError) as error:
         fail(str(error))
         return UNREACHABLE

@@ -34,6 +34,8 @@ from relay.protocol import (
 )
 
 UNREACHABLE = "Could not reach Talaria Relay"
+# An error answer is read this far for its reason; it is a code, not a document.
+ERROR_BODY_CAP = 4096
 
 
 class TalariaAuth(httpx.Auth):
@@ -141,7 +143,9 @@ class RelayClient:
                 )
                 try:
                     if not response.is_success:
-                        raise RelayHttpError(response.status_code)
+                        # A PUT's answer stays unread (as upstream); a redeem's refusal says why.
+                        code = None if cap is None else await _error_code(response)
+                        raise RelayHttpError(response.status_code, code)
                     return b"" if cap is None else await _read_capped(response, cap)
                 finally:
                     await response.aclose()
@@ -180,6 +184,19 @@ async def _read_capped(response: httpx.Response, cap: int) -> bytes:
     except httpx.DecodingError:  # a Content-Encoding that does not decode
         raise RelayResponseError from None
     return b"".join(chunks)
+
+
+async def _error_code(response: httpx.Response) -> str | None:
+    """The relay's reason, `{"error": "<code>"}`: a short token, or None for anything else."""
+    try:
+        body = json.loads(await _read_capped(response, ERROR_BODY_CAP))
+    except (RelayResponseError, ValueError, httpx.HTTPError):
+        return None
+    code = body.get("error") if isinstance(body, dict) else None
+    # Only a plain token is shown: the body is the relay's, and it ends up in logs and terminals.
+    if isinstance(code, str) and 0 < len(code) <= 64 and code.replace("_", "").isalnum():
+        return code if code.isascii() else None
+    return None
 
 
 def _describe(exc: Exception) -> str:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
@@ -23,7 +24,7 @@ from relay.errors import InvalidInputError
 from relay.service import RelayService
 from relay.status import collect, render
 from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
-from relay.store.url import ENV_VAR, default_sqlite_path
+from relay.store.url import default_sqlite_path
 from relay.testing import DevRelay, MemoryHost, serve
 
 PUBLISHER_ID = "http://hermes-demo.localhost"
@@ -88,12 +89,28 @@ async def run(
     allow_insecure_loopback: bool = False,
     mint_invitations: bool = False,
     replicas: int = 0,
+    skip_if_registered: bool = False,
     say: Say = print,
 ) -> bool:
-    """Run the demo; True when the relay accepted and verified every request."""
-    target = resolve(store_url or os.environ.get(ENV_VAR) or default_demo_url())
+    """Run the demo; True when the relay accepted and verified every request.
+
+    Only `store_url` names a store to write: `$TALARIA_RELAY_STORE_URL` names the real one, which
+    a demo must not register. The store must be empty; with `skip_if_registered`, one that holds
+    a registration is left as it is and the demo succeeds (compose runs it on every `up`).
+    """
+    target = resolve(store_url or default_demo_url())
     if replicas and target.backend == "memory":
         raise InvalidInputError("replica processes cannot share a memory:// store")
+    if relay_url is None:
+        await _fresh(target, say)
+    held = await holdings(target)
+    if held is not None:
+        if skip_if_registered and held.startswith("a registration"):
+            say(f"{target.display} already holds {held}: registration skipped")
+            return True
+        raise InvalidInputError(
+            f"{target.display} already holds {held}: the demo writes only into an empty store"
+        )
     responses = Responses()
     async with AsyncExitStack() as stack:
         relay: DevRelay | None = None
@@ -102,7 +119,6 @@ async def run(
             relay_url = await stack.enter_async_context(serve(relay))
             invitations = [relay.mint_invitation("usr_owner"), relay.mint_invitation("usr_work")]
             allow_insecure_loopback = True
-            await _fresh(target, say)
             say(f"dev relay listening on {relay_url}")
         elif mint_invitations:
             invitations = [await _mint(relay_url, user) for user in ("usr_owner", "usr_work")]
@@ -124,8 +140,11 @@ async def run(
             responses.failures.append("a replica process failed")
         await _restart(demo)
         if relay is not None:
-            _table(relay, say)
+            _table(relay.state(), say)
+        elif mint_invitations:
+            _table(await _admin_state(relay_url), say)
         say("")
+        say("what the store holds")
         say(render(await collect(store, target)))
     say("")
     if responses.failures:
@@ -144,6 +163,39 @@ async def _fresh(target: StoreTarget, say: Say) -> None:
         for suffix in ("", "-wal", "-shm"):
             target.path.with_name(target.path.name + suffix).unlink(missing_ok=True)
         say(f"demo store {target.display} reset")
+
+
+async def holdings(target: StoreTarget) -> str | None:
+    """What the store at `target` holds already, or None when it is empty or not there yet."""
+    if target.backend == "memory" or (target.path is not None and not target.path.exists()):
+        return None
+    if target.url is not None:
+        current = await migrate.current(_address(target))
+        if current is None:
+            return None
+        if current != migrate.head_revision():
+            return f"a relay schema at revision {current}"
+    async with open_store(_address(target)) as store:
+        if (config := await store.load_config()) is not None:
+            return f"a registration with {config.url}"
+        held = {
+            "profile identities": len(await store.identities()),
+            "revisions": await store.revision_floor(),
+            "started sessions": len(await store.started_ledger()),
+            "deleted sessions": len(await store.pending_deleted()),
+            "presence leases": len(await store.presence_leases()),
+        }
+    found = [name for name, count in held.items() if count]
+    return ", ".join(found) if found else None
+
+
+async def _admin_state(relay_url: str) -> dict[str, Any]:
+    """What a dev relay at `relay_url` holds, from its admin endpoint."""
+    async with httpx.AsyncClient() as http:
+        response = await http.get(f"{relay_url}/admin/state")
+    response.raise_for_status()
+    state: dict[str, Any] = response.json()
+    return state
 
 
 async def _mint(relay_url: str, user: str) -> str:
@@ -265,8 +317,8 @@ async def replica(store_url: str, relay_url: str, index: int, insecure: bool) ->
     return responses.count > 0 and not responses.failures
 
 
-def _table(relay: DevRelay, say: Say) -> None:
-    state = relay.state()
+def _table(state: dict[str, Any], say: Say) -> None:
+    """The rows the relay holds, as it reports them: nothing here is taken from our side."""
     say("")
     say("what the relay holds")
     say(f"  {'profile':<38} {'session':<14} {'phase':<22} {'revision':>15}  alerts  viewed")
@@ -278,8 +330,10 @@ def _table(relay: DevRelay, say: Say) -> None:
                 f"  {grant['profileId']:<38} {row['sessionId']:<14} {row['phase']:<22}"
                 f" {row['revision']:>15}  {alerts:<6}  {viewed}"
             )
-    announced = sorted(event["sessionId"] for event in state["started"])
-    say(f"  sessions announced once each: {', '.join(announced)}")
+    announced = Counter(event["sessionId"] for event in state["started"])
+    once = all(count == 1 for count in announced.values())
+    shown = ", ".join(s if n == 1 else f"{s} ({n} times)" for s, n in sorted(announced.items()))
+    say(f"  sessions announced{' once each' if once else ''}: {shown or 'none'}")
 
 
 def replica_parser() -> argparse.ArgumentParser:

@@ -67,9 +67,12 @@ class RelayRequestError(RelayError):
 class RelayHttpError(RelayRequestError):
     """Talaria relay returned an error status."""
 
-    def __init__(self, status: int) -> None:
+    def __init__(self, status: int, code: str | None = None) -> None:
+        # The message stays upstream's, word for word; the relay's reason is `code`.
         super().__init__(f"Talaria relay returned HTTP {status}")
         self.status = status
+        # The relay's error code from its JSON body (`{"error": "invalid_pairing"}`), if any.
+        self.code = code
         self.retryable = status in (408, 425, 429) or status >= 500
 
 

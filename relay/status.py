@@ -83,6 +83,23 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     }
 
 
+def unmigrated(target: StoreTarget, current: str | None, given: str | None) -> dict[str, Any]:
+    """The status of a SQL store not at head: its schema state, and the command that fixes it."""
+    head = migrate.head_revision()
+    # The hint repeats the URL as the user gave it (password hidden), to paste back.
+    password = target.url.password if target.url is not None else None
+    shown = given.replace(password, "***") if given and isinstance(password, str) else given
+    store = f" --store '{shown}'" if shown else ""
+    return {
+        "store": {
+            "backend": target.backend,
+            "url": target.display,
+            "schema": {"current": current, "head": head, "at_head": False},
+        },
+        "hint": f"run `talaria-relay migrate{store}` to bring it to head {head}",
+    }
+
+
 def replicas(
     runs: list[RunState], claims: list[tuple[str, int]], now_ms: int
 ) -> list[dict[str, Any]]:
@@ -114,6 +131,8 @@ def render(status: dict[str, Any]) -> str:
         schema = store["schema"]
         state = "at head" if schema["at_head"] else f"NOT at head {schema['head']}"
         lines.append(f"schema       {schema['current'] or 'none'} ({state})")
+    if "hint" in status:
+        return "\n".join([*lines, f"hint         {status['hint']}"])
     registration = status["registration"]
     if registration is None:
         lines.append("registration none: pair the server with Talaria Relay")

@@ -1087,14 +1087,14 @@ URL_CASES: dict[str, tuple[object, str]] = {
     "pg-port-text": ("postgresql://u:s3cret@127.0.0.1:abc/db", "store URL is malformed"),
     "pg-no-database": ("postgres://u@127.0.0.1/", "needs a database name"),
     "pg-unknown": (
-        "postgresql://u@127.0.0.1/db?sslcert=x",
-        "unknown postgres store URL parameter 'sslcert'",
+        "postgresql://u@127.0.0.1/db?keepalives=1",
+        "unknown postgres store URL parameter 'keepalives'",
     ),
     "pg-repeated": (
         "postgresql://u@127.0.0.1/db?sslmode=require&sslmode=disable",
         "given more than once",
     ),
-    "pg-sslmode": ("postgresql://u@127.0.0.1/db?sslmode=maybe", "sslmode must be one of"),
+    "pg-sslmode": ("postgresql://u@127.0.0.1/db?sslmode=maybe", "sslmode='maybe': use one of"),
     "pg-ssl-and-sslmode": (
         "postgresql://u@127.0.0.1/db?ssl=require&sslmode=require",
         "both ssl and sslmode",

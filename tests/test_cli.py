@@ -7,6 +7,7 @@ Postgres URLs reach the command only through its arguments. Exit codes are the d
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -87,6 +88,12 @@ def json_url(path: Path) -> str:
     return f"json://{path}"
 
 
+async def create(url: str) -> None:
+    """Open the store at `url` once, so that it exists (`status` does not create one)."""
+    async with open_store(url):
+        pass
+
+
 def last_line(text: str) -> str:
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
@@ -129,10 +136,11 @@ def test_no_subcommand_is_a_usage_error(home: Path) -> None:
 def test_store_defaults_to_the_environment_then_the_embedded_file(home: Path) -> None:
     """Without --store: $TALARIA_RELAY_STORE_URL, else `$XDG_STATE_HOME/talaria-relay/relay.db`."""
     chosen = home / "chosen.db"
-    result = expect(
-        cli(home, "status", env={"TALARIA_RELAY_STORE_URL": sqlite_url(chosen)}, timeout=30), 0
-    )
+    env = {"TALARIA_RELAY_STORE_URL": sqlite_url(chosen)}
+    expect(cli(home, "migrate", env=env, timeout=30), 0)
+    result = expect(cli(home, "status", env=env, timeout=30), 0)
     assert str(chosen) in result.stdout
+    expect(cli(home, "migrate", timeout=30), 0)
     result = expect(cli(home, "status", timeout=30), 0)
     assert str(home / "talaria-relay" / "relay.db") in result.stdout
 
@@ -295,6 +303,7 @@ def test_unreachable_postgres_exits_3_quickly_and_hides_the_password(
 ) -> None:
     """A Postgres server that is not there: exit 3 within seconds, the password printed nowhere."""
     pg, sqlite = unreachable_pg_url(), sqlite_url(home / "local.db")
+    asyncio.run(create(sqlite))  # a source that exists, so only the Postgres side fails
     result = expect(cli(home, *(a.format(pg=pg, sqlite=sqlite) for a in args), timeout=30), 3)
     assert result.seconds < 10, result.describe()
     assert SECRET not in result.output
@@ -307,6 +316,7 @@ def test_unreachable_postgres_exits_3_quickly_and_hides_the_password(
 
 def test_status_of_a_fresh_store(home: Path, store_url: str, backend: str) -> None:
     """A fresh store's status: its backend, no registration, nothing held; text and --json."""
+    asyncio.run(create(store_url))
     text = expect(cli(home, "status", "--store", store_url, timeout=30), 0)
     assert f"store        {backend}" in text.stdout
     assert "registration none" in text.stdout
@@ -398,8 +408,17 @@ async def test_status_on_unmigrated_postgres_says_to_migrate(
     """`status` on an empty database exits 1, names `talaria-relay migrate`, creates no table."""
     flags = ["--json"] if as_json else []
     result = expect(cli(home, "status", *flags, "--store", pg_database, timeout=30), 1)
-    assert "talaria-relay migrate" in result.stderr
-    assert result.stdout == ""
+    assert f"talaria-relay migrate --store '{pg_database}'" in result.stderr
+    if as_json:
+        document = json.loads(result.stdout)
+        assert document["store"]["schema"] == {
+            "current": None,
+            "head": head_revision(),
+            "at_head": False,
+        }
+        assert f"--store '{pg_database}'" in document["hint"]
+    else:
+        assert f"schema       none (NOT at head {head_revision()})" in result.stdout
     assert await pg_tables(pg_database) == []
 
 
@@ -814,7 +833,10 @@ def test_demo_with_a_bad_invitation_exits_1_with_the_rejection(home: Path) -> No
         )
         relay.stop()
     expect(result, 1)
-    assert "Talaria Relay rejected server registration (HTTP 400)" in result.stderr
+    assert (
+        "Talaria Relay rejected server registration (HTTP 400): the relay's reason: "
+        "invalid_invitation" in result.stderr
+    )
 
 
 def demo_unreachable(home: Path) -> Result:

@@ -281,6 +281,27 @@ async def test_non_2xx_is_an_http_error(connect: Connect, status: int, retryable
         assert str(caught.value) == f"Talaria relay returned HTTP {status}"
 
 
+@pytest.mark.parametrize(
+    ("content", "code"),
+    [
+        (b'{"error":"invalid_invitation"}', "invalid_invitation"),
+        (b'{"error":"a\\nforged log line"}', None),
+        (b'{"error":42}', None),
+        (b"<html>bad gateway</html>", None),
+        (b'{"error":"' + b"x" * 5000 + b'"}', None),
+    ],
+    ids=["code", "not-a-token", "not-a-string", "not-json", "too-large"],
+)
+async def test_an_http_error_carries_the_relays_reason(
+    connect: Connect, content: bytes, code: str | None
+) -> None:
+    """A refusal's `{"error": CODE}` is `RelayHttpError.code` when it is a short plain token."""
+    with pytest.raises(RelayHttpError) as caught:
+        await connect(answer(400, content)).post(REDEEM, BODY)
+    assert caught.value.code == code
+    assert str(caught.value) == "Talaria relay returned HTTP 400"
+
+
 async def test_redirect_is_not_followed(connect: Connect, seen: list[httpx.Request]) -> None:
     """A 3xx is an error: following it would send a signature for another path."""
     moved = lambda request: httpx.Response(307, headers={"Location": "/elsewhere"})  # noqa: E731

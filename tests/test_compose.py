@@ -99,3 +99,11 @@ def test_publishers_reach_the_dev_relay_on_its_loopback() -> None:
         assert every[name]["network_mode"] == "service:devrelay"
         words = relay_command(every[name])
         assert words[words.index("--relay-url") + 1] == f"http://127.0.0.1:{port}"
+
+
+def test_registration_runs_once_over_every_up() -> None:
+    """The register step names the shared store itself, and a later `up` skips its registration."""
+    words = relay_command(services()["register"])
+    args = parser().parse_args(words[1:])
+    assert args.store == "$TALARIA_RELAY_STORE_URL"
+    assert args.skip_if_registered

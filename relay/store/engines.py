@@ -6,12 +6,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
-
-from relay.errors import InvalidInputError
 
 # Execution option that makes the next transaction `BEGIN IMMEDIATE` on SQLite.
 WRITE = "relay_write"
@@ -54,15 +53,18 @@ def sqlite_engine(path: Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
 
 
 def postgres_engine(url: URL) -> AsyncEngine:
-    """An asyncpg pool. `connect_timeout` in the URL bounds how long an unreachable server takes."""
-    query = dict(url.query)
-    try:
-        timeout = float(str(query.pop("connect_timeout", CONNECT_TIMEOUT_S)))
-    except ValueError:
-        raise InvalidInputError("connect_timeout must be a number of seconds") from None
+    """An asyncpg pool, connecting exactly as the store's runner does (one reading of the URL).
+
+    SQLAlchemy would hand libpq parameters (`application_name`, `options`, `sslrootcert`, …) to
+    `asyncpg.connect` as keywords it does not take; the runner's options pass them in a DSN.
+    """
+    from relay.store.sql.postgres import connect_options
+
+    options = connect_options(url)
+
+    async def connect() -> Any:
+        return await asyncpg.connect(**options)
+
     return create_async_engine(
-        url.set(query=query),
-        pool_size=5,
-        max_overflow=10,
-        connect_args={"timeout": timeout, "server_settings": {"application_name": "talaria-relay"}},
+        URL.create("postgresql+asyncpg"), async_creator=connect, pool_size=5, max_overflow=10
     )

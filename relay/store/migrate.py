@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,9 +19,10 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from relay.errors import InvalidInputError, SchemaError
+from relay.errors import InvalidInputError, SchemaError, StoreUnavailableError
 from relay.store.engines import WRITE, postgres_engine, sqlite_engine
-from relay.store.url import driver_error, resolve
+from relay.store.sql.sqlite import connect_read_only
+from relay.store.url import StoreTarget, driver_error, resolve
 
 # Held (per transaction) by every Postgres migration, so replicas racing `upgrade head` take turns.
 ADVISORY_LOCK_KEY = 0x74616C61726961  # "talaria"
@@ -87,14 +89,23 @@ async def current(url: str | None = None) -> str | None:
             return None
 
         def on_sqlite() -> str | None:
-            engine = sqlite_engine(path)
+            # Read-only: asking the revision must work on a file this process may not write.
+            conn = connect_read_only(path)
             try:
-                with engine.connect() as connection:
-                    return current_revision(connection)
+                tables = conn.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+                ).fetchall()
+                if not tables:
+                    return None
+                row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+                return None if row is None else str(row[0])
             finally:
-                engine.dispose()
+                conn.close()
 
-        return await asyncio.to_thread(on_sqlite)
+        try:
+            return await asyncio.to_thread(on_sqlite)
+        except sqlite3.Error as exc:
+            raise file_error(exc, target) from exc
     engine = postgres_engine(target.sqlalchemy_url)
     try:
         async with engine.connect() as connection:
@@ -146,7 +157,16 @@ async def _run(url: str | None, step: Callable[[Connection], None]) -> None:
         finally:
             engine.dispose()
 
-    await asyncio.to_thread(on_sqlite)
+    try:
+        await asyncio.to_thread(on_sqlite)
+    except (OSError, sqlite3.Error, DBAPIError) as exc:
+        raise file_error(exc, target) from exc
+
+
+def file_error(exc: BaseException, target: StoreTarget) -> StoreUnavailableError:
+    """A SQLite file that cannot be opened or written (read-only, not a file): one line."""
+    text = getattr(exc, "strerror", None) or str(getattr(exc, "orig", None) or exc)
+    return StoreUnavailableError(f"relay store {target.display} is unavailable: {text}")
 
 
 if __name__ == "__main__":

@@ -35,10 +35,27 @@ NAMES: dict[Backend, str] = {
     "memory": "memory",
 }
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-POSTGRES_PARAMETERS = ("connect_timeout", "prepared_statement_cache_size", "ssl", "sslmode")
+POSTGRES_PARAMETERS = (
+    "application_name",
+    "connect_timeout",
+    "options",
+    "prepared_statement_cache_size",
+    "ssl",
+    "sslcert",
+    "sslkey",
+    "sslmode",
+    "sslrootcert",
+    "target_session_attrs",
+)
+# libpq's spellings, and what they mean here.
+SSL_BOOLEANS = {"true": "require", "1": "require", "false": "disable", "0": "disable"}
+TARGET_SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
+SSL_FILES = ("sslcert", "sslkey", "sslrootcert")
 # An hour: past that, a "timeout" is a typo, not a wait anyone means.
 MAX_CONNECT_TIMEOUT_S = 3600.0
 MAX_STATEMENT_CACHE = 100_000
+# invalid_catalog_name: the database is not there, as unreachable as a server that is not.
+MISSING_DATABASE = "3D000"
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +200,24 @@ def _postgres_url(url: URL) -> URL:
     # libpq spells it sslmode; asyncpg takes the same values as ssl.
     if "sslmode" in query:
         query["ssl"] = query.pop("sslmode")
-    if "ssl" in query and query["ssl"] not in SSLMODES:
-        raise InvalidInputError(f"sslmode must be one of {', '.join(SSLMODES)}")
+    if "ssl" in query:
+        mode = query["ssl"].strip().lower()
+        query["ssl"] = SSL_BOOLEANS.get(mode, mode)
+        if query["ssl"] not in SSLMODES:
+            raise InvalidInputError(
+                f"store URL parameter sslmode={mode!r}: use one of {', '.join(SSLMODES)}"
+            )
+    attrs = query.get("target_session_attrs")
+    if attrs is not None and attrs not in TARGET_SESSION_ATTRS:
+        raise InvalidInputError(
+            f"store URL parameter target_session_attrs={attrs!r}: use one of "
+            + ", ".join(TARGET_SESSION_ATTRS)
+        )
+    for name in SSL_FILES:
+        # A missing file would surface as an unexplained TLS failure at connect time.
+        path = query.get(name)
+        if path is not None and path != "system" and not Path(path).expanduser().is_file():
+            raise InvalidInputError(f"store URL parameter {name}: no file at {path}")
     if "connect_timeout" in query:
         _connect_timeout(query["connect_timeout"])
     if "prepared_statement_cache_size" in query:
@@ -215,6 +248,12 @@ def driver_error(exc: BaseException, target: StoreTarget) -> StoreError:
     password = target.url.password if target.url is not None else None
     if password:
         message = message.replace(password, "***")
+    orig = getattr(exc, "orig", None)
+    state = getattr(orig, "sqlstate", None) or getattr(
+        orig.__cause__ if orig else None, "sqlstate", None
+    )
+    if state == MISSING_DATABASE:
+        return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")
     if isinstance(exc, DBAPIError) and not (
         exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
     ):

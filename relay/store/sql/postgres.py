@@ -23,7 +23,7 @@ T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10.0
 POOL_SIZE = 10
 # SQLSTATE classes that mean "try again later", not "this request is wrong".
-_UNAVAILABLE = ("08", "53", "57", "40", "55P03")
+_UNAVAILABLE = ("08", "53", "57", "40", "55P03", "3D000")  # 3D000: no such database
 
 
 class PostgresTx:

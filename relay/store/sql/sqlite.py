@@ -63,6 +63,29 @@ def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False) -> sq
     return conn
 
 
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that never writes, for `status` on a database it may not write.
+
+    `mode=ro` still needs the WAL index (`-shm`) writable; on read-only media, or a file it may
+    not write, `immutable=1` reads the file as it is.
+    """
+    uri = path.absolute().as_uri()
+    for flags in ("mode=ro", "immutable=1"):
+        conn = sqlite3.connect(
+            f"{uri}?{flags}", uri=True, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA query_only = 1")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        except sqlite3.OperationalError:
+            conn.close()
+            if flags == "immutable=1":
+                raise
+            continue
+        return conn
+    raise AssertionError("unreachable")
+
+
 def create_private(path: Path) -> None:
     """The database holds the publisher key: create it 0600 in a 0700 directory."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -83,13 +106,23 @@ class SqliteRunner:
 
     @classmethod
     async def open(
-        cls, path: Path, display: str, busy_timeout_s: float = BUSY_TIMEOUT_S
+        cls,
+        path: Path,
+        display: str,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+        *,
+        read_only: bool = False,
     ) -> SqliteRunner:
         runner = cls(display, ThreadPoolExecutor(1, thread_name_prefix="relay-sqlite"))
         try:
-            runner._writer, runner._reader = await runner._in_thread(
-                _open_pair, path, busy_timeout_s
-            )
+            if read_only:
+                # One connection that cannot write; a write on it fails as SQLite refuses it.
+                conn = await runner._in_thread(connect_read_only, path)
+                runner._writer = runner._reader = conn
+            else:
+                runner._writer, runner._reader = await runner._in_thread(
+                    _open_pair, path, busy_timeout_s
+                )
         except BaseException:
             await runner.close()
             raise
@@ -146,7 +179,7 @@ class SqliteRunner:
         thread, self._thread = self._thread, None
         reader, self._reader = self._reader, None
         writer, self._writer = self._writer, None
-        if reader is not None:
+        if reader is not None and reader is not writer:
             reader.close()
         if thread is not None:
             if writer is not None:

@@ -35,19 +35,26 @@ class SqlStore(
         self._display_url = display_url
 
     @classmethod
-    async def open(cls, target: StoreTarget) -> SqlStore:
-        """Connect; migrate an embedded SQLite file, but require Postgres to be at head already."""
+    async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlStore:
+        """Connect; migrate an embedded SQLite file, but require Postgres to be at head already.
+
+        `read_only` (SQLite): create, migrate and write nothing, so a read-only file can be read.
+        """
         runner: Runner
         if target.backend == "postgres":
             runner = await PostgresRunner.open(target.sqlalchemy_url, target.display)
         else:
             assert target.path is not None
-            create_private(target.path)
-            runner = await SqliteRunner.open(target.path, target.display)
+            if not read_only:
+                try:
+                    create_private(target.path)
+                except OSError as exc:
+                    raise migrate.file_error(exc, target) from exc
+            runner = await SqliteRunner.open(target.path, target.display, read_only=read_only)
         try:
             current = await schema_revision(runner)
             if current != migrate.head_revision():
-                if target.backend == "postgres":
+                if target.backend == "postgres" or read_only:
                     raise migrate.schema_error(current)
                 assert target.path is not None
                 await ensure_sqlite_schema(target.path)

@@ -1,0 +1,107 @@
+"""`talaria-relay import`, and the checks that a store to be read is there at all."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from relay.errors import InvalidInputError
+from relay.store import RelayStore, StoreTarget, open_store, resolve
+from relay.store.transfer import transfer
+
+
+def profile_homes(args: argparse.Namespace) -> Callable[[str], Path] | None:
+    homes: dict[str, Path] = {}
+    for item in args.profile_home:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InvalidInputError(f"--profile-home takes NAME=PATH, not {item!r}")
+        homes[name] = Path(path).expanduser()
+    root = Path(args.profiles_root).expanduser() if args.profiles_root else None
+    if not homes and root is None:
+        return None
+
+    def home(profile: str) -> Path:
+        if profile in homes:
+            return homes[profile]
+        if root is None:
+            raise InvalidInputError(f"no --profile-home given for profile {profile!r}")
+        return root / profile
+
+    return home
+
+
+def progress_bar(done: int, total: int) -> None:
+    if sys.stderr.isatty() and total:
+        filled = 30 * done // total
+        bar = "#" * filled + "." * (30 - filled)
+        print(f"\r  ledger [{bar}] {done}/{total}", end="", file=sys.stderr, flush=True)
+        if done == total:
+            print(file=sys.stderr)
+
+
+def missing(target: StoreTarget) -> bool:
+    """A file store that does not exist yet (opening one would create it)."""
+    if target.backend == "json":
+        return target.path is not None and not target.path.is_dir()
+    return target.backend == "sqlite" and target.path is not None and not target.path.exists()
+
+
+def require_existing(target: StoreTarget, flag: str = "--store") -> None:
+    """Reading a store that is not there is a mistake: say where we looked, create nothing."""
+    if missing(target):
+        assert target.path is not None
+        hint = ""
+        if target.backend == "sqlite":
+            hint = " (sqlite:///relay.db is relative to here, sqlite:////srv/relay.db absolute)"
+        raise InvalidInputError(
+            f"{flag}: no {target.name} store at {target.path.absolute()}{hint}; nothing created"
+        )
+
+
+async def require_identities(source: RelayStore) -> None:
+    """A legacy state dir keeps each profile's identity in its home: without it, enrollments
+    would not match after the import, so a missing one stops the import unless allowed."""
+    config = await source.load_config()
+    found = await source.identities()
+    lost = sorted(set(config.profiles) - set(found)) if config is not None else []
+    if lost:
+        raise InvalidInputError(
+            f"warning: no identity found for profiles {', '.join(lost)} in {source.display_url}: "
+            "give their homes with --profile-home NAME=PATH or --profiles-root DIR, or pass "
+            "--allow-missing-identities to import without them (each is then re-enrolled)"
+        )
+
+
+async def copy(args: argparse.Namespace) -> list[str]:
+    """Run `import`; the summary lines to print."""
+    source_target, target_target = resolve(args.source), resolve(args.target)
+    if source_target.display == target_target.display:
+        raise InvalidInputError("--from and --to name the same store")
+    homes = profile_homes(args)  # a malformed flag is reported before any store is looked at
+    require_existing(source_target, "--from")
+    with tempfile.TemporaryDirectory(prefix="talaria-relay-dry-run-") as scratch:
+        destination = args.target
+        if args.dry_run and missing(target_target):
+            destination = f"json://{scratch}"  # a dry run creates nothing: compare with empty
+        async with open_store(args.source, profile_home=homes) as source:
+            # Checked before the target is opened, which would create it.
+            if source_target.backend == "json" and not args.allow_missing_identities:
+                await require_identities(source)
+            async with open_store(destination) as target:
+                report = await transfer(
+                    source, target, force=args.force, dry_run=args.dry_run, progress=progress_bar
+                )
+    verb = "would copy" if args.dry_run else "copied"
+    return [
+        f"{verb} {source_target.display} → {target_target.display}",
+        f"  registration     {report.registration} ({report.profiles} profiles)",
+        f"  identities       {report.identities}",
+        f"  revision floor   {report.revision_floor}",
+        f"  started ledger   {report.ledger_entries} entries in {report.scopes} scopes",
+        f"  deleted outbox   {report.deleted}",
+        f"  presence leases  {report.presence}",
+    ]
