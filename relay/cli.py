@@ -82,6 +82,58 @@ async def cmd_status(args: argparse.Namespace) -> int:
     return OK
 
 
+# ── check ─────────────────────────────────────────────────────────────────────
+
+
+async def cmd_check(args: argparse.Namespace) -> int:
+    """Readiness: 0 ready, 1 not ready (below head, not registered), 3 store unreachable.
+
+    Read only: a missing store is not created and a SQLite file is not migrated; the relay is
+    never called.
+    """
+    from relay.health import StoreHealth, store_health
+
+    target = resolve(args.store)
+    problem: str | None = None
+    found = StoreHealth(reachable=False, schema_at_head=None, registered=False)
+    try:
+        if target.url is not None:
+            current = await migrate.current(
+                target.sqlalchemy_url.render_as_string(hide_password=False)
+            )
+            if current != migrate.head_revision():
+                found = StoreHealth(reachable=True, schema_at_head=False, registered=False)
+                problem = "below the schema head: run `talaria-relay migrate`"
+        if problem is None and _missing(target):
+            problem = "no store there"
+        if problem is None:
+            async with open_store(args.store) as store:
+                found = await store_health(store)
+            if not found.reachable:
+                problem = "the store did not answer"
+            elif not found.registered:
+                problem = "not registered: pair the server with Talaria Relay"
+    except StoreUnavailableError as error:
+        problem = str(error)
+    code = OK if found.ready else UNREACHABLE if not found.reachable else FAILED
+    if args.json:
+        document = {
+            "ready": found.ready,
+            "store": {"backend": target.backend, "url": target.display},
+            "reachable": found.reachable,
+            "schema_at_head": found.schema_at_head,
+            "registered": found.registered,
+            "problem": problem,
+            "exit": code,
+        }
+        say(json.dumps(document, indent=2))
+    elif problem is None:
+        say(f"{target.display} is ready")
+    else:
+        say(f"{target.display} is not ready: {problem}")
+    return code
+
+
 # ── import ────────────────────────────────────────────────────────────────────
 
 
@@ -242,6 +294,14 @@ def parser() -> argparse.ArgumentParser:
 
     sub = add("status", cmd_status, "show what the store holds (never the private key)")
     sub.add_argument("--json", action="store_true", help="the stable JSON shape (see README)")
+
+    sub = add(
+        "check",
+        cmd_check,
+        "readiness probe: the store answers, is at head and holds a registration (exit 0), "
+        "else 1, or 3 when the store cannot be reached; never calls the relay",
+    )
+    sub.add_argument("--json", action="store_true", help="one JSON document (see README)")
 
     sub = add("import", cmd_import, "copy all relay state from one store to another")
     sub.add_argument("--from", dest="source", required=True, metavar="URL", help="source store")

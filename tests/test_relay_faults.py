@@ -259,7 +259,7 @@ async def test_a_revoked_key_gets_401_and_disables_the_profile(store: RelayStore
 
         assert await env.publish() is None
         assert [r.status for r in env.relay.requests[sent:]] == [401]
-        assert len(log_lines(env, "disabled profile after permanent HTTP 401")) == 1
+        assert len(log_lines(env, "disabled profile default after permanent HTTP 401")) == 1
         await env.service.mark_viewed("s1")
         assert await env.publish() is None
         assert len(env.relay.requests) == sent + 1
@@ -283,7 +283,7 @@ async def test_a_permanent_error_disables_only_that_profile_and_loses_nothing(
         env.relay.inject("snapshot", 403)  # `default` goes first
         assert await env.publish() is None
         assert await env.publish() is None
-        assert len(log_lines(env, "disabled profile after permanent HTTP 403")) == 1
+        assert len(log_lines(env, "disabled profile default after permanent HTTP 403")) == 1
         assert [(e.profile_id, e.session_id) for e in env.relay.started_events] == [(work, "w-new")]
         await assert_intact(store, before)
 
@@ -335,7 +335,9 @@ async def test_a_permanently_rejected_view_is_dropped_and_logged(
         env.relay.inject("viewed", status)
         assert await env.publish() is None
         assert env.publisher.views == {}
-        assert log_lines(env, f"rejected a viewed acknowledgement (HTTP {status})")
+        assert log_lines(
+            env, f"rejected a viewed acknowledgement for profile default (HTTP {status})"
+        )
         assert await env.publish() is None
         assert len(env.sent("viewed")) == 1
         await assert_intact(store, before)
@@ -456,7 +458,9 @@ async def test_a_permanently_rejected_announcement_is_marked_sent_and_logged(
         assert await env.publish() is None
         assert await env.publish() is None
         assert [r.status for r in env.sent("started")] == [status]
-        assert log_lines(env, f"rejected a session-started event (HTTP {status})")
+        assert log_lines(
+            env, f"rejected a session-started event for profile default (HTTP {status})"
+        )
         after = await assert_intact(store, before)
         assert after.ledger[(scope, "s-new")].sent
 
