@@ -6,7 +6,8 @@ The modules, top down: `service` (the current publisher and its swaps), `pairing
 and enrollment), `publisher` (snapshots, composing the parts in `publishing`: `states`, the pure
 row builder; `outbox`, viewed and deleted acknowledgements; `announcements`; `loop`, passes and
 backoff; `logs`), `presence`, `client` (signed HTTP), `protocol` (the wire), `host` (the port the
-web app implements), `store` (all state, one repository), `errors`.
+web app implements), `store` (all state, one repository), `errors`, `health` (what a probe
+asks), `metrics` (OpenTelemetry, a no-op without an SDK).
 """
 
 from relay.errors import (
@@ -24,6 +25,7 @@ from relay.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from relay.health import Health
 from relay.host import ActiveRun, AgentSessionRow, Host, IndexRow, SessionMeta
 from relay.service import RelayService, SessionNotFoundError
 from relay.store import RelayStore, open_store
@@ -32,6 +34,7 @@ __all__ = [
     "ActiveRun",
     "AgentSessionRow",
     "CorruptStateError",
+    "Health",
     "Host",
     "IndexRow",
     "InvalidInputError",
