@@ -12,6 +12,7 @@ The names and attributes are documented in README.md ("Metrics").
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 
 try:
     from opentelemetry import metrics as _api
+    from opentelemetry.metrics import _internal as _globals
 except ImportError:  # the optional extra is not installed: every measurement is skipped
     _api = None  # type: ignore[assignment]
 
@@ -27,6 +29,8 @@ METER_NAME = "talaria-relay"
 T = TypeVar("T")
 # What the API hands out before an SDK is installed: recording through them would be wasted work.
 _NO_SDK = ("NoOpMeterProvider", "_ProxyMeterProvider", "ProxyMeterProvider")
+_LOOK_UP = object()
+_FROM_ENVIRONMENT = "OTEL_PYTHON_METER_PROVIDER" in os.environ
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,14 @@ def current() -> Instruments | None:
         return None
     provider = _Chosen.override
     if provider is None:
-        provider = _api.get_meter_provider()
+        # The API's global, read without `get_meter_provider()` (which looks at os.environ on
+        # every call): None until an SDK is set. The call is still made while unset if the
+        # environment names a provider for the API to load, or if the API moved its global.
+        provider = getattr(_globals, "_METER_PROVIDER", _LOOK_UP)
+        if provider is None and not _FROM_ENVIRONMENT:
+            return None
+        if provider is None or provider is _LOOK_UP:
+            provider = _api.get_meter_provider()
     if provider is not _Chosen.provider:
         no_sdk = type(provider).__name__ in _NO_SDK
         _Chosen.instruments = None if no_sdk else Instruments.of(provider)

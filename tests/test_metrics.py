@@ -6,6 +6,8 @@ set only once per process. Without an SDK nothing is recorded (and nothing is al
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -131,3 +133,42 @@ def test_without_an_sdk_nothing_is_recorded_and_calls_pass_straight_through() ->
     assert metrics.current() is None
     method = StoreGate.revision_floor
     assert method.__wrapped__.__name__ == "revision_floor"  # type: ignore[attr-defined]
+
+
+GLOBAL_SDK_LATER = """
+import asyncio
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from relay import metrics as relay_metrics
+from relay.store import open_store
+
+async def main() -> None:
+    async with open_store("memory://") as store:
+        await store.revision_floor()
+        assert relay_metrics.current() is None
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        await store.revision_floor()
+        data = reader.get_metrics_data()
+        (metric,) = data.resource_metrics[0].scope_metrics[0].metrics
+        (point,) = metric.data.data_points
+        print(metric.name, dict(point.attributes), point.count)
+
+asyncio.run(main())
+"""
+
+
+def test_an_sdk_installed_globally_after_the_store_opened_is_picked_up() -> None:
+    """In a fresh process: nothing is recorded before `set_meter_provider`, the next call is."""
+    done = subprocess.run(
+        [sys.executable, "-c", GLOBAL_SDK_LATER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "relay.store.transaction.duration {'method': 'revision_floor', 'backend': 'memory'} 1"
+    )
