@@ -25,7 +25,13 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from relay import metrics
 from relay.client import RelayClient
-from relay.errors import CorruptStateError, RelayError, RelayHttpError, RelayPairingError
+from relay.errors import (
+    CorruptStateError,
+    RelayError,
+    RelayHttpError,
+    RelayPairingError,
+    RelayRequestError,
+)
 from relay.host import ActiveRun, Host, SessionMeta
 from relay.presence import Presence
 from relay.protocol import (
@@ -254,12 +260,12 @@ class RelayPublisher:
     async def _publish_profile_snapshot(self, profile: str, profile_id: str) -> None:
         built = await self.build_states(profile)
         try:
-            await self._put_snapshot(profile_id, built, with_eligibility=True)
+            await self._put_snapshot(profile, profile_id, built, with_eligibility=True)
         except RelayHttpError as error:
             if error.retryable or all(state.alert_eligible for state in built):
                 raise
             # A relay that predates alertEligible rejects the field: resend without it, for good.
-            await self._put_snapshot(profile_id, built, with_eligibility=False)
+            await self._put_snapshot(profile, profile_id, built, with_eligibility=False)
             self._alert_eligibility = False
             self._report.warning(
                 f"[relay] Talaria relay rejected alertEligible for profile {profile} "
@@ -267,13 +273,14 @@ class RelayPublisher:
             )
 
     async def _put_snapshot(
-        self, profile_id: str, built: list[RelayState], *, with_eligibility: bool
+        self, profile: str, profile_id: str, built: list[RelayState], *, with_eligibility: bool
     ) -> None:
         body = snapshot_body(f"webui:{self._new_id()}", built, with_eligibility=with_eligibility)
         try:
             await self._put(snapshot_path(self.config.publisher_id, profile_id), body)
-        except RelayError as error:
+        except RelayRequestError as error:
             metrics.count("snapshots", error)
+            error.profile = error.profile or profile
             raise
         metrics.count("snapshots", None)
 

@@ -130,9 +130,11 @@ async def test_a_failing_snapshot_backs_off_and_logs_failed_still_failing_recove
         after = await assert_intact(store, after_second)
 
         assert env.logs == [
-            "[relay] Talaria relay snapshot failed (Talaria relay returned HTTP 503); "
+            "[relay] Talaria relay snapshot failed for profile default "
+            "(Talaria relay returned HTTP 503); "
             "retrying in 5.0s",
-            "[relay] Talaria relay snapshot still failing (Talaria relay returned HTTP 503); "
+            "[relay] Talaria relay snapshot still failing for profile default "
+            "(Talaria relay returned HTTP 503); "
             "retrying in 10.0s",
             "[relay] Talaria relay snapshot recovered",
         ]
@@ -153,7 +155,9 @@ async def test_every_retryable_status_backs_off_without_disabling_the_profile(
         before = await stored(store)
         env.relay.inject("snapshot", status)
         assert await env.publish() == 5.0
-        assert log_lines(env, f"snapshot failed (Talaria relay returned HTTP {status})")
+        assert log_lines(
+            env, f"snapshot failed for profile default (Talaria relay returned HTTP {status})"
+        )
         await assert_intact(store, before)
         assert await env.publish() is None
         assert [row.session_id for row in env.relay.rows(PUBLISHER_ID, await env.profile_id())] == [
@@ -174,7 +178,10 @@ async def test_a_snapshot_without_an_answer_backs_off(
         before = await stored(store)
         wire.fail("snapshot", error)
         assert await env.publish() == 5.0
-        assert log_lines(env, "snapshot failed (Could not reach Talaria Relay: injected failure)")
+        assert log_lines(
+            env,
+            "snapshot failed for profile default (Could not reach Talaria Relay: injected failure)",
+        )
         await assert_intact(store, before)
         assert await env.publish() is None
         assert log_lines(env, "snapshot recovered")
@@ -219,7 +226,9 @@ async def test_a_relay_slower_than_the_client_timeout_times_out_and_backs_off(
         began = time.monotonic()
         assert await publisher.run_once() == 5.0
         assert time.monotonic() - began < 0.4
-        assert log_lines(env, "snapshot failed (Could not reach Talaria Relay: TimeoutError)")
+        assert log_lines(
+            env, "snapshot failed for profile default (Could not reach Talaria Relay: TimeoutError)"
+        )
         await assert_intact(store, before)
         assert await publisher.run_once() is None
         await publisher.stop()

@@ -724,12 +724,15 @@ async def test_isolates_a_permanent_failure_to_one_profile_and_raises_retryable_
         assert await env.publish() == 5.0
         assert pass_snapshots(mark) == [(default_path, 503), (work_path, 200)]
         assert env.logs[-1] == (
-            "[relay] Talaria relay snapshot failed (Talaria relay returned HTTP 503); "
+            "[relay] Talaria relay snapshot failed for profile default "
+            "(Talaria relay returned HTTP 503); "
             "retrying in 5.0s"
         )
         env.relay.inject("snapshot", 503)
         assert await env.publish() == 10.0
-        assert env.logs[-1].startswith("[relay] Talaria relay snapshot still failing (")
+        assert env.logs[-1].startswith(
+            "[relay] Talaria relay snapshot still failing for profile default ("
+        )
         assert await env.publish() is None
         assert env.logs[-1] == "[relay] Talaria relay snapshot recovered"
 

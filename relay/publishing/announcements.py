@@ -131,6 +131,7 @@ class Announcements:
         except RelayRequestError as error:
             metrics.count("announcements", error)
             if not isinstance(error, RelayHttpError) or error.retryable:
+                error.profile = error.profile or profile
                 raise  # the entry stays unsent, to go again under the same eventId
             self._rejected(error.status, profile)
             return

@@ -38,6 +38,12 @@ class LoopHealth:
     stopped: bool
 
 
+def _for(error: BaseException) -> str:
+    """` for profile NAME` when the failure was one profile's request, else nothing."""
+    profile = getattr(error, "profile", None)
+    return f" for profile {profile}" if isinstance(profile, str) else ""
+
+
 class PassLoop:
     """Runs `one_pass` when woken (changes coalesce) or on the heartbeat, one pass at a time."""
 
@@ -136,6 +142,7 @@ class PassLoop:
                 return self._failed(error)
             self._report.error(
                 f"[relay] Talaria relay publisher stopped after permanent HTTP {error.status}"
+                + _for(error)
             )
             self.stopped = True
             self._backing_off.clear()
@@ -158,7 +165,10 @@ class PassLoop:
         self._backing_off.set(1)
         state = "failed" if self._failures == 1 else "still failing"
         reason = cause(error) if bug else str(error)
-        line = f"[relay] Talaria relay snapshot {state} ({reason}); retrying in {delay:.1f}s"
+        line = (
+            f"[relay] Talaria relay snapshot {state}{_for(error)} ({reason}); "
+            f"retrying in {delay:.1f}s"
+        )
         if bug:
             self._report.error(line, error=error)
         else:

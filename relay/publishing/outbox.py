@@ -118,6 +118,7 @@ class Outbox:
                 except RelayRequestError as error:
                     metrics.count("acknowledgements", error)
                     if not isinstance(error, RelayHttpError) or error.retryable:
+                        error.profile = error.profile or profile
                         raise
                     self._rejected(error.status, profile)
                 else:
