@@ -25,7 +25,8 @@ from relay.errors import (
     RelayUnreachableError,
     StoreUnavailableError,
 )
-from relay.store import StoreTarget, migrate, open_store, resolve
+from relay.health import missing
+from relay.store import migrate, open_store, resolve
 from relay.store.transfer import TransferConflictError, transfer
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
@@ -86,52 +87,16 @@ async def cmd_status(args: argparse.Namespace) -> int:
 
 
 async def cmd_check(args: argparse.Namespace) -> int:
-    """Readiness: 0 ready, 1 not ready (below head, not registered), 3 store unreachable.
+    from relay.health import probe
 
-    Read only: a missing store is not created and a SQLite file is not migrated; the relay is
-    never called.
-    """
-    from relay.health import StoreHealth, store_health
-
-    target = resolve(args.store)
-    problem: str | None = None
-    found = StoreHealth(reachable=False, schema_at_head=None, registered=False)
-    try:
-        if target.url is not None:
-            current = await migrate.current(
-                target.sqlalchemy_url.render_as_string(hide_password=False)
-            )
-            if current != migrate.head_revision():
-                found = StoreHealth(reachable=True, schema_at_head=False, registered=False)
-                problem = "below the schema head: run `talaria-relay migrate`"
-        if problem is None and _missing(target):
-            problem = "no store there"
-        if problem is None:
-            async with open_store(args.store) as store:
-                found = await store_health(store)
-            if not found.reachable:
-                problem = "the store did not answer"
-            elif not found.registered:
-                problem = "not registered: pair the server with Talaria Relay"
-    except StoreUnavailableError as error:
-        problem = str(error)
-    code = OK if found.ready else UNREACHABLE if not found.reachable else FAILED
+    found = await probe(args.store)
     if args.json:
-        document = {
-            "ready": found.ready,
-            "store": {"backend": target.backend, "url": target.display},
-            "reachable": found.reachable,
-            "schema_at_head": found.schema_at_head,
-            "registered": found.registered,
-            "problem": problem,
-            "exit": code,
-        }
-        say(json.dumps(document, indent=2))
-    elif problem is None:
-        say(f"{target.display} is ready")
+        say(json.dumps(found.document(), indent=2))
+    elif found.problem is None:
+        say(f"{found.target.display} is ready")
     else:
-        say(f"{target.display} is not ready: {problem}")
-    return code
+        say(f"{found.target.display} is not ready: {found.problem}")
+    return found.code
 
 
 # ── import ────────────────────────────────────────────────────────────────────
@@ -167,20 +132,13 @@ def _progress(done: int, total: int) -> None:
             print(file=sys.stderr)
 
 
-def _missing(target: StoreTarget) -> bool:
-    """A file store that does not exist yet (opening one would create it)."""
-    if target.backend == "json":
-        return target.path is not None and not target.path.is_dir()
-    return target.backend == "sqlite" and target.path is not None and not target.path.exists()
-
-
 async def cmd_import(args: argparse.Namespace) -> int:
     source_target, target_target = resolve(args.source), resolve(args.target)
     if source_target.display == target_target.display:
         raise InvalidInputError("--from and --to name the same store")
     with tempfile.TemporaryDirectory(prefix="talaria-relay-dry-run-") as scratch:
         destination = args.target
-        if args.dry_run and _missing(target_target):
+        if args.dry_run and missing(target_target):
             destination = f"json://{scratch}"  # a dry run creates nothing: compare with empty
         async with (
             open_store(args.source, profile_home=_profile_homes(args)) as source,

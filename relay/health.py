@@ -8,9 +8,13 @@ neither ever calls the relay, so a probe cannot add load to it or fail because o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from relay.errors import RelayError
-from relay.store import RelayStore, migrate
+from relay.errors import RelayError, StoreUnavailableError
+from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
+
+# `talaria-relay check` exit codes, the CLI's own: ready, not ready, store unreachable.
+READY, NOT_READY, UNREACHABLE = 0, 1, 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +74,61 @@ async def store_health(store: RelayStore) -> StoreHealth:
         except RelayError:
             return StoreHealth(reachable=False, schema_at_head=None, registered=registered)
     return StoreHealth(reachable=True, schema_at_head=at_head, registered=registered)
+
+
+def missing(target: StoreTarget) -> bool:
+    """A file store that does not exist yet (opening one would create it)."""
+    if target.backend == "json":
+        return target.path is not None and not target.path.is_dir()
+    return target.backend == "sqlite" and target.path is not None and not target.path.exists()
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What `talaria-relay check` found at one store, and why it is not ready."""
+
+    target: StoreTarget
+    found: StoreHealth
+    problem: str | None
+
+    @property
+    def code(self) -> int:
+        if self.found.ready:
+            return READY
+        return NOT_READY if self.found.reachable else UNREACHABLE
+
+    def document(self) -> dict[str, Any]:
+        """The `--json` shape (README "Health")."""
+        return {
+            "ready": self.found.ready,
+            "store": {"backend": self.target.backend, "url": self.target.display},
+            "reachable": self.found.reachable,
+            "schema_at_head": self.found.schema_at_head,
+            "registered": self.found.registered,
+            "problem": self.problem,
+            "exit": self.code,
+        }
+
+
+async def probe(url: str | None) -> Probe:
+    """Readiness of the store at `url`, read only: a missing store is not created, a SQLite file
+    is not migrated, and the relay is never called."""
+    target = resolve(url)
+    unknown = StoreHealth(reachable=False, schema_at_head=None, registered=False)
+    try:
+        if target.url is not None:
+            address = target.sqlalchemy_url.render_as_string(hide_password=False)
+            if await migrate.current(address) != migrate.head_revision():
+                below = StoreHealth(reachable=True, schema_at_head=False, registered=False)
+                return Probe(target, below, "below the schema head: run `talaria-relay migrate`")
+        if missing(target):
+            return Probe(target, unknown, "no store there")
+        async with open_store(url) as store:
+            found = await store_health(store)
+    except StoreUnavailableError as error:
+        return Probe(target, unknown, str(error))
+    if not found.reachable:
+        return Probe(target, found, "the store did not answer")
+    if not found.registered:
+        return Probe(target, found, "not registered: pair the server with Talaria Relay")
+    return Probe(target, found, None)
