@@ -6,8 +6,9 @@ The modules, top down: `service` (the current publisher and its swaps), `pairing
 and enrollment), `publisher` (snapshots, composing the parts in `publishing`: `states`, the pure
 row builder; `outbox`, viewed and deleted acknowledgements; `announcements`; `loop`, passes and
 backoff; `logs`), `presence`, `client` (signed HTTP), `protocol` (the wire), `host` (the port the
-web app implements), `store` (all state, one repository), `errors`; and `asgi`, the browser-facing
-routes for Starlette or FastAPI (the optional extra `web`, imported only on request).
+web app implements), `store` (all state, one repository), `errors`, `health` (what a probe
+asks), `metrics` (OpenTelemetry, a no-op without an SDK); and `asgi`, the browser-facing routes
+for Starlette or FastAPI (the optional extra `web`, imported only on request).
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -27,6 +28,7 @@ from relay.errors import (
     StoreError,
     StoreUnavailableError,
 )
+from relay.health import Health
 from relay.host import ActiveRun, AgentSessionRow, Host, IndexRow, SessionMeta
 from relay.service import RelayService, SessionNotFoundError
 from relay.store import RelayStore, open_store
@@ -40,6 +42,7 @@ __all__ = [
     "ActiveRun",
     "AgentSessionRow",
     "CorruptStateError",
+    "Health",
     "Host",
     "IndexRow",
     "InvalidInputError",

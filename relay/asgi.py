@@ -168,11 +168,10 @@ class _Routes:
         service = self._service_or_none()
         if service is None:
             return _Json({"ok": False, "error": "Talaria relay is not started"}, 503)
-        try:
-            # Once `RelayService.health()` exists, this probe becomes `await service.health()`.
-            await service.store.revision_floor()
-        except StoreError as error:
-            logger.warning("[relay] health: the store did not answer: %s", error)
+        found = await service.health()
+        # Serving needs the store, at head; an unregistered server or a publisher in backoff
+        # still serves its pages, so neither takes it out of the load balancer.
+        if not found.store_reachable or found.schema_at_head is False:
             return _Json({"ok": False, "error": "The relay store is unavailable"}, 503)
         return _Json({"ok": True}, 200)
 

@@ -102,6 +102,22 @@ async def cmd_status(args: argparse.Namespace) -> int:
     return OK
 
 
+# ── check ─────────────────────────────────────────────────────────────────────
+
+
+async def cmd_check(args: argparse.Namespace) -> int:
+    from relay.health import probe
+
+    found = await probe(args.store)
+    if args.json:
+        say(json.dumps(found.document(), indent=2))
+    elif found.problem is None:
+        say(f"{found.target.display} is ready")
+    else:
+        say(f"{found.target.display} is not ready: {found.problem}")
+    return found.code
+
+
 # ── import ────────────────────────────────────────────────────────────────────
 
 
@@ -207,6 +223,14 @@ def parser() -> argparse.ArgumentParser:
 
     sub = add("status", cmd_status, "show what the store holds (never the private key)")
     sub.add_argument("--json", action="store_true", help="the stable JSON shape (see README)")
+
+    sub = add(
+        "check",
+        cmd_check,
+        "readiness probe: the store answers, is at head and holds a registration (exit 0), "
+        "else 1, or 3 when the store cannot be reached; never calls the relay",
+    )
+    sub.add_argument("--json", action="store_true", help="one JSON document (see README)")
 
     sub = add("import", cmd_import, "copy all relay state from one store to another")
     sub.add_argument("--from", dest="source", required=True, metavar="URL", help="source store")

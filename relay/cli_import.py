@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from relay.errors import InvalidInputError
+from relay.health import missing
 from relay.store import RelayStore, StoreTarget, open_store, resolve
 from relay.store.transfer import transfer
 
@@ -41,13 +42,6 @@ def progress_bar(done: int, total: int) -> None:
         print(f"\r  ledger [{bar}] {done}/{total}", end="", file=sys.stderr, flush=True)
         if done == total:
             print(file=sys.stderr)
-
-
-def missing(target: StoreTarget) -> bool:
-    """A file store that does not exist yet (opening one would create it)."""
-    if target.backend == "json":
-        return target.path is not None and not target.path.is_dir()
-    return target.backend == "sqlite" and target.path is not None and not target.path.exists()
 
 
 def require_existing(target: StoreTarget, flag: str = "--store") -> None:

@@ -63,6 +63,9 @@ class RelayPairingError(RelayError):
 class RelayRequestError(RelayError):
     """Could not reach Talaria Relay."""
 
+    # The profile whose request failed, set by the publisher on the way out, for its log line.
+    profile: str | None = None
+
 
 class RelayHttpError(RelayRequestError):
     """Talaria relay returned an error status."""

@@ -23,8 +23,15 @@ from collections.abc import Callable
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+from relay import metrics
 from relay.client import RelayClient
-from relay.errors import CorruptStateError, RelayError, RelayHttpError, RelayPairingError
+from relay.errors import (
+    CorruptStateError,
+    RelayError,
+    RelayHttpError,
+    RelayPairingError,
+    RelayRequestError,
+)
 from relay.host import ActiveRun, Host, SessionMeta
 from relay.presence import Presence
 from relay.protocol import (
@@ -37,8 +44,9 @@ from relay.protocol import (
 from relay.publishing import states
 from relay.publishing.announcements import Announcements
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
+from relay.publishing.levels import Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
-from relay.publishing.loop import PassLoop
+from relay.publishing.loop import LoopHealth, PassLoop
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.states import Terminal
 from relay.store import ProfileGrant, RelayConfig, RelayStore, RunState
@@ -101,6 +109,7 @@ class RelayPublisher:
             poll=self._keep_alive,
             poll_s=self._leases.poll_s,
             heartbeat_s=heartbeat_s,
+            clock=clock,
         )
         self._outbox = Outbox(store, host, self._put, self._publishes, self._report, self._leases)
         self._announcements = Announcements(
@@ -113,6 +122,7 @@ class RelayPublisher:
         )
         # The rows this replica publishes, read once a pass.
         self._owned: list[RunState] | None = None
+        self._levels = Levels(store)
 
     @property
     def views(self) -> dict[str, View]:
@@ -142,6 +152,11 @@ class RelayPublisher:
 
     async def stop(self) -> None:
         await self._loop.stop()
+        self._levels.clear()
+
+    def health(self) -> LoopHealth:
+        """Consecutive failures, the last successful pass and the backoff, from the loop."""
+        return self._loop.health()
 
     def changed(self) -> None:
         """Something to publish: wake the loop (changes coalesce into one pass)."""
@@ -183,6 +198,7 @@ class RelayPublisher:
                 await self._release_runs()
             await self._outbox.flush(self.config, ready)
             await self.publish_started()
+            await self._levels.sample()
         finally:
             self._identities = None
             self._owned = None
@@ -220,7 +236,8 @@ class RelayPublisher:
                     continue
                 self._disabled.add(grant.profile_id)
                 self._report.error(
-                    f"[relay] Talaria relay disabled profile after permanent HTTP {error.status}"
+                    f"[relay] Talaria relay disabled profile {profile} after permanent "
+                    f"HTTP {error.status}"
                 )
         if retryable is not None:
             raise retryable
@@ -243,23 +260,29 @@ class RelayPublisher:
     async def _publish_profile_snapshot(self, profile: str, profile_id: str) -> None:
         built = await self.build_states(profile)
         try:
-            await self._put_snapshot(profile_id, built, with_eligibility=True)
+            await self._put_snapshot(profile, profile_id, built, with_eligibility=True)
         except RelayHttpError as error:
             if error.retryable or all(state.alert_eligible for state in built):
                 raise
             # A relay that predates alertEligible rejects the field: resend without it, for good.
-            await self._put_snapshot(profile_id, built, with_eligibility=False)
+            await self._put_snapshot(profile, profile_id, built, with_eligibility=False)
             self._alert_eligibility = False
             self._report.warning(
-                f"[relay] Talaria relay rejected alertEligible (HTTP {error.status}); "
-                "publishing alert-eligible snapshots only"
+                f"[relay] Talaria relay rejected alertEligible for profile {profile} "
+                f"(HTTP {error.status}); publishing alert-eligible snapshots only"
             )
 
     async def _put_snapshot(
-        self, profile_id: str, built: list[RelayState], *, with_eligibility: bool
+        self, profile: str, profile_id: str, built: list[RelayState], *, with_eligibility: bool
     ) -> None:
         body = snapshot_body(f"webui:{self._new_id()}", built, with_eligibility=with_eligibility)
-        await self._put(snapshot_path(self.config.publisher_id, profile_id), body)
+        try:
+            await self._put(snapshot_path(self.config.publisher_id, profile_id), body)
+        except RelayRequestError as error:
+            metrics.count("snapshots", error)
+            error.profile = error.profile or profile
+            raise
+        metrics.count("snapshots", None)
 
     async def build_states(self, profile: str) -> list[RelayState]:
         """One row per session of `profile` whose newest turn this replica publishes."""

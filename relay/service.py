@@ -18,6 +18,7 @@ import httpx
 
 from relay.client import RelayClient
 from relay.errors import InvalidInputError, RelayError, RelayPairingError, StoreUnavailableError
+from relay.health import Health, store_health
 from relay.host import Host
 from relay.pairing import Pairing
 from relay.presence import Presence
@@ -88,6 +89,22 @@ class RelayService:
 
     def current(self) -> RelayPublisher | None:
         return self._publisher
+
+    async def health(self) -> Health:
+        """The store's answers (two cheap reads) and the publisher's loop; never calls the relay."""
+        found = await store_health(self.store)
+        loop = self._publisher.health() if self._publisher is not None else None
+        last = loop.last_success if loop else None
+        return Health(
+            store_reachable=found.reachable,
+            schema_at_head=found.schema_at_head,
+            registered=found.registered,
+            last_success=last,
+            last_success_age_s=None if last is None else max(self._clock() - last, 0.0),
+            consecutive_failures=loop.failures if loop else 0,
+            backoff_until=loop.backoff_until if loop else None,
+            stopped=loop.stopped if loop else False,
+        )
 
     async def start(self) -> bool:
         """Resume from stored state; an invalid stored registration disables the publisher."""

@@ -118,7 +118,9 @@ def unreachable_pg_url() -> str:
 # ── every subcommand ──────────────────────────────────────────────────────────
 
 
-@pytest.mark.parametrize("subcommand", ["migrate", "status", "import", "dev-relay", "demo"])
+@pytest.mark.parametrize(
+    "subcommand", ["migrate", "status", "check", "import", "dev-relay", "demo"]
+)
 def test_every_subcommand_has_help_with_the_store_option(home: Path, subcommand: str) -> None:
     """`SUBCOMMAND --help` exits 0 and documents `--store URL` and its environment default."""
     result = expect(cli(home, subcommand, "--help", timeout=30), 0)

@@ -90,6 +90,22 @@ def test_migrations_run_once_before_any_publisher() -> None:
         }
 
 
+def test_each_replica_has_a_readiness_probe_the_cli_accepts() -> None:
+    """Each replica's healthcheck runs `talaria-relay check` (store from the environment) as an
+    exec-form command the real parser accepts, with a start period for its install."""
+    every = services()
+    for name in ("replica-1", "replica-2"):
+        probe = every[name]["healthcheck"]
+        assert probe["test"][0] == "CMD", (name, probe)
+        words = probe["test"][1:]
+        assert words[:2] == ["talaria-relay", "check"], (name, words)
+        args = parser().parse_args(words[1:])
+        assert args.run.__name__ == "cmd_check"
+        assert args.store is None  # TALARIA_RELAY_STORE_URL, the shared Postgres
+        assert "TALARIA_RELAY_STORE_URL" in every[name]["environment"]
+        assert probe["start_period"]
+
+
 def test_publishers_reach_the_dev_relay_on_its_loopback() -> None:
     """The dev relay serves loopback only, so publishers share its network and use its port."""
     every = services()

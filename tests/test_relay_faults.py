@@ -130,9 +130,11 @@ async def test_a_failing_snapshot_backs_off_and_logs_failed_still_failing_recove
         after = await assert_intact(store, after_second)
 
         assert env.logs == [
-            "[relay] Talaria relay snapshot failed (Talaria relay returned HTTP 503); "
+            "[relay] Talaria relay snapshot failed for profile default "
+            "(Talaria relay returned HTTP 503); "
             "retrying in 5.0s",
-            "[relay] Talaria relay snapshot still failing (Talaria relay returned HTTP 503); "
+            "[relay] Talaria relay snapshot still failing for profile default "
+            "(Talaria relay returned HTTP 503); "
             "retrying in 10.0s",
             "[relay] Talaria relay snapshot recovered",
         ]
@@ -153,7 +155,9 @@ async def test_every_retryable_status_backs_off_without_disabling_the_profile(
         before = await stored(store)
         env.relay.inject("snapshot", status)
         assert await env.publish() == 5.0
-        assert log_lines(env, f"snapshot failed (Talaria relay returned HTTP {status})")
+        assert log_lines(
+            env, f"snapshot failed for profile default (Talaria relay returned HTTP {status})"
+        )
         await assert_intact(store, before)
         assert await env.publish() is None
         assert [row.session_id for row in env.relay.rows(PUBLISHER_ID, await env.profile_id())] == [
@@ -174,7 +178,10 @@ async def test_a_snapshot_without_an_answer_backs_off(
         before = await stored(store)
         wire.fail("snapshot", error)
         assert await env.publish() == 5.0
-        assert log_lines(env, "snapshot failed (Could not reach Talaria Relay: injected failure)")
+        assert log_lines(
+            env,
+            "snapshot failed for profile default (Could not reach Talaria Relay: injected failure)",
+        )
         await assert_intact(store, before)
         assert await env.publish() is None
         assert log_lines(env, "snapshot recovered")
@@ -219,7 +226,9 @@ async def test_a_relay_slower_than_the_client_timeout_times_out_and_backs_off(
         began = time.monotonic()
         assert await publisher.run_once() == 5.0
         assert time.monotonic() - began < 0.4
-        assert log_lines(env, "snapshot failed (Could not reach Talaria Relay: TimeoutError)")
+        assert log_lines(
+            env, "snapshot failed for profile default (Could not reach Talaria Relay: TimeoutError)"
+        )
         await assert_intact(store, before)
         assert await publisher.run_once() is None
         await publisher.stop()
@@ -259,7 +268,7 @@ async def test_a_revoked_key_gets_401_and_disables_the_profile(store: RelayStore
 
         assert await env.publish() is None
         assert [r.status for r in env.relay.requests[sent:]] == [401]
-        assert len(log_lines(env, "disabled profile after permanent HTTP 401")) == 1
+        assert len(log_lines(env, "disabled profile default after permanent HTTP 401")) == 1
         await env.service.mark_viewed("s1")
         assert await env.publish() is None
         assert len(env.relay.requests) == sent + 1
@@ -283,7 +292,7 @@ async def test_a_permanent_error_disables_only_that_profile_and_loses_nothing(
         env.relay.inject("snapshot", 403)  # `default` goes first
         assert await env.publish() is None
         assert await env.publish() is None
-        assert len(log_lines(env, "disabled profile after permanent HTTP 403")) == 1
+        assert len(log_lines(env, "disabled profile default after permanent HTTP 403")) == 1
         assert [(e.profile_id, e.session_id) for e in env.relay.started_events] == [(work, "w-new")]
         await assert_intact(store, before)
 
@@ -335,7 +344,9 @@ async def test_a_permanently_rejected_view_is_dropped_and_logged(
         env.relay.inject("viewed", status)
         assert await env.publish() is None
         assert env.publisher.views == {}
-        assert log_lines(env, f"rejected a viewed acknowledgement (HTTP {status})")
+        assert log_lines(
+            env, f"rejected a viewed acknowledgement for profile default (HTTP {status})"
+        )
         assert await env.publish() is None
         assert len(env.sent("viewed")) == 1
         await assert_intact(store, before)
@@ -456,7 +467,9 @@ async def test_a_permanently_rejected_announcement_is_marked_sent_and_logged(
         assert await env.publish() is None
         assert await env.publish() is None
         assert [r.status for r in env.sent("started")] == [status]
-        assert log_lines(env, f"rejected a session-started event (HTTP {status})")
+        assert log_lines(
+            env, f"rejected a session-started event for profile default (HTTP {status})"
+        )
         after = await assert_intact(store, before)
         assert after.ledger[(scope, "s-new")].sent
 

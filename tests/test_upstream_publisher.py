@@ -724,12 +724,15 @@ async def test_isolates_a_permanent_failure_to_one_profile_and_raises_retryable_
         assert await env.publish() == 5.0
         assert pass_snapshots(mark) == [(default_path, 503), (work_path, 200)]
         assert env.logs[-1] == (
-            "[relay] Talaria relay snapshot failed (Talaria relay returned HTTP 503); "
+            "[relay] Talaria relay snapshot failed for profile default "
+            "(Talaria relay returned HTTP 503); "
             "retrying in 5.0s"
         )
         env.relay.inject("snapshot", 503)
         assert await env.publish() == 10.0
-        assert env.logs[-1].startswith("[relay] Talaria relay snapshot still failing (")
+        assert env.logs[-1].startswith(
+            "[relay] Talaria relay snapshot still failing for profile default ("
+        )
         assert await env.publish() is None
         assert env.logs[-1] == "[relay] Talaria relay snapshot recovered"
 
@@ -737,7 +740,7 @@ async def test_isolates_a_permanent_failure_to_one_profile_and_raises_retryable_
         mark = len(env.relay.requests)
         assert await env.publish() is None
         assert pass_snapshots(mark) == [(default_path, 403), (work_path, 200)]
-        disabled = "[relay] Talaria relay disabled profile after permanent HTTP 403"
+        disabled = "[relay] Talaria relay disabled profile default after permanent HTTP 403"
         assert env.logs.count(disabled) == 1
         mark = len(env.relay.requests)
         assert await env.publish() is None
@@ -809,7 +812,7 @@ async def test_treats_viewed_as_a_no_op_without_a_relay_and_logs_an_old_relay_on
         await env.service.mark_viewed("u1")
         assert await env.publish() is None
         assert env.logs[-1] == (
-            "[relay] Talaria relay rejected a viewed acknowledgement (HTTP 400)"
+            "[relay] Talaria relay rejected a viewed acknowledgement for profile default (HTTP 400)"
         )
         # A retryable one backs off and keeps the view, sent again on the next pass.
         env.relay.inject("viewed", 503)

@@ -635,7 +635,7 @@ async def test_publisher_isolates_permanent_failure_to_one_profile(store: RelayS
         assert [r.status for r in snapshots_to(env, bad)[before_bad:]] == [401]
         assert [r.status for r in snapshots_to(env, good)[before_good:]] == [200, 200]
         disabled = [
-            line for line in env.logs if "disabled profile after permanent HTTP 401" in line
+            line for line in env.logs if "disabled profile bad after permanent HTTP 401" in line
         ]
         assert len(disabled) == 1
         assert not any("Traceback" in line for line in env.logs)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from relay.errors import RelayHttpError
+from relay import metrics
+from relay.errors import RelayHttpError, RelayRequestError
 from relay.host import AgentSessionRow, Host, IndexRow
 from relay.protocol import STARTED_WINDOW_MS, session_path, started_body
 from relay.publishing import Put
@@ -60,7 +61,7 @@ class Announcements:
         """
         await self._observe(config, publishing)
         leases = self._leases
-        for _, grant in publishing:
+        for profile, grant in publishing:
             while entries := await self._store.claim_started(
                 grant.profile_id, leases.owner, leases.now_ms(), leases.lease_ms, STARTED_BATCH
             ):
@@ -71,7 +72,7 @@ class Announcements:
                         if done and leases.expiring(until):
                             break  # claim the rest again before the lease can lapse mid-send
                         await self._announce(
-                            config, grant.profile_id, entry.session_id, entry.started_at
+                            config, profile, grant.profile_id, entry.session_id, entry.started_at
                         )
                         done.append(entry.session_id)
                 finally:
@@ -120,17 +121,21 @@ class Announcements:
         self._recorded = {key: ms for key, ms in self._recorded.items() if ms >= cutoff}
 
     async def _announce(
-        self, config: RelayConfig, profile_id: str, session_id: str, started_at: int
+        self, config: RelayConfig, profile: str, profile_id: str, session_id: str, started_at: int
     ) -> None:
         """Send one announcement; a permanent refusal counts as done, a retryable one raises."""
         path = session_path(config.publisher_id, profile_id, session_id, "started")
         body = started_body(config.publisher_id, profile_id, session_id, started_at)
         try:
             await self._put(path, body)
-        except RelayHttpError as error:
-            if error.retryable:
+        except RelayRequestError as error:
+            metrics.count("announcements", error)
+            if not isinstance(error, RelayHttpError) or error.retryable:
+                error.profile = error.profile or profile
                 raise  # the entry stays unsent, to go again under the same eventId
-            self._rejected(error.status)
+            self._rejected(error.status, profile)
+            return
+        metrics.count("announcements", None)
 
     def _now_ms(self) -> int:
         return self._leases.now_ms()

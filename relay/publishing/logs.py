@@ -93,9 +93,12 @@ class Refusals:
         self._without_it = without_it
         self._unsupported_logged = False
 
-    def __call__(self, status: int) -> None:
+    def __call__(self, status: int, profile: str) -> None:
         if status != 404:
-            self._report.warning(f"[relay] Talaria relay rejected a {self._what} (HTTP {status})")
+            self._report.warning(
+                f"[relay] Talaria relay rejected a {self._what} for profile {profile} "
+                f"(HTTP {status})"
+            )
         elif not self._unsupported_logged:
             self._unsupported_logged = True
             self._report.info(

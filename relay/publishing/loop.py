@@ -10,8 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
+from relay import metrics
 from relay.errors import RelayError, RelayHttpError
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S
 from relay.publishing.logs import Reporter, cause
@@ -23,6 +26,22 @@ Poll = Callable[[], Awaitable[float | None]]
 def backoff_delay(failures: int, uniform: Callable[[float, float], float]) -> float:
     """Seconds to wait after `failures` failures in a row: 5 s doubling, jittered, 300 s cap."""
     return min(5.0 * 2.0 ** min(failures - 1, 6) * uniform(0.8, 1.2), 300.0)
+
+
+@dataclass(frozen=True, slots=True)
+class LoopHealth:
+    """What the loop knows of its own health, in Unix seconds of the publisher's clock."""
+
+    failures: int
+    last_success: float | None
+    backoff_until: float | None
+    stopped: bool
+
+
+def _for(error: BaseException) -> str:
+    """` for profile NAME` when the failure was one profile's request, else nothing."""
+    profile = getattr(error, "profile", None)
+    return f" for profile {profile}" if isinstance(profile, str) else ""
 
 
 class PassLoop:
@@ -37,8 +56,13 @@ class PassLoop:
         poll: Poll | None = None,
         poll_s: float = math.inf,
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._one_pass = one_pass
+        self._clock = clock
+        self._last_success: float | None = None
+        self._backoff_until: float | None = None
+        self._backing_off = metrics.Gauge("backoff_active")
         self._report = report
         self._uniform = uniform
         self._poll = poll
@@ -58,6 +82,9 @@ class PassLoop:
     def running(self) -> bool:
         return self._task is not None
 
+    def health(self) -> LoopHealth:
+        return LoopHealth(self._failures, self._last_success, self._backoff_until, self.stopped)
+
     def start(self) -> None:
         """Run passes in the background until `stop()`."""
         if self._task is None and not self.stopped:
@@ -65,6 +92,7 @@ class PassLoop:
 
     async def stop(self) -> None:
         self.stopped = True
+        self._backing_off.clear()
         self._wake.set()
         async with self._progress:
             self._progress.notify_all()
@@ -93,9 +121,15 @@ class PassLoop:
         """One pass, now; the seconds to back off for after a failure, else None."""
         async with self._passing:
             self._begun += 1
+            start = time.perf_counter()
+            delay = None
             try:
-                return await self._attempt()
+                delay = await self._attempt()
+                return delay
             finally:
+                if (found := metrics.current()) is not None:
+                    outcome = "ok" if delay is None and not self.stopped else "failed"
+                    found.pass_duration.record(time.perf_counter() - start, {"outcome": outcome})
                 self._finished += 1
                 async with self._progress:
                     self._progress.notify_all()
@@ -108,8 +142,10 @@ class PassLoop:
                 return self._failed(error)
             self._report.error(
                 f"[relay] Talaria relay publisher stopped after permanent HTTP {error.status}"
+                + _for(error)
             )
             self.stopped = True
+            self._backing_off.clear()
             return None
         except RelayError as error:  # the relay or the store: expected, one line
             return self._failed(error)
@@ -118,14 +154,21 @@ class PassLoop:
         if self._failures:
             self._report.info("[relay] Talaria relay snapshot recovered")
         self._failures = 0
+        self._last_success, self._backoff_until = self._clock(), None
+        self._backing_off.set(0)
         return None
 
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
         self._failures += 1
         delay = backoff_delay(self._failures, self._uniform)
+        self._backoff_until = self._clock() + delay
+        self._backing_off.set(1)
         state = "failed" if self._failures == 1 else "still failing"
         reason = cause(error) if bug else str(error)
-        line = f"[relay] Talaria relay snapshot {state} ({reason}); retrying in {delay:.1f}s"
+        line = (
+            f"[relay] Talaria relay snapshot {state}{_for(error)} ({reason}); "
+            f"retrying in {delay:.1f}s"
+        )
         if bug:
             self._report.error(line, error=error)
         else:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from relay.errors import RelayHttpError
+from relay import metrics
+from relay.errors import RelayHttpError, RelayRequestError
 from relay.host import Host
 from relay.protocol import session_path, viewed_body
 from relay.publishing import Publishes, Put
@@ -114,10 +115,14 @@ class Outbox:
                 path = session_path(config.publisher_id, grant.profile_id, sid, "viewed")
                 try:
                     await self._put(path, viewed_body(view.through))
-                except RelayHttpError as error:
-                    if error.retryable:
+                except RelayRequestError as error:
+                    metrics.count("acknowledgements", error)
+                    if not isinstance(error, RelayHttpError) or error.retryable:
+                        error.profile = error.profile or profile
                         raise
-                    self._rejected(error.status)
+                    self._rejected(error.status, profile)
+                else:
+                    metrics.count("acknowledgements", None)
                 answered = True
             if view.deleted:
                 # A permanent refusal is final too: resending it every pass would never end.

@@ -8,6 +8,7 @@ protocol's limits.
 
 from __future__ import annotations
 
+import inspect
 import uuid
 from abc import abstractmethod
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from typing import TypeVar
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from relay import metrics
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store import checks
@@ -372,3 +374,16 @@ def sightings(seen: object) -> dict[str, int]:
             continue
         fresh[session_id] = started_at
     return fresh
+
+
+def _timed_methods() -> None:
+    """Time every public store method, for every backend, in this one place (`relay.metrics`)."""
+    for name in dir(RelayStore):
+        if name.startswith("_") or name in ("close", "display_url"):
+            continue
+        method = getattr(StoreGate, name)
+        if inspect.iscoroutinefunction(method):
+            setattr(StoreGate, name, metrics.timed(method, name))
+
+
+_timed_methods()

@@ -64,6 +64,8 @@ class _State:
 class MemoryStore(StoreGate):
     """Relay state in a few dicts, private to this object; `open_store("memory://")` makes one."""
 
+    backend = "memory"
+
     def __init__(self) -> None:
         self._state: _State | None = _State()
         # asyncio needs no lock (no hook awaits); this keeps threads sharing a store apart.

@@ -59,6 +59,8 @@ ProfileHome = Callable[[str], Path]
 class FileStore(KeyFiles, RunFiles, StoreGate):
     """Relay state in one directory (`json:///state-dir`), safe across threads and processes."""
 
+    backend = "json"
+
     def __init__(self, state_dir: Path, profile_home: ProfileHome | None = None) -> None:
         self._dir = Path(state_dir).absolute()
         self._profile_home = profile_home

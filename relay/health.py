@@ -1,0 +1,134 @@
+"""What a deployment asks of a relay: `RelayService.health()` in process, `check` from outside.
+
+`Health` is what a running service knows: the store's answers plus its publisher's loop. The
+`talaria-relay check` probe runs in another process and sees only the store (`StoreHealth`);
+neither ever calls the relay, so a probe cannot add load to it or fail because of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from relay.errors import RelayError, StoreUnavailableError
+from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
+
+# `talaria-relay check` exit codes, the CLI's own: ready, not ready, store unreachable.
+READY, NOT_READY, UNREACHABLE = 0, 1, 3
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHealth:
+    """What the store says: reachable, at the schema head (None: no schema), registered."""
+
+    reachable: bool
+    schema_at_head: bool | None
+    registered: bool
+
+    @property
+    def ready(self) -> bool:
+        return self.reachable and self.schema_at_head is not False and self.registered
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """A service's health; times are Unix seconds of the service's clock.
+
+    `last_success` is the end of the last pass that published without a failure (None: none yet
+    in this process); `backoff_until` is set while the publisher waits after a failure;
+    `stopped` after a permanent HTTP answer, until a new pairing or a restart.
+    """
+
+    store_reachable: bool
+    schema_at_head: bool | None
+    registered: bool
+    last_success: float | None
+    last_success_age_s: float | None
+    consecutive_failures: int
+    backoff_until: float | None
+    stopped: bool
+
+    @property
+    def ready(self) -> bool:
+        """Reachable store at head, registered, and a publisher that has not stopped for good."""
+        at_head = self.schema_at_head is not False
+        return self.store_reachable and at_head and self.registered and not self.stopped
+
+
+async def store_health(store: RelayStore) -> StoreHealth:
+    """Two cheap reads (the revision floor, the registration) and the schema revision if SQL."""
+    try:
+        await store.revision_floor()
+    except RelayError:
+        return StoreHealth(reachable=False, schema_at_head=None, registered=False)
+    try:
+        registered = await store.load_config() is not None
+    except RelayError:
+        registered = False  # unreadable registration: the publisher would not start either
+    at_head = None
+    # Only SQL stores have a schema; the others have no such method (memory, JSON).
+    revision = getattr(store, "schema_revision", None)
+    if revision is not None:
+        try:
+            at_head = await revision() == migrate.head_revision()
+        except RelayError:
+            return StoreHealth(reachable=False, schema_at_head=None, registered=registered)
+    return StoreHealth(reachable=True, schema_at_head=at_head, registered=registered)
+
+
+def missing(target: StoreTarget) -> bool:
+    """A file store that does not exist yet (opening one would create it)."""
+    if target.backend == "json":
+        return target.path is not None and not target.path.is_dir()
+    return target.backend == "sqlite" and target.path is not None and not target.path.exists()
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What `talaria-relay check` found at one store, and why it is not ready."""
+
+    target: StoreTarget
+    found: StoreHealth
+    problem: str | None
+
+    @property
+    def code(self) -> int:
+        if self.found.ready:
+            return READY
+        return NOT_READY if self.found.reachable else UNREACHABLE
+
+    def document(self) -> dict[str, Any]:
+        """The `--json` shape (README "Health")."""
+        return {
+            "ready": self.found.ready,
+            "store": {"backend": self.target.backend, "url": self.target.display},
+            "reachable": self.found.reachable,
+            "schema_at_head": self.found.schema_at_head,
+            "registered": self.found.registered,
+            "problem": self.problem,
+            "exit": self.code,
+        }
+
+
+async def probe(url: str | None) -> Probe:
+    """Readiness of the store at `url`, read only: a missing store is not created, a SQLite file
+    is not migrated, and the relay is never called."""
+    target = resolve(url)
+    unknown = StoreHealth(reachable=False, schema_at_head=None, registered=False)
+    try:
+        if target.url is not None:
+            address = target.sqlalchemy_url.render_as_string(hide_password=False)
+            if await migrate.current(address) != migrate.head_revision():
+                below = StoreHealth(reachable=True, schema_at_head=False, registered=False)
+                return Probe(target, below, "below the schema head: run `talaria-relay migrate`")
+        if missing(target):
+            return Probe(target, unknown, "no store there")
+        async with open_store(url) as store:
+            found = await store_health(store)
+    except StoreUnavailableError as error:
+        return Probe(target, unknown, str(error))
+    if not found.reachable:
+        return Probe(target, found, "the store did not answer")
+    if not found.registered:
+        return Probe(target, found, "not registered: pair the server with Talaria Relay")
+    return Probe(target, found, None)

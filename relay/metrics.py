@@ -1,0 +1,175 @@
+"""Metrics through the OpenTelemetry API: nothing is recorded until the app installs an SDK.
+
+`opentelemetry-api` is optional (`pip install 'talaria-relay[metrics]'`): without it, or while
+the global meter provider is still the API's default, `current()` is None and every caller skips
+its measurement, so the store's hot path pays one function call and no allocation. Instruments
+are made once per provider, from a `Meter` named `talaria-relay`; the global provider is looked
+up at use time, so an SDK installed after the store opened is picked up. `use(provider)` names a
+provider explicitly (the tests do: the global one can be set only once per process).
+
+The names and attributes are documented in README.md ("Metrics").
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import wraps
+from typing import Any, TypeVar
+
+try:
+    from opentelemetry import metrics as _api
+    from opentelemetry.metrics import _internal as _globals
+except ImportError:  # the optional extra is not installed: every measurement is skipped
+    _api = None  # type: ignore[assignment]
+
+METER_NAME = "talaria-relay"
+T = TypeVar("T")
+# What the API hands out before an SDK is installed: recording through them would be wasted work.
+_NO_SDK = ("NoOpMeterProvider", "_ProxyMeterProvider", "ProxyMeterProvider")
+_LOOK_UP = object()
+_FROM_ENVIRONMENT = "OTEL_PYTHON_METER_PROVIDER" in os.environ
+
+
+@dataclass(frozen=True, slots=True)
+class Instruments:
+    """The instruments of one meter provider."""
+
+    snapshots: Any
+    announcements: Any
+    acknowledgements: Any
+    pass_duration: Any
+    backoff_active: Any
+    outbox_depth: Any
+    ledger_unsent: Any
+    store_duration: Any
+
+    @classmethod
+    def of(cls, provider: Any) -> Instruments:
+        meter = provider.get_meter(METER_NAME)
+        sent = "{request}"
+        return cls(
+            snapshots=meter.create_counter(
+                "relay.snapshots", sent, "Snapshots sent to the relay, by outcome and status"
+            ),
+            announcements=meter.create_counter(
+                "relay.announcements", sent, "Session-started announcements, by outcome and status"
+            ),
+            acknowledgements=meter.create_counter(
+                "relay.acknowledgements", sent, "Viewed acknowledgements, by outcome and status"
+            ),
+            pass_duration=meter.create_histogram(
+                "relay.pass.duration", "s", "How long one publishing pass took"
+            ),
+            backoff_active=meter.create_up_down_counter(
+                "relay.backoff.active", "{publisher}", "Publishers backing off after a failure"
+            ),
+            outbox_depth=meter.create_up_down_counter(
+                "relay.outbox.depth", "{view}", "Deleted sessions awaiting the relay's ack"
+            ),
+            ledger_unsent=meter.create_up_down_counter(
+                "relay.ledger.unsent", "{session}", "Started sessions not yet announced"
+            ),
+            store_duration=meter.create_histogram(
+                "relay.store.transaction.duration", "s", "One store method call, by backend"
+            ),
+        )
+
+
+class _Chosen:
+    """The provider named by `use()`, and the instruments made for the last provider seen."""
+
+    override: Any = None
+    provider: Any = None
+    instruments: Instruments | None = None
+
+
+def use(provider: Any) -> None:
+    """Record to `provider` from now on; None goes back to the global provider."""
+    _Chosen.override = provider
+
+
+def current() -> Instruments | None:
+    """The instruments to record to, or None while no SDK is installed (record nothing)."""
+    if _api is None:
+        return None
+    provider = _Chosen.override
+    if provider is None:
+        # The API's global, read without `get_meter_provider()` (which looks at os.environ on
+        # every call): None until an SDK is set. The call is still made while unset if the
+        # environment names a provider for the API to load, or if the API moved its global.
+        provider = getattr(_globals, "_METER_PROVIDER", _LOOK_UP)
+        if provider is None and not _FROM_ENVIRONMENT:
+            return None
+        if provider is None or provider is _LOOK_UP:
+            provider = _api.get_meter_provider()
+    if provider is not _Chosen.provider:
+        no_sdk = type(provider).__name__ in _NO_SDK
+        _Chosen.instruments = None if no_sdk else Instruments.of(provider)
+        _Chosen.provider = provider
+    return _Chosen.instruments
+
+
+def status(error: BaseException | None) -> str:
+    """A request's `status` attribute: the HTTP status, else the kind of transport failure."""
+    if error is None:
+        return "200"
+    code = getattr(error, "status", None)
+    return str(code) if isinstance(code, int) else type(error).__name__
+
+
+def count(instrument: str, error: BaseException | None) -> None:
+    """One request to the relay: `outcome=sent|failed` and its `status`."""
+    if (found := current()) is not None:
+        outcome = "sent" if error is None else "failed"
+        getattr(found, instrument).add(1, {"outcome": outcome, "status": status(error)})
+
+
+def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Awaitable[T]]:
+    """`method` of a store, timed into `relay.store.transaction.duration` while an SDK is in.
+
+    Without one the wrapper hands back the method's own coroutine: no extra frame or allocation.
+    """
+
+    async def measured(found: Instruments, store: Any, *args: Any, **kwargs: Any) -> T:
+        start = time.perf_counter()
+        try:
+            return await method(store, *args, **kwargs)
+        finally:
+            attributes = {"method": name, "backend": getattr(store, "backend", "unknown")}
+            found.store_duration.record(time.perf_counter() - start, attributes)
+
+    @wraps(method)
+    def wrapper(store: Any, *args: Any, **kwargs: Any) -> Awaitable[T]:
+        found = current()
+        if found is None:
+            return method(store, *args, **kwargs)
+        return measured(found, store, *args, **kwargs)
+
+    return wrapper
+
+
+class Gauge:
+    """A level one publisher contributes to an up-down counter: it adds the change, not the value.
+
+    Summed over publishers the counter is the process's level; `clear()` takes this one's out.
+    """
+
+    def __init__(self, instrument: str) -> None:
+        self._instrument = instrument
+        self._value = 0
+        self._to: Instruments | None = None
+
+    def set(self, value: int) -> None:
+        found = current()
+        if found is not None and found is not self._to:
+            # A new provider starts from nothing; adding even 0 makes the level visible.
+            getattr(found, self._instrument).add(value)
+        elif found is not None and value != self._value:
+            getattr(found, self._instrument).add(value - self._value)
+        self._value, self._to = value, found
+
+    def clear(self) -> None:
+        self.set(0)
