@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
+from relay.protocol import snapshot_path
 from relay.service import RelayService
 from relay.store import RelayStore, open_store
 from relay.testing import DevRelay, MemoryHost, serve
@@ -114,7 +115,15 @@ async def test_the_whole_publisher_lifecycle_over_loopback(store_url: str) -> No
         assert await second.start() is True
         second.changed()
         requests_before = len(relay.requests)
-        await eventually(lambda: len(relay.requests) > requests_before, "a new snapshot")
+
+        def resent() -> bool:
+            # work's snapshot, which holds chat-2: its revisions were allocated before it was sent.
+            # Any new request would not do: default's snapshot may hold no rows yet, and allocate
+            # no revision.
+            path = snapshot_path(PUBLISHER_ID, work_id)
+            return any(r.path == path for r in relay.requests[requests_before:])
+
+        await eventually(resent, "work's snapshot after the restart")
         await eventually(lambda: row(work_id, "chat-2") == "running", "chat-2 republished")
         assert await store.revision_floor() > floor
         assert sorted(e.session_id for e in relay.started_events) == announced
