@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -15,36 +17,44 @@ from relay.store import open_store
 NOW = 1_800_000_000_000
 
 
-@on("postgres")
-async def test_cancelled_postgres_call_releases_its_connection(store_url: str) -> None:
-    """A call cancelled while waiting on a row lock leaves no transaction open on the server."""
+@pytest.fixture
+async def blocker(store_url: str) -> AsyncIterator[Any]:
+    """A connection of its own to the store's database, to hold row locks."""
     dsn = make_url(store_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    blocker = await asyncpg.connect(dsn)
+    conn = await asyncpg.connect(dsn)
     try:
-        async with open_store(store_url) as store:
-            await store.allocate_revisions(1, NOW)
-            blocking = blocker.transaction()
-            await blocking.start()
-            await blocker.execute("SELECT floor FROM relay_revision WHERE id = 1 FOR UPDATE")
-            with pytest.raises(TimeoutError):
-                await asyncio.wait_for(store.allocate_revisions(1, NOW), 0.5)
-            await blocking.rollback()
-            # The cancelled statement's backend is gone: nothing waits on or holds relay rows.
-            for _ in range(50):
-                waiting = await blocker.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND pid <> pg_backend_pid() AND state <> 'idle'"
-                )
-                if waiting == 0:
-                    break
-                await asyncio.sleep(0.1)
-            assert waiting == 0
-            # The cancelled allocation may or may not have committed; either way none repeats.
-            after = await store.allocate_revisions(2, NOW)
-            assert after in ([NOW + 1, NOW + 2], [NOW + 2, NOW + 3])
-            assert await store.revision_floor() == after[-1]
+        yield conn
     finally:
-        await blocker.close()
+        await conn.close()
+
+
+@on("postgres")
+async def test_cancelled_postgres_call_releases_its_connection(
+    store_url: str, blocker: Any
+) -> None:
+    """A call cancelled while waiting on a row lock leaves no transaction open on the server."""
+    async with open_store(store_url) as store:
+        await store.allocate_revisions(1, NOW)
+        blocking = blocker.transaction()
+        await blocking.start()
+        await blocker.execute("SELECT floor FROM relay_revision WHERE id = 1 FOR UPDATE")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(store.allocate_revisions(1, NOW), 0.5)
+        await blocking.rollback()
+        # The cancelled statement's backend is gone: nothing waits on or holds relay rows.
+        for _ in range(50):
+            waiting = await blocker.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND state <> 'idle'"
+            )
+            if waiting == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert waiting == 0
+        # The cancelled allocation may or may not have committed; either way none repeats.
+        after = await store.allocate_revisions(2, NOW)
+        assert after in ([NOW + 1, NOW + 2], [NOW + 2, NOW + 3])
+        assert await store.revision_floor() == after[-1]
 
 
 @on("sqlite")
@@ -66,3 +76,21 @@ async def test_cancelled_sqlite_call_still_ends_its_transaction(store_url: str) 
         probe.execute("BEGIN IMMEDIATE")
         probe.execute("ROLLBACK")
         probe.close()
+
+
+@on("postgres")
+async def test_closing_a_postgres_store_lets_a_call_under_way_finish(
+    store_url: str, blocker: Any
+) -> None:
+    """A store closed while a call waits on a row lock: the call ends, then the store closes."""
+    store = await open_store(store_url)
+    await store.allocate_revisions(1, NOW)
+    async with blocker.transaction():
+        await blocker.execute("SELECT floor FROM relay_revision WHERE id = 1 FOR UPDATE")
+        call = asyncio.create_task(store.allocate_revisions(1, NOW))
+        await asyncio.sleep(0.3)  # the call waits on the lock
+        closing = asyncio.create_task(store.close())
+        await asyncio.sleep(0.3)
+        assert not closing.done()  # waiting for the call's connection
+    assert await asyncio.wait_for(call, 30) == [NOW + 1]
+    await asyncio.wait_for(closing, 30)

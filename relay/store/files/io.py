@@ -1,12 +1,22 @@
-"""Durable file I/O for the JSON store: atomic, fsynced writes of private files."""
+"""Durable file I/O for the JSON store: atomic, fsynced writes of private files.
+
+A write makes `.<name>.<pid>.<n>.tmp` beside its target, fsyncs it, renames it over the target and
+fsyncs the directory. The rename is atomic, so a target is always one whole version, never a
+truncated one; a writer killed before its rename leaves only its temp file behind, which
+`stale_temps` finds.
+"""
 
 from __future__ import annotations
 
 import itertools
 import os
+import re
 from pathlib import Path
 
 _temp_names = itertools.count()
+
+# `_write`'s temp files. Only names of our own files: a profile home holds other programs' files.
+TEMP = re.compile(r"\.(?P<target>\.?talaria-relay[^/]*)\.(?P<pid>[1-9][0-9]*)\.[0-9]+\.tmp")
 
 
 # ── files ─────────────────────────────────────────────────────────────────────
@@ -30,6 +40,7 @@ def _write(path: Path, text: str, mtime_ns: int | None = None) -> None:
             handle.flush()
             if mtime_ns is not None:
                 os.utime(fd, ns=(mtime_ns, mtime_ns))
+            # Before the rename: otherwise a power loss could leave the new name on empty blocks.
             os.fsync(fd)
         os.replace(temp, path)
     except BaseException:
@@ -45,3 +56,32 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ── what a killed writer leaves behind ────────────────────────────────────────
+
+
+def stale_temps(directory: Path) -> list[Path]:
+    """The temp files in `directory` whose writer process is gone, by name."""
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    return [
+        directory / name
+        for name in names
+        if (match := TEMP.fullmatch(name)) is not None and not _alive(int(match["pid"]))
+    ]
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process `pid` exists (ours, another user's, or one that reused a dead pid)."""
+    try:
+        os.kill(pid, 0)  # signal 0: nothing is sent, only whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, as another user
+    except OverflowError:
+        return False  # past any pid the kernel hands out
+    return True

@@ -13,7 +13,7 @@ from typing import TypeVar
 
 from relay.errors import StoreError
 from relay.store.files.documents import _Document
-from relay.store.files.io import _read, _write
+from relay.store.files.io import _read, _write, stale_temps
 
 D = TypeVar("D")
 R = TypeVar("R")
@@ -63,6 +63,9 @@ class LockedDir:
 
         def work() -> R:
             with self._locked(exclusive=True):
+                if target.parent != self._dir:
+                    # A profile home, written under this lock too: `open` never sweeps it.
+                    self._remove_stale(target.parent)
                 value = doc.parse(_read(target))
                 before = doc.dump(value)  # now: `edit` may change `value` in place
                 value, result = edit(value)
@@ -71,6 +74,32 @@ class LockedDir:
                 return result
 
         return await self._call(work)
+
+    def _sweep(self) -> int:
+        """Remove the temp files that killed writers left in the state dir; how many."""
+        if not stale_temps(self._dir):
+            return 0  # the usual case: opening takes no lock
+        with self._locked(exclusive=True):
+            return self._remove_stale(self._dir)
+
+    def _remove_stale(self, directory: Path) -> int:
+        """Remove `directory`'s temp files of dead writers; the caller holds the exclusive lock.
+
+        Every temp file is made by `_write`, which runs only under this lock and renames or
+        removes its temp before the lock is let go. So while we hold the lock, no writer anywhere
+        is between making a temp and renaming it: a temp found now is a writer's that died holding
+        the lock (the kernel let go of the lock with the process). That holds even for a writer
+        in another pid namespace sharing the directory, whose pids mean nothing here. The pid
+        check comes on top, and only ever keeps a file: a live pid may be a writer that takes no
+        lock (a program of another version), or just a reused pid, whose stale temp then waits
+        for a later open, costing a small file.
+        """
+        stale = stale_temps(directory)
+        for temp in stale:
+            temp.unlink(missing_ok=True)
+        # No directory fsync: a removal lost to a power cut leaves a stale temp the next open
+        # removes again.
+        return len(stale)
 
     def _create_dir(self) -> None:
         try:

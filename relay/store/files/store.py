@@ -69,9 +69,10 @@ class FileStore(KeyFiles, RunFiles, StoreGate):
 
     @classmethod
     async def open(cls, state_dir: Path, *, profile_home: ProfileHome | None = None) -> FileStore:
-        """The store of `state_dir`, created (0700) when missing."""
+        """The store of `state_dir`, created (0700) when missing, without killed writers' temps."""
         store = cls(state_dir, profile_home)
         await store._call(store._create_dir)
+        await store._call(store._sweep)
         return store
 
     @property

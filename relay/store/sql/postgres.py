@@ -99,10 +99,13 @@ class PostgresRunner:
         return await self._run(body, transaction=not single)
 
     async def _run(self, body: Body[T], *, transaction: bool) -> T:
-        if self._pool is None:
+        # The pool this call draws from, to the end: `close` drops `self._pool` at once, then
+        # waits for the connections in use to come back to it.
+        pool = self._pool
+        if pool is None:
             raise StoreError(f"the store {self._display} is closed")
         try:
-            conn = await self._pool.acquire()
+            conn = await pool.acquire()
         except Exception as error:
             raise self.translated(error) from error
         self.stats.transactions += 1
@@ -128,7 +131,7 @@ class PostgresRunner:
                 raise self.translated(error) from error
             raise
         finally:
-            await self._pool.release(conn)
+            await pool.release(conn)
         return result
 
     def translated(self, error: BaseException) -> StoreError:
