@@ -225,5 +225,13 @@ def _http_date(value: str | None) -> float | None:
 
 
 def _describe(exc: Exception) -> str:
-    # httpx's timeouts often carry an empty message; the class name still says what happened.
-    return str(exc) or type(exc).__name__
+    # httpx's errors often carry an empty message (timeouts, resets): the first cause with one
+    # says what happened ("Connection reset by peer"); failing that, the class name does.
+    cause: BaseException | None = exc
+    for _ in range(8):  # a bounded walk: a chain may loop
+        if cause is None:
+            break
+        if str(cause):
+            return str(cause)
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__
