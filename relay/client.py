@@ -207,7 +207,7 @@ def _retry_after(value: str, now: float) -> float | None:
     """The seconds to wait that `Retry-After` asks for (delta-seconds or an HTTP-date), or None."""
     value = value.strip()
     if value.isascii() and value.isdigit():
-        return float(value)
+        return min(float(value), 1e10)  # any number of digits: a wait, never infinity
     when = _http_date(value)
     return None if when is None else max(when - now, 0.0)
 

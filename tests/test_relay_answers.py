@@ -173,6 +173,7 @@ async def test_a_401_is_a_clock_problem_only_when_the_relays_date_says_so(
         ({"Retry-After": formatdate(NOW + 40, usegmt=True)}, 40.0),  # against our clock
         ({"Retry-After": formatdate(NOW + 40), "Date": formatdate(NOW + 30)}, 10.0),
         ({"Retry-After": formatdate(NOW - 40, usegmt=True)}, 0.0),  # already past
+        ({"Retry-After": "9" * 5000}, 1e10),
         ({"Retry-After": "-5"}, None),
         ({"Retry-After": "1.5"}, None),
         ({"Retry-After": ""}, None),
