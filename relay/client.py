@@ -12,6 +12,8 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Generator
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from types import TracebackType
 from typing import Any, Self
 
@@ -28,6 +30,7 @@ from relay.errors import (
 from relay.protocol import (
     PAIRING_RESPONSE_CAP,
     REQUEST_TIMEOUT_S,
+    SIGNATURE_WINDOW_S,
     b64url,
     canonical_string,
     validated_origin,
@@ -136,7 +139,8 @@ class RelayClient:
             # httpx's timeout bounds each network operation; this bounds the whole exchange, as
             # upstream's abort signal does, so a relay trickling bytes cannot hold the loop.
             async with asyncio.timeout(self._timeout):
-                # A redirect is an error: its signature would not cover the path it leads to.
+                # A redirect is an error (retried, never followed): its signature would not cover
+                # the path it leads to, and the host it names is not the one pairing trusted.
                 # `auth=None` also keeps an injected client's default auth off unsigned requests.
                 response = await self._http.send(
                     request, auth=auth, stream=True, follow_redirects=False
@@ -145,7 +149,7 @@ class RelayClient:
                     if not response.is_success:
                         # A PUT's answer stays unread (as upstream); a redeem's refusal says why.
                         code = None if cap is None else await _error_code(response)
-                        raise RelayHttpError(response.status_code, code)
+                        raise _http_error(response, self._clock(), code)
                     return b"" if cap is None else await _read_capped(response, cap)
                 finally:
                     await response.aclose()
@@ -199,6 +203,52 @@ async def _error_code(response: httpx.Response) -> str | None:
     return None
 
 
+def _http_error(response: httpx.Response, now: float, code: str | None) -> RelayHttpError:
+    """A non-2xx answer, with what its headers say about when to retry and about our clock."""
+    status = response.status_code
+    relay_now = _http_date(response.headers.get("Date"))
+    retry_after = None
+    # RFC 9110 and RFC 6585 give Retry-After to these two; elsewhere it is not a promise.
+    if status in (429, 503) and "Retry-After" in response.headers:
+        reference = now if relay_now is None else relay_now
+        retry_after = _retry_after(response.headers["Retry-After"], reference)
+    skew = None
+    # The relay checks the timestamp before the key: a 401 with our clock outside its window is
+    # a clock problem (fixed on this server, then retried), not a refused key.
+    if status == 401 and relay_now is not None and abs(now - relay_now) > SIGNATURE_WINDOW_S:
+        skew = now - relay_now
+    return RelayHttpError(status, code, retry_after=retry_after, clock_skew=skew)
+
+
+def _retry_after(value: str, now: float) -> float | None:
+    """The seconds to wait that `Retry-After` asks for (delta-seconds or an HTTP-date), or None."""
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return min(float(value), 1e10)  # any number of digits: a wait, never infinity
+    when = _http_date(value)
+    return None if when is None else max(when - now, 0.0)
+
+
+def _http_date(value: str | None) -> float | None:
+    """An HTTP-date (`Date`, `Retry-After`) as Unix seconds; None when absent or malformed."""
+    if not value:
+        return None
+    try:
+        parsed = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    # `-0000` parses as naive; HTTP-dates are always GMT.
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+
+
 def _describe(exc: Exception) -> str:
-    # httpx's timeouts often carry an empty message; the class name still says what happened.
-    return str(exc) or type(exc).__name__
+    # httpx's errors often carry an empty message (timeouts, resets): the first cause with one
+    # says what happened ("Connection reset by peer"); failing that, the class name does.
+    cause: BaseException | None = exc
+    for _ in range(8):  # a bounded walk: a chain may loop
+        if cause is None:
+            break
+        if str(cause):
+            return str(cause)
+        cause = cause.__cause__ or cause.__context__
+    return type(exc).__name__

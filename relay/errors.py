@@ -10,7 +10,8 @@
     ├── RelayPairingError           pairing failed: the `message` and `status` to answer with
     ├── relay.asgi.Refused          the web app's `identify` refused a request: its 4xx status
     └── RelayRequestError           a request to the relay did not succeed
-        ├── RelayHttpError          the relay answered non-2xx; `retryable` for 408, 425, 429, 5xx
+        ├── RelayHttpError          the relay answered non-2xx; `retryable` for 3xx, 408, 425, 429,
+        │                           5xx and a 401 that the relay's clock explains
         ├── RelayUnreachableError   no answer: connection failed
         │   └── RelayTimeoutError   no answer within the timeout
         └── RelayResponseError      an answer that could not be read (too large, not JSON)
@@ -70,13 +71,40 @@ class RelayRequestError(RelayError):
 class RelayHttpError(RelayRequestError):
     """Talaria relay returned an error status."""
 
-    def __init__(self, status: int, code: str | None = None) -> None:
-        # The message stays upstream's, word for word; the relay's reason is `code`.
-        super().__init__(f"Talaria relay returned HTTP {status}")
+    # `code`: the relay's error code from its JSON body (`{"error": "invalid_pairing"}`), if any.
+    # `retry_after`: the seconds the relay asked to wait (`Retry-After`), or None. `clock_skew`:
+    # set only on a 401 whose `Date` puts this server's clock outside the relay's signature
+    # window: our clock minus the relay's, in seconds. A redirect (never followed) and such a 401
+    # say nothing against the request itself, so they are retried like a 5xx, not refused for good.
+    def __init__(
+        self,
+        status: int,
+        code: str | None = None,
+        *,
+        retry_after: float | None = None,
+        clock_skew: float | None = None,
+    ) -> None:
+        # The message stays upstream's, word for word, but for what only we can tell.
+        message = f"Talaria relay returned HTTP {status}"
+        if 300 <= status < 400:
+            message += " (a redirect, not followed)"
+        if clock_skew is not None:
+            direction = "ahead of" if clock_skew > 0 else "behind"
+            message += (
+                f": this server's clock is {abs(clock_skew):.0f}s {direction} the relay's, "
+                "beyond the 300s a signature allows; check this server's clock (NTP)"
+            )
+        super().__init__(message)
         self.status = status
-        # The relay's error code from its JSON body (`{"error": "invalid_pairing"}`), if any.
         self.code = code
-        self.retryable = status in (408, 425, 429) or status >= 500
+        self.retry_after = retry_after
+        self.clock_skew = clock_skew
+        self.retryable = (
+            status in (408, 425, 429)
+            or status >= 500
+            or 300 <= status < 400
+            or clock_skew is not None
+        )
 
 
 class RelayUnreachableError(RelayRequestError):

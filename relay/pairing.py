@@ -94,7 +94,7 @@ class Pairing:
             publisher_id = validated_origin(publisher_id)
         except RelayError as error:
             raise RelayPairingError(str(error), 400) from error
-        if relay_url != self._trusted_origin():
+        if relay_url != self.trusted_origin:
             raise RelayPairingError("Untrusted Talaria Relay origin", 400)
         if not 1 <= len(invitation) <= 256 or not 1 <= len(label) <= 80:
             raise RelayPairingError("Invalid relay pairing fields", 400)
@@ -284,7 +284,9 @@ class Pairing:
                 return origin
             raise
 
-    def _trusted_origin(self) -> str:
+    @property
+    def trusted_origin(self) -> str:
+        """The one relay origin this server pairs with and publishes to."""
         return self._trusted.strip().rstrip("/")
 
 

@@ -20,6 +20,8 @@ from relay.errors import InvalidInputError
 DEFAULT_RELAY_URL = "https://relay.talaria.kil.dev"
 REQUEST_TIMEOUT_S = 10.0
 PAIRING_RESPONSE_CAP = 256 * 1024
+# The relay refuses (401) a signature whose timestamp is further than this from its own clock.
+SIGNATURE_WINDOW_S = 5 * 60
 
 PRESENCE_LEASE_MS = 90_000
 # A tab's sequence fence outlives its lease, so a reloaded tab whose clock moved back recovers.

@@ -56,6 +56,10 @@ logger = logging.getLogger("relay.publisher")
 SENDING_POLL_S = 0.05
 
 
+def _asks_longer(error: RelayHttpError, than: RelayHttpError) -> bool:
+    return (error.retry_after or 0.0) > (than.retry_after or 0.0)
+
+
 def load_key(pem: str) -> Ed25519PrivateKey:
     """The publisher's Ed25519 key from its PKCS#8 PEM."""
     key = load_pem_private_key(pem.encode(), password=None)
@@ -232,7 +236,9 @@ class RelayPublisher:
                 if not isolate_permanent:
                     raise
                 if error.retryable:
-                    retryable = retryable or error
+                    # The relay's longest Retry-After is the one the backoff must honour.
+                    if retryable is None or _asks_longer(error, retryable):
+                        retryable = error
                     continue
                 self._disabled.add(grant.profile_id)
                 self._report.error(

@@ -114,6 +114,13 @@ class RelayService:
             config = await self.store.load_config()
             if config is None:
                 return False
+            # A registration with another relay (the trusted one changed, or the store came from
+            # elsewhere) would send signed session data where this server was not told to.
+            if config.url != self._pairing.trusted_origin:
+                raise InvalidInputError(
+                    f"registered with {config.url}, not the trusted relay "
+                    f"{self._pairing.trusted_origin}"
+                )
             candidate = await self._publisher_for(config)
         except StoreUnavailableError:
             raise  # not an invalid registration: the caller may start again later

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from relay.client import RelayClient
 from relay.publisher import RelayPublisher
 from relay.service import RelayService
 from relay.store import RelayConfig, RelayStore
@@ -38,10 +39,14 @@ class Clock:
 
 
 class Wire(httpx.AsyncBaseTransport):
-    """Between the services and the dev relay: records attempts; fails, answers or holds one."""
+    """Between the services and the dev relay: records attempts; fails, answers, holds or diverts
+    one."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
         self.inner = inner
+        # Real sockets, for requests diverted to a loopback server that misbehaves.
+        self.network = httpx.AsyncHTTPTransport(retries=0)
+        self.diversions: dict[str, list[str]] = {}
         self.requests: list[httpx.Request] = []
         self.attempts: list[tuple[str | None, bytes]] = []
         self.failures: dict[str, list[type[httpx.TransportError]]] = {}
@@ -57,6 +62,11 @@ class Wire(httpx.AsyncBaseTransport):
     def answer(self, route: str, status: int, payload: dict[str, Any]) -> None:
         """Answer the next request to `route` with `payload` instead of the dev relay."""
         self.replies[route] = httpx.Response(status, json=payload)
+
+    def divert(self, route: str, origin: str) -> None:
+        """Send the next request to `route` to `origin` (a loopback server) over a real socket,
+        with its method, path, headers, body and timeouts unchanged."""
+        self.diversions.setdefault(route, []).append(origin)
 
     def hold(self, route: str) -> asyncio.Event:
         """Hold the next request to `route` until the returned event is set."""
@@ -78,11 +88,25 @@ class Wire(httpx.AsyncBaseTransport):
             raise self.failures[route].pop(0)("injected failure", request=request)
         if route is not None and (reply := self.replies.pop(route, None)) is not None:
             return reply
+        if route is not None and self.diversions.get(route):
+            origin = self.diversions[route].pop(0)
+            diverted = httpx.Request(
+                request.method,
+                origin + request.url.raw_path.decode("ascii"),
+                headers=request.headers,
+                content=request.content,
+                extensions=request.extensions,
+            )
+            return await self.network.handle_async_request(diverted)
         gate = self.gates.pop(route, None) if route is not None else None
         if gate is not None:
             self.held.set()
             await gate.wait()
         return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.network.aclose()
+        await self.inner.aclose()
 
 
 @dataclass
@@ -99,6 +123,24 @@ class Env:
     def new_service(self, **options: Any) -> RelayService:
         """Another service on the same store and relay: a restart, or another replica."""
         return make_service(self, **options)
+
+    async def publisher_with(self, client: RelayClient, owner: str) -> RelayPublisher:
+        """A publisher of the saved registration sending through `client` (say, an impatient
+        one): passes run only when the test asks; the test stops it."""
+        publisher = RelayPublisher(
+            await self.config(),
+            store=self.store,
+            host=self.host,
+            client=client,
+            presence=self.service.presence,
+            owner=owner,
+            clock=self.clock,
+            log=self.logs.append,
+            uniform=lambda _low, _high: 1.0,
+            background=False,
+        )
+        await publisher.initialize()
+        return publisher
 
     @property
     def publisher(self) -> RelayPublisher:
@@ -144,13 +186,16 @@ class Env:
         return [request for request in self.sent(route) if 200 <= request.status < 300]
 
 
-def make_service(env: Env, **options: Any) -> RelayService:
+def make_service(
+    env: Env, *, clock: Callable[[], float] | None = None, **options: Any
+) -> RelayService:
+    """A service like the env's; `clock` (say, a skewed one) instead of the env's."""
     return RelayService(
         env.store,
         env.host,
         relay_url=RELAY_URL,
         http=env.http,
-        clock=env.clock,
+        clock=clock or env.clock,
         log=env.logs.append,
         publisher_options={"background": False, "uniform": lambda low, high: 1.0, **options},
     )

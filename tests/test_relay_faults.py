@@ -10,7 +10,6 @@ floor that only rises, every ledger entry and every deleted session not yet ackn
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import httpx
 import pytest
@@ -18,20 +17,18 @@ from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from harness import PUBLISHER_ID, RELAY_URL, Env, Wire, relay_env, restarted
+from intact import PAST_LEASE_S, assert_intact, delete, finished, log_lines, running, stored
 
 from relay.client import RelayClient
 from relay.errors import RelayPairingError, RelayTimeoutError
 from relay.protocol import b64url, compact, snapshot_path
-from relay.publisher import RelayPublisher
-from relay.publishing.leases import DEFAULT_LEASE_S
-from relay.store import DeletedView, RelayConfig, RelayStore, StartedEntry
+from relay.store import RelayStore
 
 pytestmark = on(MEMORY)
 
 RETRYABLE = (408, 425, 429, 500, 502, 503, 504)
 PERMANENT = (400, 403, 409)
 TRANSPORT_ERRORS = (httpx.ReadTimeout, httpx.ConnectTimeout, httpx.ConnectError)
-PAST_LEASE_S = DEFAULT_LEASE_S + 1
 
 
 def fault(env: Env, wire: Wire, route: str, kind: int | type[httpx.TransportError]) -> None:
@@ -40,70 +37,6 @@ def fault(env: Env, wire: Wire, route: str, kind: int | type[httpx.TransportErro
         env.relay.inject(route, kind)
     else:
         wire.fail(route, kind)
-
-
-# ── the store after a fault ──────────────────────────────────────────────────
-
-
-@dataclass(frozen=True)
-class Stored:
-    """What the store holds, to compare before and after a fault."""
-
-    config: RelayConfig
-    generation: int
-    floor: int
-    floors: dict[str, int]
-    ledger: dict[tuple[str, str], StartedEntry]
-    deleted: dict[str, DeletedView]
-
-
-async def stored(store: RelayStore) -> Stored:
-    config = await store.load_config()
-    assert config is not None
-    scopes = await store.started_ledger()
-    return Stored(
-        config,
-        config.generation,
-        await store.revision_floor(),
-        {scope.profile_id: scope.floor for scope in scopes},
-        {(e.profile_id, e.session_id): e for scope in scopes for e in scope.entries},
-        {view.id: view for view in await store.pending_deleted()},
-    )
-
-
-async def assert_intact(
-    store: RelayStore, before: Stored, *, acked: tuple[str, ...] = ()
-) -> Stored:
-    """Nothing lost or rewritten: same registration, rising floor, ledger and outbox kept."""
-    after = await stored(store)
-    assert (after.config, after.generation) == (before.config, before.generation)
-    assert after.floor >= before.floor
-    assert all(after.floors.get(scope) == floor for scope, floor in before.floors.items())
-    for key, entry in before.ledger.items():
-        assert key in after.ledger, f"started entry {key} was lost"
-        assert after.ledger[key].started_at == entry.started_at
-        assert after.ledger[key].sent or not entry.sent, f"started entry {key} became unsent"
-    for view_id, view in before.deleted.items():
-        if view.session_id not in acked:
-            assert after.deleted.get(view_id) == view, f"deleted {view.session_id} was lost"
-    return after
-
-
-def running(env: Env, session_id: str, profile: str = "default") -> None:
-    env.host.create_session(session_id, profile=profile)
-    env.host.start_run(session_id)
-
-
-async def finished(env: Env, session_id: str, profile: str = "default") -> None:
-    """A run that completed and whose outcome the relay holds."""
-    running(env, session_id, profile)
-    await env.service.note_terminal(f"stream-{session_id}", "completed")
-    env.host.end_run(f"stream-{session_id}")
-    assert await env.publish() is None
-
-
-def log_lines(env: Env, text: str) -> list[str]:
-    return [line for line in env.logs if text in line]
 
 
 # ── snapshots ────────────────────────────────────────────────────────────────
@@ -207,19 +140,7 @@ async def test_a_relay_slower_than_the_client_timeout_times_out_and_backs_off(
             )
         assert time.monotonic() - began < 0.4
 
-        publisher = RelayPublisher(
-            config,
-            store=store,
-            host=env.host,
-            client=client,
-            presence=env.service.presence,
-            owner="impatient",
-            clock=env.clock,
-            log=env.logs.append,
-            uniform=lambda _low, _high: 1.0,
-            background=False,
-        )
-        await publisher.initialize()
+        publisher = await env.publisher_with(client, "impatient")
         running(env, "s1")
         before = await stored(store)
         env.relay.inject("snapshot", 200, delay=0.4)
@@ -364,15 +285,6 @@ async def test_an_old_relay_without_viewed_is_logged_once(store: RelayStore) -> 
         assert [r.status for r in env.sent("viewed")] == [404, 404]
         assert env.publisher.views == {}
         assert len(log_lines(env, "does not support viewed acknowledgements")) == 1
-
-
-async def delete(env: Env, session_id: str) -> DeletedView:
-    """Delete a session whose completion the relay holds; its acknowledgement is queued."""
-    await finished(env, session_id)
-    env.host.delete_session(session_id)
-    await env.service.clear_deleted(session_id, "default")
-    (view,) = [v for v in await env.store.pending_deleted() if v.session_id == session_id]
-    return view
 
 
 async def test_a_deleted_session_stays_queued_until_the_relay_acknowledges_it(

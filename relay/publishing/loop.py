@@ -23,9 +23,28 @@ from relay.publishing.logs import Reporter, cause
 Poll = Callable[[], Awaitable[float | None]]
 
 
+# No wait is longer: not the backoff, not what a relay's Retry-After asks for.
+MAX_DELAY_S = 300.0
+
+
 def backoff_delay(failures: int, uniform: Callable[[float, float], float]) -> float:
     """Seconds to wait after `failures` failures in a row: 5 s doubling, jittered, 300 s cap."""
-    return min(5.0 * 2.0 ** min(failures - 1, 6) * uniform(0.8, 1.2), 300.0)
+    return min(5.0 * 2.0 ** min(failures - 1, 6) * uniform(0.8, 1.2), MAX_DELAY_S)
+
+
+def retry_delay(
+    failures: int, error: BaseException, uniform: Callable[[float, float], float]
+) -> float:
+    """The backoff, or longer when the relay's answer asked for it (Retry-After); 300 s at most.
+
+    Retry-After only lengthens the wait: a relay asking for less never makes us retry sooner
+    than the backoff. What it asks for is jittered upwards, so replicas do not all come back in
+    the same instant, and capped, so a bad header cannot park the publisher for hours.
+    """
+    delay = backoff_delay(failures, uniform)
+    if isinstance(error, RelayHttpError) and error.retry_after is not None:
+        delay = max(delay, error.retry_after * uniform(1.0, 1.2))
+    return min(delay, MAX_DELAY_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +179,7 @@ class PassLoop:
 
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
         self._failures += 1
-        delay = backoff_delay(self._failures, self._uniform)
+        delay = retry_delay(self._failures, error, self._uniform)
         self._backoff_until = self._clock() + delay
         self._backing_off.set(1)
         state = "failed" if self._failures == 1 else "still failing"
@@ -169,6 +188,8 @@ class PassLoop:
             f"[relay] Talaria relay snapshot {state}{_for(error)} ({reason}); "
             f"retrying in {delay:.1f}s"
         )
+        if isinstance(error, RelayHttpError) and error.retry_after is not None:
+            line += f" (Retry-After: {error.retry_after:.0f}s)"
         if bug:
             self._report.error(line, error=error)
         else:

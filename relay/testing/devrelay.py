@@ -22,6 +22,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from dataclasses import dataclass, replace
+from email.utils import formatdate
 from typing import Any
 
 from cryptography.exceptions import InvalidSignature
@@ -123,6 +124,7 @@ class _Fault:
     status: int
     remaining: int
     delay: float
+    headers: Mapping[str, str]
 
 
 def route_of(method: str, path: str) -> str | None:
@@ -177,8 +179,17 @@ class DevRelay:
         self._invitations[token] = _Invitation(user_id, self._now_ms() + INVITATION_TTL_MS)
         return token
 
-    def inject(self, route: str, status: int, *, times: int = 1, delay: float = 0.0) -> None:
-        """Answer the next `times` requests to `route` with `status`, after `delay` seconds.
+    def inject(
+        self,
+        route: str,
+        status: int,
+        *,
+        times: int = 1,
+        delay: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Answer the next `times` requests to `route` with `status` (and `headers`, such as
+        `Retry-After`), after `delay` seconds.
 
         A faulted request is recorded but changes nothing, whatever the status.
         """
@@ -186,7 +197,7 @@ class DevRelay:
             raise InvalidInputError(f"route must be one of {', '.join(ROUTES)}")
         if not 100 <= status <= 599 or times < 1 or delay < 0:
             raise InvalidInputError("status must be 100..599, times >= 1 and delay >= 0")
-        self._faults.append(_Fault(route, status, times, delay))
+        self._faults.append(_Fault(route, status, times, delay, dict(headers or {})))
 
     def slow(self, route: str, delay: float, *, times: int = 1) -> None:
         """Handle the next `times` requests to `route` as usual, answering `delay` seconds late."""
@@ -194,7 +205,7 @@ class DevRelay:
             raise InvalidInputError(f"route must be one of {', '.join(ROUTES)}")
         if times < 1 or delay < 0:
             raise InvalidInputError("times must be >= 1 and delay >= 0")
-        self._faults.append(_Fault(route, _SLOW, times, delay))
+        self._faults.append(_Fault(route, _SLOW, times, delay, {}))
 
     # ── inspection ──
 
@@ -276,7 +287,11 @@ class DevRelay:
         self.requests.append(RecordedRequest(method, path, status, body, headers, route))
         if fault is not None and fault.delay:
             await asyncio.sleep(fault.delay)
-        await _respond(send, status, payload)
+        # A Date as every real server sends: a publisher tells a skewed clock by it.
+        extra = {"date": formatdate(self._clock(), usegmt=True)}
+        if fault is not None:
+            extra.update((name.lower(), value) for name, value in fault.headers.items())
+        await _respond(send, status, payload, extra)
 
     def _take_fault(self, route: str | None) -> _Fault | None:
         for fault in self._faults:
@@ -609,8 +624,11 @@ async def _read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-async def _respond(send: Send, status: int, payload: dict[str, Any]) -> None:
+async def _respond(
+    send: Send, status: int, payload: dict[str, Any], extra: Mapping[str, str]
+) -> None:
     body = compact(payload)
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in extra.items()]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

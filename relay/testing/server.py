@@ -44,6 +44,8 @@ def _config(app: Any, host: str, port: int, **logging: Any) -> Any:
         http="h11",
         ws="none",
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+        # The dev relay sends its own Date, by its own (possibly fake) clock.
+        date_header=False,
         **logging,
     )
 

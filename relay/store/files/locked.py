@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import os
 import threading
@@ -11,13 +12,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from relay.errors import StoreError
+from relay.errors import StoreError, StoreUnavailableError
 from relay.store.files.documents import _Document
 from relay.store.files.io import _read, _write, stale_temps
 
 D = TypeVar("D")
 R = TypeVar("R")
 LOCK = ".talaria-relay.lock"
+_PASSING = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EAGAIN, errno.EBUSY}
 
 
 class LockedDir:
@@ -33,7 +35,9 @@ class LockedDir:
             try:
                 return work()
             except OSError as exc:
-                raise StoreError(f"relay state in {self._dir} is inaccessible: {exc}") from exc
+                # A full or read-only file system passes: it is unavailable, not misconfigured.
+                kind = StoreUnavailableError if exc.errno in _PASSING else StoreError
+                raise kind(f"relay state in {self._dir} is inaccessible: {exc}") from exc
 
         return await asyncio.to_thread(guarded)
 

@@ -22,8 +22,23 @@ from relay.store.sql.runner import NO_PARAMS, Body, Stats
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10.0
 POOL_SIZE = 10
-# SQLSTATE classes that mean "try again later", not "this request is wrong".
-_UNAVAILABLE = ("08", "53", "57", "40", "55P03", "3D000")  # 3D000: no such database
+# SQLSTATE classes that mean "try again later", not "this request is wrong"; class 55 holds
+# "database is not accepting connections" (a restart, ALLOW_CONNECTIONS false).
+_UNAVAILABLE = ("08", "53", "57", "40", "55", "3D000")  # 3D000: no such database
+# What a connection that broke while in use raises: the server's goodbye (class 08), or
+# asyncpg's own complaints about a connection that is gone.
+_LOST = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
 
 
 class PostgresTx:
@@ -87,7 +102,9 @@ class PostgresRunner:
         runner = cls(display, url.password if isinstance(url.password, str) else None)
         options = connect_options(url)
         try:
-            runner._pool = await asyncpg.create_pool(min_size=1, max_size=POOL_SIZE, **options)
+            # No floor of idle connections: passes connect on demand, and asyncpg's task that
+            # restores a floor logs a traceback every few seconds through a database outage.
+            runner._pool = await asyncpg.create_pool(min_size=0, max_size=POOL_SIZE, **options)
         except Exception as error:
             raise runner.translated(error) from error
         return runner
@@ -116,27 +133,27 @@ class PostgresRunner:
             else:
                 result = await body(PostgresTx(conn, self.stats))
         except BaseException as error:
-            # Cancelled mid-statement, or the connection broke: the server may still hold our
-            # locks, so this connection never goes back to the pool. A statement that failed
-            # in autocommit, or a body that raised after its transaction rolled back, leaves a
-            # clean connection.
-            driver = isinstance(error, asyncpg.PostgresError | asyncpg.InterfaceError | OSError)
-            if (
-                not isinstance(error, Exception)
-                or conn.is_in_transaction()
-                or (driver and not isinstance(error, asyncpg.PostgresError))
-            ):
-                conn.terminate()
+            driver = isinstance(error, _DRIVER_ERRORS)
+            _discard_unless_clean(conn, error, broken=driver)
             if driver or isinstance(error, TimeoutError):
-                raise self.translated(error) from error
+                raise self.translated(error, lost=isinstance(error, _LOST)) from error
             raise
         finally:
             await pool.release(conn)
         return result
 
-    def translated(self, error: BaseException) -> StoreError:
-        """A driver's exception as a `StoreError` naming the store, never its password."""
+    def translated(self, error: BaseException, *, lost: bool = False) -> StoreError:
+        """A driver's exception as a `StoreError` naming the store, never its password; `lost`
+        says the connection broke while in use (asyncpg's own words rarely say so)."""
+        # Leaving a transaction on a dead connection raises an InterfaceError of its own over
+        # the error that killed the connection: that first error says what happened.
+        while isinstance(error, asyncpg.InterfaceError) and isinstance(
+            error.__context__, _DRIVER_ERRORS
+        ):
+            error = error.__context__
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if lost:
+            text = f"the connection was lost ({text})"
         if self._password:
             text = text.replace(self._password, "***")
         state = str(getattr(error, "sqlstate", "") or "")
@@ -148,3 +165,20 @@ class PostgresRunner:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+def _discard_unless_clean(conn: Any, error: BaseException, *, broken: bool) -> None:
+    """Terminate a connection that may still hold our locks, so it never goes back to the pool.
+
+    Cancelled mid-statement, or the connection broke: the server may still hold our locks. A
+    statement that failed in autocommit, or a body that raised after its transaction rolled
+    back, leaves a clean connection.
+    """
+    dirty = not isinstance(error, Exception) or (
+        broken and not isinstance(error, asyncpg.PostgresError)
+    )
+    try:
+        if dirty or conn.is_in_transaction():
+            conn.terminate()
+    except asyncpg.InterfaceError:
+        pass  # the server closed it under us, and the pool has already taken it back

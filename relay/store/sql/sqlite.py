@@ -171,6 +171,10 @@ class SqliteRunner:
 
     def _translated(self, error: sqlite3.Error) -> StoreError:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        # The extended code tells "disk I/O error" apart: a write refused (a read-only file or
+        # file system) is SQLITE_IOERR_WRITE.
+        if name := getattr(error, "sqlite_errorname", None):
+            text = f"{text} ({name})"
         if isinstance(error, sqlite3.OperationalError):
             return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
         return StoreError(f"relay store {self._display} failed: {text}")
