@@ -35,6 +35,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from backends import REAL, on
 from crash_model import Model, differences, matches, observe
 from crash_writer import BASE, KEY_IDS, ROUND_MS, SCOPES, clock, encoded, invocation, pem
 from crash_writer import registration as registration_data
@@ -302,6 +303,8 @@ def _damage(path: Path) -> str | None:
     return None
 
 
+# A memory store lives and dies with its process: there is nothing to crash into.
+@on(*REAL)
 @pytest.mark.parametrize(
     "kills",
     [

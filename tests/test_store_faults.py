@@ -21,6 +21,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from backends import on
 from harness import PUBLISHER_ID, Env, relay_env
 from intact import failed_pass, prepared, recovered
 from privileged import fill, immutable, read_only, tmpfs
@@ -32,7 +33,6 @@ from relay.store.sql.postgres import PostgresTx
 from relay.store.sql.sqlite import SqliteRunner
 from relay.store.sql.store import SqlStore
 
-POSTGRES = [pytest.param("postgres", marks=pytest.mark.postgres)]
 # Held far longer than this, a lock fails the write; the default (30 s) would only be slower.
 BUSY_TIMEOUT_S = 0.2
 
@@ -76,7 +76,7 @@ async def sql(url: str, statement: str, *args: object) -> Any:
         await conn.close()
 
 
-@pytest.mark.parametrize("backend", POSTGRES)
+@on("postgres")
 async def test_postgres_restarting_mid_pass_backs_off_and_recovers(
     store: RelayStore, store_url: str, pg_admin_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -116,7 +116,7 @@ async def test_postgres_restarting_mid_pass_backs_off_and_recovers(
     assert [r.getMessage() for r in caplog.records if r.name.startswith("asyncpg")] == []
 
 
-@pytest.mark.parametrize("backend", POSTGRES)
+@on("postgres")
 async def test_a_connection_the_server_closed_is_unavailable_not_a_bug(
     store: RelayStore, store_url: str, pg_admin_url: str
 ) -> None:
@@ -136,7 +136,7 @@ class _Rollback(Exception):
     pass
 
 
-@pytest.mark.parametrize("backend", POSTGRES)
+@on("postgres")
 async def test_a_connection_killed_holding_row_locks_releases_them_and_recovers(
     store: RelayStore, store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -290,18 +290,17 @@ async def test_a_read_only_json_state_dir_backs_off_until_writable(tmp_path: Pat
         await published_after(env)
 
 
-@pytest.mark.parametrize(
-    ("backend", "expected"),
-    [
-        pytest.param("json", "[Errno 28] No space left on device", marks=pytest.mark.json),
-        pytest.param("sqlite", "database or disk is full (SQLITE_FULL)", marks=pytest.mark.sqlite),
-    ],
-)
-async def test_a_full_disk_backs_off_until_space_returns(
-    tmp_path: Path, backend: str, expected: str
-) -> None:
+FULL_DISK = {
+    "json": "[Errno 28] No space left on device",
+    "sqlite": "database or disk is full (SQLITE_FULL)",
+}
+
+
+@on("json", "sqlite")
+async def test_a_full_disk_backs_off_until_space_returns(tmp_path: Path, backend: str) -> None:
     """The store's file system (a 4 MiB tmpfs) fills up: each pass fails naming the full disk
     and backs off; space freed, the next pass recovers and nothing was lost."""
+    expected = FULL_DISK[backend]
     with tmpfs(tmp_path / "disk", "4m") as disk:
         url = f"json://{disk / 'state'}" if backend == "json" else f"sqlite:///{disk / 'relay.db'}"
         async with open_store(url) as store, relay_env(store) as env:
