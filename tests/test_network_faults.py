@@ -40,7 +40,7 @@ from relay.errors import (
 from relay.protocol import compact
 from relay.store import RelayStore
 
-UNREACHABLE = "snapshot failed (Could not reach Talaria Relay: "
+UNREACHABLE = "snapshot failed for profile default (Could not reach Talaria Relay: "
 KEY = Ed25519PrivateKey.generate()
 
 
@@ -123,7 +123,10 @@ async def test_an_answer_that_never_finishes_times_out_and_backs_off(store: Rela
         env.wire.divert("snapshot", server.origin)
         began = time.monotonic()
         line = await failed_pass(env, publisher.run_once)
-        assert "snapshot failed (Could not reach Talaria Relay: TimeoutError)" in line, line
+        assert (
+            "snapshot failed for profile default (Could not reach Talaria Relay: TimeoutError)"
+            in line
+        ), line
         assert time.monotonic() - began < 2
         await recovered(env, before, publisher.run_once)
         await publisher.stop()
@@ -213,7 +216,9 @@ async def test_a_redirect_is_never_followed_and_is_retried(store: RelayStore, st
     ):
         env.http.follow_redirects = True
         line = await snapshot_fault(env, server.origin, f"HTTP {status} (a redirect, not followed)")
-        assert line.startswith("[relay] Talaria relay snapshot failed (Talaria relay returned")
+        assert line.startswith(
+            "[relay] Talaria relay snapshot failed for profile default (Talaria relay returned"
+        )
         assert target.requests == []
         assert not log_lines(env, "disabled profile")
 

@@ -122,12 +122,15 @@ async def test_a_clock_beyond_five_minutes_is_logged_as_a_clock_problem_and_retr
         async with restarted(env, clock=clock) as publisher:
             line = await failed_pass(env, publisher.run_once)
             assert line == (
-                "[relay] Talaria relay snapshot failed (Talaria relay returned HTTP 401: "
+                "[relay] Talaria relay snapshot failed for profile default "
+                "(Talaria relay returned HTTP 401: "
                 f"this server's clock is 600s {direction} the relay's, beyond the 300s a "
                 "signature allows; check this server's clock (NTP)); retrying in 5.0s"
             )
             line = await failed_pass(env, publisher.run_once, delay=10.0)
-            assert line.startswith("[relay] Talaria relay snapshot still failing (")
+            assert line.startswith(
+                "[relay] Talaria relay snapshot still failing for profile default ("
+            )
             assert not log_lines(env, "disabled profile")
             assert {r.status for r in env.relay.requests[-2:]} == {401}
 
