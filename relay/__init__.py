@@ -12,6 +12,7 @@ web app implements), `store` (all state, one repository), `errors`.
 from relay.errors import (
     CorruptStateError,
     InvalidInputError,
+    KeyPassphraseError,
     RelayError,
     RelayHttpError,
     RelayPairingError,
@@ -35,6 +36,7 @@ __all__ = [
     "Host",
     "IndexRow",
     "InvalidInputError",
+    "KeyPassphraseError",
     "RelayError",
     "RelayHttpError",
     "RelayPairingError",

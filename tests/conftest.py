@@ -51,6 +51,13 @@ def pg_store_url(admin_url: str, database: str) -> str:
     )
 
 
+@pytest.fixture(autouse=True)
+def _no_key_passphrase(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys are stored unencrypted unless a test sets a passphrase, whatever the shell has."""
+    monkeypatch.delenv("TALARIA_RELAY_KEY_PASSPHRASE", raising=False)
+    monkeypatch.delenv("TALARIA_RELAY_KEY_PASSPHRASE_FILE", raising=False)
+
+
 @pytest.fixture(scope="session")
 def pg_admin_url() -> str:
     """The admin URL of a reachable Postgres, or a skip (a failure under CI)."""

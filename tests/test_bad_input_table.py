@@ -163,7 +163,7 @@ def int_cases(
 
 EC_PEM = pem(generate_private_key(SECP256R1()))
 BAD_PEM = "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n"
-UNREADABLE_PEM = "publisher key must be an unencrypted PEM private key"
+UNREADABLE_PEM = "publisher key must be a PKCS#8 PEM private key"
 
 STORE_CASES: list[Case] = [
     # ── registration ──
