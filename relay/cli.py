@@ -1,8 +1,8 @@
-"""`talaria-relay`: migrate, inspect and copy relay state; run a dev relay; run the demo.
+"""`talaria-relay`: migrate, inspect, rekey and copy relay state; run a dev relay and the demo.
 
 Exit codes scripts can rely on: 0 success; 1 the check or job failed (not at head, a conflict,
 invalid stored state, a refused request); 2 bad usage or input; 3 the store or relay could not be
-reached. Passwords in store URLs are never printed.
+reached. Passwords in store URLs and key passphrases are never printed.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import json
 import os
 import signal
 import sys
-import tempfile
-from collections.abc import Callable, Coroutine, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
+from relay.cli_output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
+from relay.cli_state import cmd_import, cmd_rekey, cmd_status
 from relay.errors import (
     InvalidInputError,
     RelayError,
@@ -25,25 +25,9 @@ from relay.errors import (
     RelayUnreachableError,
     StoreUnavailableError,
 )
-from relay.store import StoreTarget, migrate, open_store, resolve
-from relay.store.transfer import TransferConflictError, transfer
-
-OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
-
-Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-
-
-def fail(message: str) -> None:
-    print(f"talaria-relay: {message}", file=sys.stderr, flush=True)
-
-
-def progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
+from relay.store import migrate, resolve
+from relay.store.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
+from relay.store.transfer import TransferConflictError
 
 # ── migrate ───────────────────────────────────────────────────────────────────
 
@@ -66,85 +50,6 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
         return FAILED
     await migrate.upgrade(address)
     say(f"{target.display} is at head {head}")
-    return OK
-
-
-# ── status ────────────────────────────────────────────────────────────────────
-
-
-async def cmd_status(args: argparse.Namespace) -> int:
-    from relay.status import collect, render
-
-    target = resolve(args.store)
-    async with open_store(args.store) as store:
-        status = await collect(store, target)
-    say(json.dumps(status, indent=2) if args.json else render(status))
-    return OK
-
-
-# ── import ────────────────────────────────────────────────────────────────────
-
-
-def _profile_homes(args: argparse.Namespace) -> Callable[[str], Path] | None:
-    homes: dict[str, Path] = {}
-    for item in args.profile_home:
-        name, sep, path = item.partition("=")
-        if not sep or not name or not path:
-            raise InvalidInputError(f"--profile-home takes NAME=PATH, not {item!r}")
-        homes[name] = Path(path).expanduser()
-    root = Path(args.profiles_root).expanduser() if args.profiles_root else None
-    if not homes and root is None:
-        return None
-
-    def home(profile: str) -> Path:
-        if profile in homes:
-            return homes[profile]
-        if root is None:
-            raise InvalidInputError(f"no --profile-home given for profile {profile!r}")
-        return root / profile
-
-    return home
-
-
-def _progress(done: int, total: int) -> None:
-    if sys.stderr.isatty() and total:
-        filled = 30 * done // total
-        bar = "#" * filled + "." * (30 - filled)
-        print(f"\r  ledger [{bar}] {done}/{total}", end="", file=sys.stderr, flush=True)
-        if done == total:
-            print(file=sys.stderr)
-
-
-def _missing(target: StoreTarget) -> bool:
-    """A file store that does not exist yet (opening one would create it)."""
-    if target.backend == "json":
-        return target.path is not None and not target.path.is_dir()
-    return target.backend == "sqlite" and target.path is not None and not target.path.exists()
-
-
-async def cmd_import(args: argparse.Namespace) -> int:
-    source_target, target_target = resolve(args.source), resolve(args.target)
-    if source_target.display == target_target.display:
-        raise InvalidInputError("--from and --to name the same store")
-    with tempfile.TemporaryDirectory(prefix="talaria-relay-dry-run-") as scratch:
-        destination = args.target
-        if args.dry_run and _missing(target_target):
-            destination = f"json://{scratch}"  # a dry run creates nothing: compare with empty
-        async with (
-            open_store(args.source, profile_home=_profile_homes(args)) as source,
-            open_store(destination) as target,
-        ):
-            report = await transfer(
-                source, target, force=args.force, dry_run=args.dry_run, progress=_progress
-            )
-    verb = "would copy" if args.dry_run else "copied"
-    say(f"{verb} {source_target.display} → {target_target.display}")
-    say(f"  registration     {report.registration} ({report.profiles} profiles)")
-    say(f"  identities       {report.identities}")
-    say(f"  revision floor   {report.revision_floor}")
-    say(f"  started ledger   {report.ledger_entries} entries in {report.scopes} scopes")
-    say(f"  deleted outbox   {report.deleted}")
-    say(f"  presence leases  {report.presence}")
     return OK
 
 
@@ -226,7 +131,8 @@ def parser() -> argparse.ArgumentParser:
     )
     root = argparse.ArgumentParser(
         prog="talaria-relay",
-        description="Talaria Relay publisher state: migrate, inspect, copy; dev relay; demo.",
+        description="Talaria Relay publisher state: migrate, inspect, rekey, copy; "
+        "dev relay; demo.",
         epilog="exit codes: 0 ok, 1 failed, 2 bad usage or input, 3 store or relay unreachable",
     )
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -242,6 +148,24 @@ def parser() -> argparse.ArgumentParser:
 
     sub = add("status", cmd_status, "show what the store holds (never the private key)")
     sub.add_argument("--json", action="store_true", help="the stable JSON shape (see README)")
+
+    sub = add(
+        "rekey",
+        cmd_rekey,
+        "encrypt, re-encrypt or decrypt every stored key, all at once",
+        epilog=f"Keys are read with ${PASSPHRASE_ENV} (or ${PASSPHRASE_FILE_ENV}); the new "
+        "passphrase is never taken on the command line. On failure nothing changes.",
+    )
+    to = sub.add_mutually_exclusive_group(required=True)
+    to.add_argument(
+        "--to-passphrase-env", metavar="VAR", help="encrypt under the passphrase in variable VAR"
+    )
+    to.add_argument(
+        "--to-passphrase-file",
+        metavar="FILE",
+        help="encrypt under the passphrase in FILE (its trailing newline dropped)",
+    )
+    to.add_argument("--decrypt", action="store_true", help="store the keys unencrypted")
 
     sub = add("import", cmd_import, "copy all relay state from one store to another")
     sub.add_argument("--from", dest="source", required=True, metavar="URL", help="source store")

@@ -22,6 +22,8 @@ PASSPHRASE = "correct horse battery staple 7f3a"  # noqa: S105
 OTHER = "Tr0ub4dor&3-other-9c1e"
 WRONG = "not-the-passphrase-5d2b"
 
+ENCRYPTED = "-----BEGIN ENCRYPTED PRIVATE KEY-----"
+
 # The value in a stored row or file: (PEM, the SQL `encrypted` column, or None for a file).
 Stored = tuple[str, bool | None]
 

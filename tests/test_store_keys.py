@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from key_support import (
+    ENCRYPTED,
     OTHER,
     PASSPHRASE,
     WRONG,
@@ -22,16 +23,10 @@ from key_support import (
 )
 
 from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
-from relay.store import open_store, pkcs8
+from relay.store import open_store
 from relay.store.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV, Passphrase
 
-ENCRYPTED = "-----BEGIN ENCRYPTED PRIVATE KEY-----"
-
-
-@pytest.fixture(autouse=True)
-def fast_scrypt(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A cheap scrypt cost, for speed: `test_keyring` proves the real one is written."""
-    monkeypatch.setattr(pkcs8, "SCRYPT_LOG_N", 10)
+pytestmark = pytest.mark.usefixtures("fast_scrypt")
 
 
 def phrase(text: str) -> Passphrase:
