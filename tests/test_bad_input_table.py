@@ -236,6 +236,19 @@ STORE_CASES: list[Case] = [
     Case(
         "load-key-absolute", lambda s: s.load_key("/etc/hostname"), CorruptStateError, "is missing"
     ),
+    *text_cases("stored-key", "key reference", lambda v: lambda s: s.stored_key(v)),
+    Case(
+        "rekey-text-passphrase",
+        lambda s: s.rekey("hunter2"),
+        InvalidInputError,
+        "passphrase must be a Passphrase or None",
+    ),
+    Case(
+        "rekey-bytes-passphrase",
+        lambda s: s.rekey(b"hunter2"),
+        InvalidInputError,
+        "passphrase must be a Passphrase or None",
+    ),
     *text_cases("identity", "profile", lambda v: lambda s: s.profile_identity(v)),
     *text_cases("forget", "profile", lambda v: lambda s: s.forget_profile_identity(v)),
     # ── revisions ──
