@@ -66,9 +66,11 @@ class KeyGate:
 
     async def save_key(self, key_id: str, pem: str) -> str:
         checks.text("key_id", key_id)
-        # Off the event loop: scrypt takes a good part of a second, on purpose.
-        sealed = await asyncio.to_thread(self._keyring().seal, checked_pem(pem))
-        return await self._save_key(key_id, sealed)
+        keyring, pem = self._keyring(), checked_pem(pem)
+        if keyring.passphrase is not None:
+            # Off the event loop: scrypt takes a good part of a second, on purpose.
+            pem = await asyncio.to_thread(keyring.seal, pem)
+        return await self._save_key(key_id, pem)
 
     async def delete_key(self, ref: str) -> bool:
         return await self._delete_key(checks.text("key reference", ref))
@@ -82,7 +84,10 @@ class KeyGate:
 
     async def load_key(self, ref: str) -> str:
         stored = await self.stored_key(ref)
-        return await asyncio.to_thread(self._keyring().open, stored, ref)
+        keyring = self._keyring()
+        if not pkcs8.is_encrypted(stored):
+            return keyring.open(stored, ref)  # nothing to derive: no thread
+        return await asyncio.to_thread(keyring.open, stored, ref)
 
     async def rekey(self, passphrase: Passphrase | None) -> int:
         if passphrase is not None and not isinstance(passphrase, Passphrase):
@@ -99,6 +104,8 @@ class KeyGate:
                     return stored
                 raise
 
+        # Keys are derived inside the transaction (about a second a key): rekey is a rare
+        # operator's command, and all or nothing matters more than a short lock.
         count = await self._rekey(rekeyed)
         self._keys = target  # this handle now reads the keys as they are stored
         return count
