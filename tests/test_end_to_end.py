@@ -116,10 +116,16 @@ async def test_the_whole_publisher_lifecycle_over_loopback(store_url: str) -> No
         requests_before = len(relay.requests)
         await eventually(lambda: len(relay.requests) > requests_before, "a new snapshot")
         await eventually(lambda: row(work_id, "chat-2") == "running", "chat-2 republished")
-        assert await store.revision_floor() > floor
+        # Waited for too: the first service's last request may land after the restart, and
+        # satisfy the waits above before the second service's first pass is done.
+        await eventually(lambda: _floor_above(store, floor), "higher revisions")
         assert sorted(e.session_id for e in relay.started_events) == announced
         assert all(r.status < 300 for r in relay.requests if r.route is not None)
         await second.stop()
+
+
+async def _floor_above(store: RelayStore, floor: int) -> bool:
+    return await store.revision_floor() > floor
 
 
 async def _outbox_empty(store: RelayStore) -> bool:
