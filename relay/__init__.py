@@ -16,6 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 from relay.errors import (
     CorruptStateError,
     InvalidInputError,
+    KeyPassphraseError,
     RelayError,
     RelayHttpError,
     RelayPairingError,
@@ -46,6 +47,7 @@ __all__ = [
     "Host",
     "IndexRow",
     "InvalidInputError",
+    "KeyPassphraseError",
     "RelayError",
     "RelayHttpError",
     "RelayPairingError",

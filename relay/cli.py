@@ -1,8 +1,8 @@
-"""`talaria-relay`: migrate, inspect and copy relay state; run a dev relay; run the demo.
+"""`talaria-relay`: migrate, inspect, rekey and copy relay state; run a dev relay and the demo.
 
 Exit codes scripts can rely on: 0 success; 1 the check or job failed (not at head, a conflict,
 invalid stored state, a refused request); 2 bad usage or input; 3 the store or relay could not be
-reached. Passwords in store URLs are never printed.
+reached. Passwords in store URLs and key passphrases are never printed.
 """
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from relay import __version__
-from relay.cli_import import copy, require_existing
+from relay.cli_import import cmd_import
+from relay.cli_output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
+from relay.cli_state import cmd_check, cmd_rekey, cmd_status
 from relay.errors import (
     InvalidInputError,
     RelayError,
@@ -26,25 +28,9 @@ from relay.errors import (
     RelayUnreachableError,
     StoreUnavailableError,
 )
-from relay.store import migrate, open_store, resolve
+from relay.store import migrate, resolve
+from relay.store.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
 from relay.store.transfer import TransferConflictError
-
-OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
-
-Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
-
-
-def say(line: str = "") -> None:
-    print(line, flush=True)
-
-
-def fail(message: str) -> None:
-    print(f"talaria-relay: {message}", file=sys.stderr, flush=True)
-
-
-def progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
 
 # ── migrate ───────────────────────────────────────────────────────────────────
 
@@ -67,63 +53,6 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
         return FAILED
     await migrate.upgrade(address)
     say(f"{target.display} is at head {head}")
-    return OK
-
-
-# ── status ────────────────────────────────────────────────────────────────────
-
-
-async def cmd_status(args: argparse.Namespace) -> int:
-    from relay.status import collect, render, unmigrated
-
-    target = resolve(args.store)
-    require_existing(target)
-    if target.url is not None:
-        # Read the schema state first: opening an unmigrated store would refuse without saying it.
-        current = await migrate.current(target.sqlalchemy_url.render_as_string(hide_password=False))
-        if current != migrate.head_revision():
-            status = unmigrated(target, current, args.store)
-            say(json.dumps(status, indent=2) if args.json else render(status))
-            fail(status["hint"])
-            return FAILED
-    if target.backend == "sqlite":
-        from relay.store.sql import SqlStore
-
-        # Read-only: status never writes, so it also reads a database it may not write.
-        read_only = await SqlStore.open(target, read_only=True)
-        try:
-            status = await collect(read_only, target)
-        finally:
-            await read_only.close()
-    else:
-        async with open_store(args.store) as store:
-            status = await collect(store, target)
-    say(json.dumps(status, indent=2) if args.json else render(status))
-    return OK
-
-
-# ── check ─────────────────────────────────────────────────────────────────────
-
-
-async def cmd_check(args: argparse.Namespace) -> int:
-    from relay.health import probe
-
-    found = await probe(args.store)
-    if args.json:
-        say(json.dumps(found.document(), indent=2))
-    elif found.problem is None:
-        say(f"{found.target.display} is ready")
-    else:
-        say(f"{found.target.display} is not ready: {found.problem}")
-    return found.code
-
-
-# ── import ────────────────────────────────────────────────────────────────────
-
-
-async def cmd_import(args: argparse.Namespace) -> int:
-    for line in await copy(args):
-        say(line)
     return OK
 
 
@@ -206,7 +135,8 @@ def parser() -> argparse.ArgumentParser:
     )
     root = argparse.ArgumentParser(
         prog="talaria-relay",
-        description="Talaria Relay publisher state: migrate, inspect, copy; dev relay; demo.",
+        description="Talaria Relay publisher state: migrate, inspect, rekey, copy; "
+        "dev relay; demo.",
         epilog="exit codes: 0 ok, 1 failed, 2 bad usage or input, 3 store or relay unreachable",
     )
     root.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -231,6 +161,24 @@ def parser() -> argparse.ArgumentParser:
         "else 1, or 3 when the store cannot be reached; never calls the relay",
     )
     sub.add_argument("--json", action="store_true", help="one JSON document (see README)")
+
+    sub = add(
+        "rekey",
+        cmd_rekey,
+        "encrypt, re-encrypt or decrypt every stored key, all at once",
+        epilog=f"Keys are read with ${PASSPHRASE_ENV} (or ${PASSPHRASE_FILE_ENV}); the new "
+        "passphrase is never taken on the command line. On failure nothing changes.",
+    )
+    to = sub.add_mutually_exclusive_group(required=True)
+    to.add_argument(
+        "--to-passphrase-env", metavar="VAR", help="encrypt under the passphrase in variable VAR"
+    )
+    to.add_argument(
+        "--to-passphrase-file",
+        metavar="FILE",
+        help="encrypt under the passphrase in FILE (its trailing newline dropped)",
+    )
+    to.add_argument("--decrypt", action="store_true", help="store the keys unencrypted")
 
     sub = add("import", cmd_import, "copy all relay state from one store to another")
     sub.add_argument("--from", dest="source", required=True, metavar="URL", help="source store")

@@ -1,4 +1,4 @@
-"""`talaria-relay import`, and the checks that a store to be read is there at all."""
+"""`talaria-relay import`: copy all relay state from one store to another."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from relay.cli_output import OK, require_existing, say
 from relay.errors import InvalidInputError
 from relay.health import missing
-from relay.store import RelayStore, StoreTarget, open_store, resolve
+from relay.store import RelayStore, open_store, resolve
 from relay.store.transfer import transfer
 
 
@@ -44,18 +45,6 @@ def progress_bar(done: int, total: int) -> None:
             print(file=sys.stderr)
 
 
-def require_existing(target: StoreTarget, flag: str = "--store") -> None:
-    """Reading a store that is not there is a mistake: say where we looked, create nothing."""
-    if missing(target):
-        assert target.path is not None
-        hint = ""
-        if target.backend == "sqlite":
-            hint = " (sqlite:///relay.db is relative to here, sqlite:////srv/relay.db absolute)"
-        raise InvalidInputError(
-            f"{flag}: no {target.name} store at {target.path.absolute()}{hint}; nothing created"
-        )
-
-
 async def require_identities(source: RelayStore) -> None:
     """A legacy state dir keeps each profile's identity in its home: without it, enrollments
     would not match after the import, so a missing one stops the import unless allowed."""
@@ -68,6 +57,12 @@ async def require_identities(source: RelayStore) -> None:
             "give their homes with --profile-home NAME=PATH or --profiles-root DIR, or pass "
             "--allow-missing-identities to import without them (each is then re-enrolled)"
         )
+
+
+async def cmd_import(args: argparse.Namespace) -> int:
+    for line in await copy(args):
+        say(line)
+    return OK
 
 
 async def copy(args: argparse.Namespace) -> list[str]:

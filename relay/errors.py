@@ -4,6 +4,8 @@
     ├── InvalidInputError           an argument is out of its domain; nothing was stored
     ├── StoreError                  relay state could not be read or written
     │   ├── CorruptStateError       a stored value exists but is invalid; it was left as it was
+    │   ├── KeyPassphraseError      a stored key is encrypted and no passphrase, or a wrong one,
+    │   │                           was given to open it; nothing changed
     │   ├── SchemaError             the database is not at the migration head
     │   ├── StaleConfigError        the registration changed since it was read; nothing was saved
     │   └── StoreUnavailableError   the database cannot be reached, or stayed busy
@@ -39,6 +41,10 @@ class StoreError(RelayError):
 
 class CorruptStateError(StoreError):
     """Stored relay state is invalid."""
+
+
+class KeyPassphraseError(StoreError):
+    """The publisher key is encrypted and the passphrase is missing or does not open it."""
 
 
 class SchemaError(StoreError):

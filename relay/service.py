@@ -17,7 +17,13 @@ from typing import Any
 import httpx
 
 from relay.client import RelayClient
-from relay.errors import InvalidInputError, RelayError, RelayPairingError, StoreUnavailableError
+from relay.errors import (
+    InvalidInputError,
+    KeyPassphraseError,
+    RelayError,
+    RelayPairingError,
+    StoreUnavailableError,
+)
 from relay.health import Health, store_health
 from relay.host import Host
 from relay.pairing import Pairing
@@ -124,6 +130,10 @@ class RelayService:
             candidate = await self._publisher_for(config)
         except StoreUnavailableError:
             raise  # not an invalid registration: the caller may start again later
+        except KeyPassphraseError as error:
+            # The registration is fine; this process lacks the passphrase (the message says so).
+            self._report.error(f"[relay] Talaria relay publisher disabled: {error}")
+            return False
         except Exception as error:  # whatever is wrong with it, the web app runs on without
             # An unreadable key or registration is expected; anything else is a bug: its traceback.
             bug = None if isinstance(error, RelayError | ValueError) else error

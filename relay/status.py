@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from relay.errors import RelayError
 from relay.publisher import load_key
-from relay.store import RelayStore, RunState, StoreTarget, migrate
+from relay.store import RelayStore, RunState, StoreTarget, migrate, pkcs8
+from relay.store.keyring import PASSPHRASE_ENV
 
 
 def fingerprint(pem: str) -> str:
@@ -22,6 +23,22 @@ def fingerprint(pem: str) -> str:
     public = load_key(pem).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
     digest = base64.b64encode(hashlib.sha256(public).digest()).decode().rstrip("=")
     return f"SHA256:{digest}"
+
+
+async def key_state(store: RelayStore, ref: str) -> tuple[bool | None, str | None]:
+    """Whether the stored key is encrypted, and its fingerprint; None for what cannot be known.
+
+    Status still answers when the key is missing, unreadable, or encrypted without the
+    passphrase here: the problem shows as null.
+    """
+    try:
+        encrypted = pkcs8.is_encrypted(await store.stored_key(ref))
+    except RelayError:
+        return None, None
+    try:
+        return encrypted, fingerprint(await store.load_key(ref))
+    except RelayError:
+        return encrypted, None
 
 
 async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
@@ -36,15 +53,13 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     registration = None
     profiles: list[dict[str, Any]] = []
     if config is not None:
-        try:
-            key_fingerprint: str | None = fingerprint(await store.load_key(config.key_ref))
-        except RelayError:
-            key_fingerprint = None  # status still answers: the key problem shows as null
+        key_encrypted, key_fingerprint = await key_state(store, config.key_ref)
         registration = {
             "relay_url": config.url,
             "publisher_id": config.publisher_id,
             "key_id": config.key_id,
             "key_fingerprint": key_fingerprint,
+            "key_encrypted": key_encrypted,
         }
         identities = await store.identities()
         profiles = [
@@ -123,6 +138,17 @@ def replicas(
     return [held[owner] for owner in sorted(held)]
 
 
+def _key_text(registration: dict[str, Any]) -> str:
+    encrypted, found = registration["key_encrypted"], registration["key_fingerprint"]
+    if encrypted is None:
+        return "MISSING"
+    if found is None and encrypted:
+        return f"encrypted: {PASSPHRASE_ENV} is not set, or does not open it"
+    if found is None:
+        return "UNREADABLE"
+    return f"{found}  ({'encrypted' if encrypted else 'not encrypted'})"
+
+
 def render(status: dict[str, Any]) -> str:
     """The status as lines for a terminal."""
     store = status["store"]
@@ -137,7 +163,7 @@ def render(status: dict[str, Any]) -> str:
     if registration is None:
         lines.append("registration none: pair the server with Talaria Relay")
     else:
-        key = f"{registration['key_id']}  {registration['key_fingerprint'] or 'MISSING'}"
+        key = f"{registration['key_id']}  {_key_text(registration)}"
         lines += [
             f"relay        {registration['relay_url']}",
             f"publisher    {registration['publisher_id']}",

@@ -19,7 +19,7 @@ import pytest
 from backends import ALL, MEMORY, params
 from sqlalchemy import make_url
 
-from relay.store import RelayStore, open_store
+from relay.store import RelayStore, open_store, pkcs8
 from relay.store.migrate import upgrade
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
@@ -49,6 +49,19 @@ def pg_store_url(admin_url: str, database: str) -> str:
         .set(drivername="postgresql+asyncpg", database=database)
         .render_as_string(hide_password=False)
     )
+
+
+@pytest.fixture(autouse=True)
+def _no_key_passphrase(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys are stored unencrypted unless a test sets a passphrase, whatever the shell has."""
+    monkeypatch.delenv("TALARIA_RELAY_KEY_PASSPHRASE", raising=False)
+    monkeypatch.delenv("TALARIA_RELAY_KEY_PASSPHRASE_FILE", raising=False)
+
+
+@pytest.fixture
+def fast_scrypt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cheap scrypt cost for keys sealed in this process (`test_keyring` checks the real one)."""
+    monkeypatch.setattr(pkcs8, "SCRYPT_LOG_N", 10)
 
 
 @pytest.fixture(scope="session")

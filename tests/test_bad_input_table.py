@@ -163,7 +163,7 @@ def int_cases(
 
 EC_PEM = pem(generate_private_key(SECP256R1()))
 BAD_PEM = "-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n"
-UNREADABLE_PEM = "publisher key must be an unencrypted PEM private key"
+UNREADABLE_PEM = "publisher key must be a PKCS#8 PEM private key"
 
 STORE_CASES: list[Case] = [
     # ── registration ──
@@ -235,6 +235,19 @@ STORE_CASES: list[Case] = [
     ),
     Case(
         "load-key-absolute", lambda s: s.load_key("/etc/hostname"), CorruptStateError, "is missing"
+    ),
+    *text_cases("stored-key", "key reference", lambda v: lambda s: s.stored_key(v)),
+    Case(
+        "rekey-text-passphrase",
+        lambda s: s.rekey("hunter2"),
+        InvalidInputError,
+        "passphrase must be a Passphrase or None",
+    ),
+    Case(
+        "rekey-bytes-passphrase",
+        lambda s: s.rekey(b"hunter2"),
+        InvalidInputError,
+        "passphrase must be a Passphrase or None",
     ),
     *text_cases("identity", "profile", lambda v: lambda s: s.profile_identity(v)),
     *text_cases("forget", "profile", lambda v: lambda s: s.forget_profile_identity(v)),

@@ -119,7 +119,7 @@ def unreachable_pg_url() -> str:
 
 
 @pytest.mark.parametrize(
-    "subcommand", ["migrate", "status", "check", "import", "dev-relay", "demo"]
+    "subcommand", ["migrate", "status", "check", "rekey", "import", "dev-relay", "demo"]
 )
 def test_every_subcommand_has_help_with_the_store_option(home: Path, subcommand: str) -> None:
     """`SUBCOMMAND --help` exits 0 and documents `--store URL` and its environment default."""
@@ -373,6 +373,7 @@ async def test_status_of_a_registered_store(home: Path, store_url: str, backend:
         "publisher_id": PUBLISHER_ID,
         "key_id": registration["key_id"],
         "key_fingerprint": fingerprint,
+        "key_encrypted": False,
     }
     assert document["profiles"] == [
         {"profile": "default", "profile_id": ids["default_id"], "identity_matches": True},

@@ -127,10 +127,16 @@ async def test_the_whole_publisher_lifecycle_over_loopback(store_url: str) -> No
             "chat-2 republished",
         )
         assert row(work_id, "chat-2") == "running"
-        assert await store.revision_floor() > floor
+        # Waited for too: the first service's last request may land after the restart, and
+        # satisfy the wait above before the second service's first pass is done.
+        await eventually(lambda: _floor_above(store, floor), "higher revisions")
         assert sorted(e.session_id for e in relay.started_events) == announced
         assert all(r.status < 300 for r in relay.requests if r.route is not None)
         await second.stop()
+
+
+async def _floor_above(store: RelayStore, floor: int) -> bool:
+    return await store.revision_floor() > floor
 
 
 async def _outbox_empty(store: RelayStore) -> bool:

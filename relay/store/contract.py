@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
+from relay.store.keyring import Passphrase
 from relay.store.records import (
     DeletedScope,
     DeletedView,
@@ -52,7 +53,11 @@ class Registration(Protocol):
         ...
 
     async def save_key(self, key_id: str, pem: str) -> str:
-        """Store the publisher's PKCS#8 PEM durably and return the reference a config names."""
+        """Store the publisher's PKCS#8 PEM durably and return the reference a config names.
+
+        Under this process's key passphrase it is stored encrypted; a PEM encrypted already is
+        stored as it is.
+        """
         ...
 
     async def delete_key(self, ref: str) -> bool:
@@ -60,7 +65,21 @@ class Registration(Protocol):
         ...
 
     async def load_key(self, ref: str) -> str:
-        """The PEM saved under `ref`; `CorruptStateError` when it is missing or unreadable."""
+        """The unencrypted PEM saved under `ref`; `CorruptStateError` when it is missing or
+        unreadable, `KeyPassphraseError` when it is encrypted and the passphrase does not open it.
+        """
+        ...
+
+    async def stored_key(self, ref: str) -> str:
+        """The PEM saved under `ref` as it is stored (encrypted, if it was): what a copy carries."""
+        ...
+
+    async def rekey(self, passphrase: Passphrase | None) -> int:
+        """Store every key anew under `passphrase` (None: unencrypted), all in one transaction.
+
+        Keys are opened with this process's passphrase; if one does not open (and is not under
+        `passphrase` already), `KeyPassphraseError` and nothing changes. The number of keys.
+        """
         ...
 
     async def profile_identity(self, profile: str) -> str:

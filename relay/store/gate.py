@@ -14,15 +14,13 @@ from abc import abstractmethod
 from collections.abc import Iterable
 from typing import TypeVar
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from relay import metrics
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store import checks
 from relay.store.checks import read
 from relay.store.contract import RelayStore
+from relay.store.key_gate import KeyGate
 from relay.store.records import (
     OWNER_LIMIT,
     DeletedScope,
@@ -38,21 +36,7 @@ from relay.store.run_gate import RunGate, lease_end
 T = TypeVar("T")
 
 
-def checked_pem(pem: object) -> str:
-    """`pem` if it is an unencrypted PKCS#8 Ed25519 private key, the only kind the relay takes."""
-    try:
-        # cryptography ignores a NUL after the PEM block, but a Postgres text column refuses it.
-        if type(pem) is not str or len(pem) > checks.MAX_TEXT or "\x00" in pem:
-            raise TypeError(pem)
-        key = serialization.load_pem_private_key(pem.encode(), password=None)
-    except (TypeError, ValueError, UnicodeError):
-        raise InvalidInputError("publisher key must be an unencrypted PEM private key") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise InvalidInputError("publisher key must be an Ed25519 private key")
-    return pem
-
-
-class StoreGate(RunGate, RelayStore):
+class StoreGate(KeyGate, RunGate, RelayStore):
     """Every public method of `RelayStore`: check, call the backend's hook, check its answer."""
 
     # ── registration ──────────────────────────────────────────────────────────
@@ -67,25 +51,6 @@ class StoreGate(RunGate, RelayStore):
         if expected_generation is not None:
             checks.int64("expected_generation", expected_generation)
         await self._save_config(config, expected_generation)
-
-    async def save_key(self, key_id: str, pem: str) -> str:
-        checks.text("key_id", key_id)
-        return await self._save_key(key_id, checked_pem(pem))
-
-    async def delete_key(self, ref: str) -> bool:
-        return await self._delete_key(checks.text("key reference", ref))
-
-    async def load_key(self, ref: str) -> str:
-        checks.text("key reference", ref)
-        pem = await self._load_key(ref)
-        if pem is None:
-            raise CorruptStateError(f"Talaria publisher key {ref!r} is missing")
-        try:
-            return checked_pem(pem)
-        except InvalidInputError as error:
-            raise CorruptStateError(
-                f"Talaria publisher key {ref!r} is unreadable: {error}"
-            ) from None
 
     async def profile_identity(self, profile: str) -> str:
         checks.text("profile", profile)
@@ -269,17 +234,6 @@ class StoreGate(RunGate, RelayStore):
     @abstractmethod
     async def _save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
         """`InvalidInputError` if its key is not saved; `StaleConfigError` if raced."""
-
-    @abstractmethod
-    async def _save_key(self, key_id: str, pem: str) -> str: ...
-
-    @abstractmethod
-    async def _load_key(self, ref: str) -> str | None:
-        """The stored PEM, None when `ref` names none in this store."""
-
-    @abstractmethod
-    async def _delete_key(self, ref: str) -> bool:
-        """Remove the key unless the registration names it; whether it was removed."""
 
     @abstractmethod
     async def _profile_identity(self, profile: str) -> str | None:

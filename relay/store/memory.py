@@ -18,6 +18,7 @@ from relay.errors import InvalidInputError, StaleConfigError, StoreError
 from relay.protocol import MAX_SAFE_INTEGER, STARTED_WINDOW_MS
 from relay.store import run_rules
 from relay.store.gate import StoreGate
+from relay.store.key_gate import Rekeyed
 from relay.store.records import (
     DeletedScope,
     DeletedView,
@@ -112,6 +113,13 @@ class MemoryStore(StoreGate):
     async def _load_key(self, ref: str) -> str | None:
         with self._locked() as s:
             return s.keys.get(ref)
+
+    async def _rekey(self, rekeyed: Rekeyed) -> int:
+        with self._locked() as s:
+            # Every key is rekeyed before any is stored: one that raises changes none.
+            changed = {ref: rekeyed(ref, pem) for ref, pem in s.keys.items()}
+            s.keys.update(changed)
+            return len(changed)
 
     async def _delete_key(self, ref: str) -> bool:
         with self._locked() as s:

@@ -56,7 +56,7 @@ keys = Table(
     metadata,
     Column("ref", String(64), primary_key=True),
     Column("pem", Text, nullable=False),
-    # Room for encryption at rest: a reader must refuse rows it cannot decrypt.
+    # Whether `pem` is encrypted PKCS#8 (under a key passphrase); it mirrors the PEM's label.
     Column("encrypted", Boolean, nullable=False, server_default=false()),
 )
 

@@ -91,8 +91,9 @@ async def transfer(
     if dry_run:
         return report
     if config is not None and registration == "copied":
-        # The key first: a registration must never name a key the target lacks.
-        key_ref = await target.save_key(config.key_id, await source.load_key(config.key_ref))
+        # The key first: a registration must never name a key the target lacks. It goes as it
+        # is stored: an encrypted key stays encrypted, and no passphrase is needed to copy it.
+        key_ref = await target.save_key(config.key_id, await source.stored_key(config.key_ref))
         await target.save_config(replace(config, key_ref=key_ref))
     for profile in clashes:
         await target.forget_profile_identity(profile)

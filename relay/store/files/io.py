@@ -1,9 +1,9 @@
 """Durable file I/O for the JSON store: atomic, fsynced writes of private files.
 
 A write makes `.<name>.<pid>.<n>.tmp` beside its target, fsyncs it, renames it over the target and
-fsyncs the directory. The rename is atomic, so a target is always one whole version, never a
-truncated one; a writer killed before its rename leaves only its temp file behind, which
-`stale_temps` finds.
+fsyncs the directory (a write of several files stages them all before the first rename). The
+rename is atomic, so a target is always one whole version, never a truncated one; a writer killed
+before its rename leaves only its temp file behind, which `stale_temps` finds.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 _temp_names = itertools.count()
@@ -31,6 +32,29 @@ def _read(path: Path) -> bytes | None:
 
 def _write(path: Path, text: str, mtime_ns: int | None = None) -> None:
     """Replace `path` atomically and durably by a 0600 file; on failure the old file stays."""
+    _write_all({path: text}, mtime_ns)
+
+
+def _write_all(files: Mapping[Path, str], mtime_ns: int | None = None) -> None:
+    """Replace each path by a 0600 file holding its text, durably.
+
+    All are written and fsynced aside first, then renamed: a failure while writing changes none.
+    """
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in files.items():
+            staged.append((_stage(path, text, mtime_ns), path))
+        for temp, path in staged:
+            os.replace(temp, path)
+    finally:
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)  # gone already once renamed
+    for directory in {path.parent for path in files}:
+        _fsync_dir(directory)
+
+
+def _stage(path: Path, text: str, mtime_ns: int | None) -> Path:
+    """A fsynced 0600 temp file beside `path` holding `text`, to be renamed over it."""
     temp = path.with_name(f".{path.name}.{os.getpid()}.{next(_temp_names)}.tmp")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -42,11 +66,10 @@ def _write(path: Path, text: str, mtime_ns: int | None = None) -> None:
                 os.utime(fd, ns=(mtime_ns, mtime_ns))
             # Before the rename: otherwise a power loss could leave the new name on empty blocks.
             os.fsync(fd)
-        os.replace(temp, path)
     except BaseException:
         temp.unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    return temp
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 from relay.errors import CorruptStateError
 from relay.store.files.documents import CONFIG, _parse_config
-from relay.store.files.io import _fsync_dir, _read, _write
+from relay.store.files.io import _fsync_dir, _read, _write, _write_all
 from relay.store.files.locked import LockedDir
+from relay.store.key_gate import Rekeyed
 
 # What `save_key` names a key file; `load_key` reads no other file.
 KEY_FILE = re.compile(r"talaria-relay-publisher-[0-9a-f]{16}\.pem")
@@ -30,16 +31,26 @@ class KeyFiles(LockedDir):
         return await self._call(work)
 
     async def _load_key(self, ref: str) -> str | None:
-        def work() -> bytes | None:
+        def work() -> str | None:
             with self._locked(exclusive=False):
                 path = self._key_path(ref)
-                return None if path is None else _read(path)
+                return None if path is None else _text(path, ref)
 
-        raw = await self._call(work)
-        try:
-            return None if raw is None else raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise CorruptStateError(f"Talaria publisher key {ref!r} is not text") from None
+        return await self._call(work)
+
+    async def _rekey(self, rekeyed: Rekeyed) -> int:
+        def work() -> int:
+            with self._locked(exclusive=True):
+                paths = sorted(p for p in self._dir.iterdir() if self._key_path(p.name) == p)
+                # Every key is rekeyed before any file is written: one that fails changes none.
+                # (Files are renamed one by one: a crash in between leaves some keys under the
+                # new passphrase, and the same rekey run again finishes the rest.)
+                stored = {p: pem for p in paths if (pem := _text(p, str(p))) is not None}
+                texts = {path: rekeyed(str(path), pem) for path, pem in stored.items()}
+                _write_all({path: text for path, text in texts.items() if text != stored[path]})
+                return len(stored)
+
+        return await self._call(work)
 
     def _key_path(self, ref: str) -> Path | None:
         """The key file of this store that `ref` names.
@@ -73,3 +84,11 @@ class KeyFiles(LockedDir):
         except CorruptStateError:
             return None
         return None if config is None else self._key_path(config.key_ref)
+
+
+def _text(path: Path, ref: str) -> str | None:
+    raw = _read(path)
+    try:
+        return None if raw is None else raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptStateError(f"Talaria publisher key {ref!r} is not text") from None

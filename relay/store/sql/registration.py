@@ -7,10 +7,12 @@ import hashlib
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, delete, exists, select, true
+from sqlalchemy import bindparam, delete, exists, select, true, update
 
-from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError
+from relay.errors import InvalidInputError, StaleConfigError
+from relay.store import pkcs8
 from relay.store import schema as t
+from relay.store.key_gate import Rekeyed
 from relay.store.records import CONFIG_VERSION, ProfileGrant, RelayConfig
 from relay.store.sql.dialect import Compiled, Dialect
 from relay.store.sql.part import SqlPart
@@ -27,6 +29,8 @@ class _Sql:
     insert_profile: Compiled
     upsert_key: Compiled
     load_key: Compiled
+    all_keys: Compiled
+    rekey: Compiled
     delete_key: Compiled
     identity: Compiled
     mint_identity: Compiled
@@ -41,7 +45,7 @@ def _sql(d: Dialect) -> _Sql:
     config_values = {name: bindparam(name, type_=c[name].type) for name in fields}
     upsert_config = d.insert(t.config).values(id=1, generation=1, **config_values)
     upsert_key = d.insert(t.keys).values(
-        ref=bindparam("ref"), pem=bindparam("pem"), encrypted=False
+        ref=bindparam("ref"), pem=bindparam("pem"), encrypted=bindparam("encrypted")
     )
     mint = d.insert(t.identities).values(profile=bindparam("profile"), identity=bindparam("minted"))
     by_profile = i.profile == bindparam("profile", type_=i.profile.type)
@@ -80,11 +84,17 @@ def _sql(d: Dialect) -> _Sql:
         ),
         upsert_key=d.compile(
             upsert_key.on_conflict_do_update(
-                index_elements=[k.ref], set_={"pem": upsert_key.excluded.pem, "encrypted": False}
+                index_elements=[k.ref],
+                set_={"pem": upsert_key.excluded.pem, "encrypted": upsert_key.excluded.encrypted},
             )
         ),
-        load_key=d.compile(
-            select(k.pem, k.encrypted).where(k.ref == bindparam("ref", type_=k.ref.type))
+        load_key=d.compile(select(k.pem).where(k.ref == bindparam("ref", type_=k.ref.type))),
+        # FOR UPDATE on Postgres; on SQLite the write transaction (BEGIN IMMEDIATE) excludes.
+        all_keys=d.compile(select(k.ref, k.pem).order_by(k.ref).with_for_update()),
+        rekey=d.compile(
+            update(t.keys)
+            .where(k.ref == bindparam("ref", type_=k.ref.type))
+            .values(pem=bindparam("pem"), encrypted=bindparam("encrypted"))
         ),
         # A key the registration names is never deleted, whoever asks.
         delete_key=d.compile(
@@ -152,7 +162,7 @@ class RegistrationSql(SqlPart):
         q = _sql(self._db.dialect).upsert_key
 
         async def body(tx: Tx) -> None:
-            await tx.run(q, {"ref": ref, "pem": pem})
+            await tx.run(q, {"ref": ref, "pem": pem, "encrypted": pkcs8.is_encrypted(pem)})
 
         await self._db.write(body, single=True)
         return ref
@@ -161,12 +171,25 @@ class RegistrationSql(SqlPart):
         q = _sql(self._db.dialect).load_key
 
         async def body(tx: Tx) -> str | None:
-            row = await first(tx, q, {"ref": ref})
-            if row is not None and row[1]:
-                raise CorruptStateError(f"Talaria publisher key {ref!r} is encrypted")
-            return None if row is None else row[0]
+            # The PEM says whether it is encrypted; the column mirrors it for queries.
+            return await scalar(tx, q, {"ref": ref})  # type: ignore[no-any-return]
 
         return await self._db.read(body)
+
+    async def _rekey(self, rekeyed: Rekeyed) -> int:
+        q = _sql(self._db.dialect)
+
+        async def body(tx: Tx) -> int:
+            rows = await tx.rows(q.all_keys)
+            # Every key is rekeyed before any is written: one that fails rolls all of it back.
+            changes = [{"ref": ref, "pem": rekeyed(ref, pem)} for ref, pem in rows]
+            for change in changes:
+                change["encrypted"] = pkcs8.is_encrypted(change["pem"])
+            if changes:
+                await tx.many(q.rekey, changes)
+            return len(changes)
+
+        return await self._db.write(body)
 
     async def _delete_key(self, ref: str) -> bool:
         q = _sql(self._db.dialect).delete_key

@@ -1,0 +1,80 @@
+"""The `talaria-relay` commands on a store's state: `status`, `check` and `rekey`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from relay.cli_output import FAILED, OK, fail, require_existing, say
+from relay.store import migrate, open_store, resolve
+from relay.store.keyring import Passphrase, passphrase_from_env, passphrase_from_file
+
+# ── status ────────────────────────────────────────────────────────────────────
+
+
+async def cmd_status(args: argparse.Namespace) -> int:
+    from relay.status import collect, render, unmigrated
+
+    target = resolve(args.store)
+    require_existing(target)
+    if target.url is not None:
+        # Read the schema state first: opening an unmigrated store would refuse without saying it.
+        current = await migrate.current(target.sqlalchemy_url.render_as_string(hide_password=False))
+        if current != migrate.head_revision():
+            status = unmigrated(target, current, args.store)
+            say(json.dumps(status, indent=2) if args.json else render(status))
+            fail(status["hint"])
+            return FAILED
+    if target.backend == "sqlite":
+        from relay.store.sql import SqlStore
+
+        # Read-only: status never writes, so it also reads a database it may not write.
+        read_only = await SqlStore.open(target, read_only=True)
+        try:
+            status = await collect(read_only, target)
+        finally:
+            await read_only.close()
+    else:
+        async with open_store(args.store) as store:
+            status = await collect(store, target)
+    say(json.dumps(status, indent=2) if args.json else render(status))
+    return OK
+
+
+# ── check ─────────────────────────────────────────────────────────────────────
+
+
+async def cmd_check(args: argparse.Namespace) -> int:
+    from relay.health import probe
+
+    found = await probe(args.store)
+    if args.json:
+        say(json.dumps(found.document(), indent=2))
+    elif found.problem is None:
+        say(f"{found.target.display} is ready")
+    else:
+        say(f"{found.target.display} is not ready: {found.problem}")
+    return found.code
+
+
+# ── rekey ─────────────────────────────────────────────────────────────────────
+
+
+def _new_passphrase(args: argparse.Namespace) -> Passphrase | None:
+    # Never from argv: every user of the machine sees it in `ps`.
+    if args.decrypt:
+        return None
+    if args.to_passphrase_file is not None:
+        return passphrase_from_file(args.to_passphrase_file)
+    return passphrase_from_env(args.to_passphrase_env)
+
+
+async def cmd_rekey(args: argparse.Namespace) -> int:
+    target = resolve(args.store)
+    require_existing(target)
+    passphrase = _new_passphrase(args)
+    async with open_store(args.store) as store:
+        count = await store.rekey(passphrase)
+    how = "unencrypted" if passphrase is None else f"encrypted under {passphrase.source}"
+    say(f"{target.display}: {count} key(s), all stored {how}")
+    return OK
