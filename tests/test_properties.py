@@ -7,9 +7,13 @@ example tables of the same helpers are in tests/test_protocol.py and tests/test_
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import json
 import sys
 import unicodedata
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -17,12 +21,22 @@ import pytest
 from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from strategies import (
+    DOCUMENTS,
     any_text,
+    deleted_views,
+    field_text,
+    identities,
     origins,
+    presence_leases,
+    relay_configs,
+    started_scopes,
+    times,
 )
 
-from relay.errors import InvalidInputError
+from relay.errors import CorruptStateError, InvalidInputError
 from relay.protocol import MAX_TITLE, canonical_string, capped_title, validated_origin
+from relay.store import DeletedView, PresenceLease, RelayConfig, StartedScope
+from relay.store.files import documents
 from relay.testing.validation import utf16_len
 
 # ── validated_origin ──────────────────────────────────────────────────────────
@@ -173,3 +187,87 @@ def test_canonical_string_tells_requests_apart(
     """Two requests that differ in any field (none holding a newline) sign different strings."""
     assume(one != other)
     assert canonical_string(*one) != canonical_string(*other)
+
+
+# ── the legacy JSON codecs ───────────────────────────────────────────────────
+
+
+def parse_config(raw: bytes | None) -> RelayConfig | None:
+    return None if raw is None else documents._parse_config(raw, 0)
+
+
+PARSERS: dict[str, Callable[[bytes | None], Any]] = {
+    documents.CONFIG: parse_config,
+    documents._REVISION.name: documents._REVISION.parse,
+    documents._STARTED.name: documents._STARTED.parse,
+    documents._DELETED.name: documents._DELETED.parse,
+    documents._PRESENCE.name: documents._PRESENCE.parse,
+    documents._IDENTITIES.name: documents._IDENTITIES.parse,
+    documents._PROFILE_ID.name: documents._PROFILE_ID.parse,
+}
+
+
+def parses_or_is_corrupt(name: str, raw: bytes) -> None:
+    with contextlib.suppress(CorruptStateError):
+        PARSERS[name](raw)
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+@given(raw=st.binary(max_size=200))
+def test_every_codec_reads_any_bytes_or_calls_them_corrupt(name: str, raw: bytes) -> None:
+    """Whatever bytes a state file holds, reading it gives a value or `CorruptStateError`."""
+    parses_or_is_corrupt(name, raw)
+
+
+@pytest.mark.parametrize("name", sorted(DOCUMENTS))
+@given(data=st.data())
+def test_every_codec_reads_any_document_or_calls_it_corrupt(name: str, data: st.DataObject) -> None:
+    """A JSON document shaped like the file's, with any field missing or of any value, reads as
+    a value or raises `CorruptStateError`: never another exception."""
+    document = data.draw(DOCUMENTS[name])
+    parses_or_is_corrupt(name, json.dumps(document).encode())
+
+
+@given(relay_configs)
+def test_config_round_trips(config: RelayConfig) -> None:
+    """A registration written as the Python original wrote it reads back equal."""
+    assert documents._parse_config(documents._dump_config(config).encode(), 0) == config
+
+
+@given(st.lists(started_scopes(), max_size=3, unique_by=lambda scope: scope.profile_id))
+def test_started_ledger_round_trips(scopes: list[StartedScope]) -> None:
+    """A started ledger, claims and all, reads back equal."""
+    ledger = {scope.profile_id: scope for scope in scopes}
+    text = documents._STARTED.dump(ledger)
+    assert documents._STARTED.parse(text.encode()) == ledger
+
+
+@given(st.lists(deleted_views, max_size=4))
+def test_deleted_outbox_round_trips(views: list[DeletedView]) -> None:
+    """The deleted outbox reads back equal, in its order."""
+    assert documents._DELETED.parse(documents._DELETED.dump(views).encode()) == views
+
+
+@given(st.lists(presence_leases, max_size=4, unique_by=lambda lease: (lease.profile, lease.tab_id)))
+def test_presence_leases_round_trip(leases: list[PresenceLease]) -> None:
+    """Presence leases read back equal."""
+    by_tab = {(lease.profile, lease.tab_id): lease for lease in leases}
+    assert documents._PRESENCE.parse(documents._PRESENCE.dump(by_tab).encode()) == by_tab
+
+
+@given(st.dictionaries(field_text, identities, max_size=4))
+def test_identities_round_trip(stored: dict[str, str]) -> None:
+    """Profile identities read back equal."""
+    assert documents._IDENTITIES.parse(documents._IDENTITIES.dump(stored).encode()) == stored
+
+
+@given(identities)
+def test_profile_identity_file_round_trips(identity: str) -> None:
+    """A profile home's identity file reads back the identity written."""
+    assert documents._PROFILE_ID.parse(documents._PROFILE_ID.dump(identity).encode()) == identity
+
+
+@given(times)
+def test_revision_file_round_trips(floor: int) -> None:
+    """The revision floor reads back as written."""
+    assert documents._REVISION.parse(documents._REVISION.dump(floor).encode()) == floor
