@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from relay.errors import InvalidInputError
+from relay.client import UNREACHABLE
+from relay.errors import InvalidInputError, RelayUnreachableError
+from relay.protocol import REQUEST_TIMEOUT_S, validated_origin
 from relay.service import RelayService
 from relay.status import collect, render
 from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
@@ -146,11 +148,15 @@ async def _fresh(target: StoreTarget, say: Say) -> None:
 
 async def _mint(relay_url: str, user: str) -> str:
     """An invitation from a dev relay's admin endpoint (a real relay's come from its app)."""
-    async with httpx.AsyncClient() as http:
-        response = await http.post(f"{relay_url}/admin/invitations", json={"userId": user})
+    origin = validated_origin(relay_url)  # no credentials to send along, nor to print
+    try:
+        async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as http:
+            response = await http.post(f"{origin}/admin/invitations", json={"userId": user})
+    except httpx.TransportError as exc:
+        raise RelayUnreachableError(f"{UNREACHABLE}: {exc or type(exc).__name__}") from exc
     if response.status_code != 201:
         raise InvalidInputError(
-            f"{relay_url} minted no invitation (HTTP {response.status_code}): is it a dev relay?"
+            f"{origin} minted no invitation (HTTP {response.status_code}): is it a dev relay?"
         )
     return str(response.json()["invitation"])
 

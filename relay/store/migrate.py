@@ -10,6 +10,7 @@ import asyncio
 import functools
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -20,7 +21,9 @@ from sqlalchemy.exc import DBAPIError
 
 from relay.errors import InvalidInputError, SchemaError
 from relay.store.engines import WRITE, postgres_engine, sqlite_engine
-from relay.store.url import driver_error, resolve
+from relay.store.url import StoreTarget, driver_error, resolve
+
+T = TypeVar("T")
 
 # Held (per transaction) by every Postgres migration, so replicas racing `upgrade head` take turns.
 ADVISORY_LOCK_KEY = 0x74616C61726961  # "talaria"
@@ -94,7 +97,7 @@ async def current(url: str | None = None) -> str | None:
             finally:
                 engine.dispose()
 
-        return await asyncio.to_thread(on_sqlite)
+        return await _on_sqlite(on_sqlite, target)
     engine = postgres_engine(target.sqlalchemy_url)
     try:
         async with engine.connect() as connection:
@@ -146,7 +149,16 @@ async def _run(url: str | None, step: Callable[[Connection], None]) -> None:
         finally:
             engine.dispose()
 
-    await asyncio.to_thread(on_sqlite)
+    await _on_sqlite(on_sqlite, target)
+
+
+async def _on_sqlite(work: Callable[[], T], target: StoreTarget) -> T:
+    """Run blocking SQLite work in a thread; a driver error (a file that is no database, one
+    that cannot be opened) as a `StoreError`, as on Postgres."""
+    try:
+        return await asyncio.to_thread(work)
+    except (DBAPIError, OSError) as exc:
+        raise driver_error(exc, target) from exc
 
 
 if __name__ == "__main__":
