@@ -13,6 +13,7 @@ Property tests (Hypothesis) run the `ci` profile: few examples, so the suite sta
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 from databases import FreshStores, admin_execute, pg_store_url
 from hypothesis import HealthCheck, settings
+from secrets_support import SecretWatch
 from sqlalchemy import make_url
 
 from relay.store import RelayStore, open_store
@@ -127,3 +129,25 @@ def fresh_stores(
     stores = FreshStores(backend, tmp_path, admin, template)
     yield stores
     stores.close()
+
+
+@pytest.fixture
+def no_secret_leaks(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SecretWatch]:
+    """Fails the test if a secret it made reached a log record, a reported line or an error.
+
+    Every logger records at DEBUG; the watch learns the keys, invitations and signatures as they
+    are made (a test adds the secrets it knows besides) and keeps the library's lines and error
+    messages. The check runs after the test, over all of them.
+    """
+    watch = SecretWatch()
+    watch.install(monkeypatch)
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="relay")
+    yield watch
+    # `caplog.records` would be this teardown's alone: the setup's and the test's are asked for.
+    records = [*caplog.get_records("setup"), *caplog.get_records("call")]
+    # Formatted, a record carries its traceback too.
+    watch.assert_clean(*map(caplog.handler.format, records), where="log records")
+    watch.assert_clean(*watch.lines, where="reported lines and error messages")

@@ -804,6 +804,7 @@ def test_demo_with_a_bad_invitation_exits_1_with_the_rejection(home: Path) -> No
         relay.stop()
     expect(result, 1)
     assert "Talaria Relay rejected server registration (HTTP 400)" in result.stderr
+    assert "not-a-real-invitation" not in result.output, "the invitation was printed"
 
 
 def demo_unreachable(home: Path) -> Result:
