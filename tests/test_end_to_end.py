@@ -114,8 +114,15 @@ async def test_the_whole_publisher_lifecycle_over_loopback(store_url: str) -> No
         assert await second.start() is True
         second.changed()
         requests_before = len(relay.requests)
-        await eventually(lambda: len(relay.requests) > requests_before, "a new snapshot")
-        await eventually(lambda: row(work_id, "chat-2") == "running", "chat-2 republished")
+        # chat-2's own snapshot, not merely the first request (the other profile's may come first).
+        await eventually(
+            lambda: any(
+                r.route == "snapshot" and work_id in r.path
+                for r in relay.requests[requests_before:]
+            ),
+            "chat-2 republished",
+        )
+        assert row(work_id, "chat-2") == "running"
         assert await store.revision_floor() > floor
         assert sorted(e.session_id for e in relay.started_events) == announced
         assert all(r.status < 300 for r in relay.requests if r.route is not None)
