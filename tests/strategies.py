@@ -25,10 +25,15 @@ SURROGATE = st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF)
 ANY_CHAR = st.one_of(st.characters(exclude_categories=()), SURROGATE)
 any_text = st.text(ANY_CHAR, max_size=40)
 
-# What a store accepts as text: non-empty, no NUL, no lone surrogates.
-field_text = st.text(
-    st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=24
-)
+
+def store_text(max_size: int) -> st.SearchStrategy[str]:
+    """Text a store accepts: non-empty, no NUL, no lone surrogates (not UTF-8 encodable)."""
+    return st.text(
+        st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=max_size
+    )
+
+
+field_text = store_text(24)
 times = st.integers(0, MAX_SAFE_INTEGER)
 
 # ── origins ───────────────────────────────────────────────────────────────────
@@ -74,7 +79,7 @@ def started_scopes(draw: st.DrawFn) -> StartedScope:
 deleted_scopes = st.builds(DeletedScope, origins(), origins(), field_text)
 deleted_views = st.builds(
     DeletedView,
-    st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=64),
+    store_text(64),
     field_text,
     field_text,
     times,
@@ -84,7 +89,7 @@ deleted_views = st.builds(
 presence_leases = st.builds(
     PresenceLease,
     field_text,
-    st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=64),
+    store_text(64),
     times,
     st.booleans(),
     times,
