@@ -11,10 +11,11 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from relay import __version__
 from relay.cli_import import cmd_import
@@ -124,16 +125,40 @@ async def cmd_bench(args: argparse.Namespace) -> int:
 
 # ── the parser ────────────────────────────────────────────────────────────────
 
+# A URL's password (`scheme://user:PASSWORD@`, up to the last `@` of the word) and an invitation.
+_SECRETS = (
+    (re.compile(r"(://[^\s:/@]*:)\S*@"), r"\1***@"),
+    (re.compile(r"(--invitation=)\S+"), r"\1***"),
+)
+
+
+def _redacted(text: str) -> str:
+    """`text` with the passwords of URLs and the values of `--invitation` replaced by `***`."""
+    for pattern, replacement in _SECRETS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error never repeats a password or an invitation.
+
+    argparse quotes what it could not place (`unrecognized arguments: …`), and a store URL or a
+    token typed in the wrong place is exactly that.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        super().error(_redacted(message))
+
 
 def parser() -> argparse.ArgumentParser:
-    store = argparse.ArgumentParser(add_help=False)
+    store = _Parser(add_help=False)
     store.add_argument(
         "--store",
         metavar="URL",
         help="the relay store: sqlite:///path, postgresql://…, json:///dir, memory:// (new and "
         "empty) (default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)",
     )
-    root = argparse.ArgumentParser(
+    root = _Parser(
         prog="talaria-relay",
         description="Talaria Relay publisher state: migrate, inspect, rekey, copy; "
         "dev relay; demo.",

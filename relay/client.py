@@ -154,9 +154,9 @@ class RelayClient:
                 finally:
                     await response.aclose()
         except (httpx.TimeoutException, TimeoutError) as exc:
-            raise RelayTimeoutError(f"{UNREACHABLE}: {_describe(exc)}") from exc
+            raise RelayTimeoutError(f"{UNREACHABLE}: {describe(exc)}") from exc
         except httpx.TransportError as exc:
-            raise RelayUnreachableError(f"{UNREACHABLE}: {_describe(exc)}") from exc
+            raise RelayUnreachableError(f"{UNREACHABLE}: {describe(exc)}") from exc
 
     async def aclose(self) -> None:
         """Close the AsyncClient if this client created it; an injected one belongs to its owner."""
@@ -241,7 +241,7 @@ def _http_date(value: str | None) -> float | None:
     return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
 
 
-def _describe(exc: Exception) -> str:
+def describe(exc: Exception) -> str:
     # httpx's errors often carry an empty message (timeouts, resets): the first cause with one
     # says what happened ("Connection reset by peer"); failing that, the class name does.
     cause: BaseException | None = exc

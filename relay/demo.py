@@ -20,7 +20,9 @@ from typing import Any
 
 import httpx
 
-from relay.errors import InvalidInputError
+from relay.client import UNREACHABLE, describe
+from relay.errors import InvalidInputError, RelayUnreachableError
+from relay.protocol import REQUEST_TIMEOUT_S, validated_origin
 from relay.service import RelayService
 from relay.status import collect, render
 from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
@@ -189,10 +191,19 @@ async def holdings(target: StoreTarget) -> str | None:
     return ", ".join(found) if found else None
 
 
+async def _admin(relay_url: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
+    """A call to a dev relay's admin endpoint `path`; an unreachable relay is a `RelayError`."""
+    origin = validated_origin(relay_url)  # no credentials to send along, nor to print
+    try:
+        async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as http:
+            return await http.request(method, f"{origin}{path}", **kwargs)
+    except httpx.TransportError as exc:
+        raise RelayUnreachableError(f"{UNREACHABLE}: {describe(exc)}") from exc
+
+
 async def _admin_state(relay_url: str) -> dict[str, Any]:
     """What a dev relay at `relay_url` holds, from its admin endpoint."""
-    async with httpx.AsyncClient() as http:
-        response = await http.get(f"{relay_url}/admin/state")
+    response = await _admin(relay_url, "GET", "/admin/state")
     response.raise_for_status()
     state: dict[str, Any] = response.json()
     return state
@@ -200,11 +211,11 @@ async def _admin_state(relay_url: str) -> dict[str, Any]:
 
 async def _mint(relay_url: str, user: str) -> str:
     """An invitation from a dev relay's admin endpoint (a real relay's come from its app)."""
-    async with httpx.AsyncClient() as http:
-        response = await http.post(f"{relay_url}/admin/invitations", json={"userId": user})
+    response = await _admin(relay_url, "POST", "/admin/invitations", json={"userId": user})
     if response.status_code != 201:
         raise InvalidInputError(
-            f"{relay_url} minted no invitation (HTTP {response.status_code}): is it a dev relay?"
+            f"{validated_origin(relay_url)} minted no invitation (HTTP {response.status_code}): "
+            "is it a dev relay?"
         )
     return str(response.json()["invitation"])
 

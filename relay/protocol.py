@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import re
 from collections.abc import Sequence
@@ -37,6 +38,15 @@ MAX_ID = 191  # sessionId, streamId, eventId, snapshotId
 MAX_TITLE = 120  # UTF-16 code units, as the relay counts them
 MAX_SAFE_INTEGER = 2**53 - 1
 
+# What JavaScript's `String.prototype.trim` removes, as the relay trims every text field; Python's
+# `str.strip()` differs at the edges (it keeps U+FEFF and strips U+001C..U+001F).
+JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff" + "".join(
+    chr(c) for c in range(0x2000, 0x200B)
+)
+# WHATWG's forbidden domain code points that `urlsplit` leaves inside a host name: a browser's
+# URL parser (the relay's) refuses the host, or reads another one, where `urlsplit` reads this.
+_NOT_IN_HOSTS = frozenset("<>\\^|%")
+
 TERMINAL_PHASES = frozenset({"completed", "failed", "cancelled"})
 PHASES = TERMINAL_PHASES | {
     "starting",
@@ -54,7 +64,9 @@ def validated_origin(raw: str, https_only: bool = False) -> str:
     """
     value = raw.strip().rstrip("/")
     error = InvalidInputError(f"value must be an {'HTTPS' if https_only else 'HTTP(S)'} origin")
-    if "?" in value or "#" in value:
+    # Spaces, controls, format characters and lone surrogates: `urlsplit` keeps them in the host
+    # (or drops tabs and newlines) where a URL parser refuses them or reads another origin.
+    if "?" in value or "#" in value or not all(c.isprintable() and c != " " for c in value):
         raise error
     try:
         parsed = urlsplit(value)
@@ -67,9 +79,27 @@ def validated_origin(raw: str, https_only: bool = False) -> str:
         or parsed.username is not None
         or parsed.password is not None
         or parsed.path not in ("", "/")
+        or not _is_host(parsed.hostname, bracketed=parsed.netloc.startswith("["))
     ):
         raise error
     return value
+
+
+def _is_host(host: str, *, bracketed: bool) -> bool:
+    """Whether a URL parser reads `host` (lowercased by `urlsplit`) as the host it is."""
+    if bracketed:  # an IPv6 literal; `urlsplit` lets a zone id or an IPvFuture form through
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return False
+        return True
+    if not _NOT_IN_HOSTS.isdisjoint(host):
+        return False
+    try:
+        host.encode("idna")  # a name that has no ASCII form names no host
+    except UnicodeError:
+        return False
+    return True
 
 
 def b64url(data: bytes) -> str:
@@ -107,14 +137,27 @@ def session_path(publisher_id: str, profile_id: str, session_id: str, action: st
 
 
 def capped_title(title: str | None) -> str:
-    """`title or "Untitled"`, cut to 120 UTF-16 code units without splitting a surrogate pair."""
-    text = title or "Untitled"
+    """The title as the relay takes it: trimmed as JavaScript trims, "Untitled" if that leaves
+    nothing, cut to 120 UTF-16 code units without splitting a surrogate pair.
+
+    Trimmed first, since the relay trims what it gets and refuses a blank title: cut first, a
+    long title of leading spaces would become one. A lone surrogate, which has no UTF-8 form and
+    so could not be sent, becomes U+FFFD.
+    """
+    text = _well_formed(title or "").strip(JS_WHITESPACE) or "Untitled"
     units = 0
     for index, char in enumerate(text):
         units += 2 if ord(char) > 0xFFFF else 1
         if units > MAX_TITLE:
             return text[:index]
     return text
+
+
+def _well_formed(text: str) -> str:
+    """`text` with each lone surrogate replaced by U+FFFD (and split pairs joined)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def compact(value: Any) -> bytes:

@@ -5,11 +5,15 @@ Postgres comes from `TALARIA_RELAY_TEST_POSTGRES_URL` (an admin URL, e.g.
 run and each test gets `CREATE DATABASE … TEMPLATE`: isolated, and locks behave as in production
 (no rolled-back wrapper transaction). Without a reachable server the Postgres tests skip, except
 under CI, where that is a failure.
+
+Property tests (Hypothesis) run the `ci` profile: few examples, so the suite stays minutes long.
+`HYPOTHESIS_PROFILE=long` (or `--hypothesis-profile=long`) runs many more, for a soak.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +21,9 @@ from pathlib import Path
 
 import pytest
 from backends import ALL, MEMORY, params
+from databases import FreshStores, admin_execute, pg_store_url
+from hypothesis import HealthCheck, settings
+from secrets_support import SecretWatch
 from sqlalchemy import make_url
 
 from relay.store import RelayStore, open_store, pkcs8
@@ -24,31 +31,20 @@ from relay.store.migrate import upgrade
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
 
-
-def _asyncpg_dsn(url: str, database: str | None = None) -> str:
-    parsed = make_url(url).set(drivername="postgresql")
-    if database is not None:
-        parsed = parsed.set(database=database)
-    return parsed.render_as_string(hide_password=False)
-
-
-async def _admin(url: str, *statements: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(_asyncpg_dsn(url), timeout=5)
-    try:
-        for statement in statements:
-            await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
-def pg_store_url(admin_url: str, database: str) -> str:
-    return (
-        make_url(admin_url)
-        .set(drivername="postgresql+asyncpg", database=database)
-        .render_as_string(hide_password=False)
-    )
+# No deadline: an example that opens a store or a database takes as long as the machine lets it,
+# and a shared CI machine makes timings noise. `print_blob` lets a failure be replayed exactly.
+settings.register_profile(
+    "ci",
+    max_examples=50,
+    stateful_step_count=20,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "long", parent=settings.get_profile("ci"), max_examples=1000, stateful_step_count=50
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +68,7 @@ def pg_admin_url() -> str:
     if url:
         shown = make_url(url).render_as_string(hide_password=True)
         try:
-            asyncio.run(_admin(url, "SELECT 1"))
+            asyncio.run(admin_execute(url, "SELECT 1"))
         except Exception as exc:  # any failure to connect means unreachable
             reason = f"Postgres at {shown} is unreachable: {exc}"
         else:
@@ -86,23 +82,23 @@ def pg_admin_url() -> str:
 def pg_template(pg_admin_url: str) -> Iterator[str]:
     """A migrated template database, dropped at the end of the run."""
     name = f"relay_tmpl_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(pg_admin_url, f'CREATE DATABASE "{name}"'))
+    asyncio.run(admin_execute(pg_admin_url, f'CREATE DATABASE "{name}"'))
     try:
         asyncio.run(upgrade(pg_store_url(pg_admin_url, name)))
         yield name
     finally:
-        asyncio.run(_admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(admin_execute(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture
 def pg_database(pg_admin_url: str) -> Iterator[str]:
     """A fresh, empty (unmigrated) database's URL."""
     name = f"relay_t_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(pg_admin_url, f'CREATE DATABASE "{name}"'))
+    asyncio.run(admin_execute(pg_admin_url, f'CREATE DATABASE "{name}"'))
     try:
         yield pg_store_url(pg_admin_url, name)
     finally:
-        asyncio.run(_admin(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(admin_execute(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -130,14 +126,50 @@ def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> I
         admin = request.getfixturevalue("pg_admin_url")
         template = request.getfixturevalue("pg_template")
         name = f"relay_t_{uuid.uuid4().hex[:12]}"
-        asyncio.run(_admin(admin, f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+        asyncio.run(admin_execute(admin, f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
         try:
             yield pg_store_url(admin, name)
         finally:
-            asyncio.run(_admin(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            asyncio.run(admin_execute(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture
 async def store(store_url: str) -> AsyncIterator[RelayStore]:
     async with open_store(store_url) as opened:
         yield opened
+
+
+@pytest.fixture
+def fresh_stores(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[FreshStores]:
+    """Fresh stores of `backend`, as many as the test asks for, one at a time."""
+    admin = template = None
+    if backend == "postgres":
+        admin = request.getfixturevalue("pg_admin_url")
+        template = request.getfixturevalue("pg_template")
+    stores = FreshStores(backend, tmp_path, admin, template)
+    yield stores
+    stores.close()
+
+
+@pytest.fixture
+def no_secret_leaks(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[SecretWatch]:
+    """Fails the test if a secret it made reached a log record, a reported line or an error.
+
+    Every logger records at DEBUG; the watch learns the keys, invitations and signatures as they
+    are made (a test adds the secrets it knows besides) and keeps the library's lines and error
+    messages. The check runs after the test, over all of them.
+    """
+    watch = SecretWatch()
+    watch.install(monkeypatch)
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="relay")
+    yield watch
+    # `caplog.records` would be this teardown's alone: the setup's and the test's are asked for.
+    records = [*caplog.get_records("setup"), *caplog.get_records("call")]
+    # Formatted, a record carries its traceback too.
+    watch.assert_clean(*map(caplog.handler.format, records), where="log records")
+    watch.assert_clean(*watch.lines, where="reported lines and error messages")

@@ -840,6 +840,7 @@ def test_demo_with_a_bad_invitation_exits_1_with_the_rejection(home: Path) -> No
         "Talaria Relay rejected server registration (HTTP 400): the relay's reason: "
         "invalid_invitation" in result.stderr
     )
+    assert "not-a-real-invitation" not in result.output, "the invitation was printed"
 
 
 def demo_unreachable(home: Path) -> Result:

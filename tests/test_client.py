@@ -7,15 +7,14 @@ path, headers, body) with a canonical string rebuilt here, not with `relay.proto
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from secrets_support import verify
 
 from relay.client import RelayClient, TalariaAuth
 from relay.errors import (
@@ -38,25 +37,6 @@ SIGNING_HEADERS = ("x-talaria-key-id", "x-talaria-timestamp", "x-talaria-nonce")
 
 Handler = Callable[[httpx.Request], Any]
 Connect = Callable[..., RelayClient]
-
-
-def verify(
-    public_key: Ed25519PublicKey,
-    method: str,
-    raw_path: bytes,
-    headers: httpx.Headers,
-    body: bytes,
-) -> None:
-    """Check a request's signature as the relay does; raises `InvalidSignature` on a mismatch."""
-    path = raw_path.partition(b"?")[0]
-    digest = base64.urlsafe_b64encode(hashlib.sha256(body).digest()).rstrip(b"=")
-    fields = [method.encode(), path]
-    fields += [headers["x-talaria-timestamp"].encode(), headers["x-talaria-nonce"].encode(), digest]
-    signature = headers["x-talaria-signature"]
-    assert "=" not in signature
-    public_key.verify(
-        base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)), b"\n".join(fields)
-    )
 
 
 def verify_request(request: httpx.Request) -> None:

@@ -29,6 +29,7 @@ from faultserver import (
 )
 from harness import RELAY_URL, Env, relay_env
 from intact import failed_pass, log_lines, prepared, recovered
+from secrets_support import SecretWatch
 
 from relay.client import RelayClient
 from relay.errors import (
@@ -42,6 +43,13 @@ from relay.store import RelayStore
 
 UNREACHABLE = "snapshot failed for profile default (Could not reach Talaria Relay: "
 KEY = Ed25519PrivateKey.generate()
+
+
+@pytest.fixture(autouse=True)
+def _no_secret_leaks(no_secret_leaks: SecretWatch) -> None:
+    """Each case also proves that no key (this module's too), invitation or signature reached a
+    log record, a reported line or an error message."""
+    no_secret_leaks.add_key(KEY)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from harness import Env, relay_env, restarted
 from intact import failed_pass, log_lines, prepared, recovered
+from secrets_support import SecretWatch
 
 from relay.client import RelayClient
 from relay.errors import RelayHttpError
@@ -26,6 +27,13 @@ from relay.store import RelayStore
 
 NOW = 1_800_000_000.0
 KEY = Ed25519PrivateKey.generate()
+
+
+@pytest.fixture(autouse=True)
+def _no_secret_leaks(no_secret_leaks: SecretWatch) -> None:
+    """Each case also proves that no key (this module's too), invitation or signature reached a
+    log record, a reported line or an error message."""
+    no_secret_leaks.add_key(KEY)
 
 
 @pytest.fixture

@@ -4,7 +4,8 @@ Retryable answers (408, 425, 429, 5xx), timeouts and network errors back off (lo
 `still failing`, then `recovered`) and keep views and started announcements for the next pass.
 Permanent answers disable one profile's snapshots, drop a view, or mark an announcement sent.
 After every fault the store must still hold what it held: the same registration, a revision
-floor that only rises, every ledger entry and every deleted session not yet acknowledged.
+floor that only rises, every ledger entry and every deleted session not yet acknowledged. And no
+secret reaches a log record, a logged line or an error message (the `no_secret_leaks` fixture).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from relay.errors import RelayPairingError, RelayTimeoutError
 from relay.protocol import b64url, compact, snapshot_path
 from relay.store import RelayStore
 
-pytestmark = on(MEMORY)
+# Each fault case also proves that no key, invitation or signature reached a log or an error.
+pytestmark = [on(MEMORY), pytest.mark.usefixtures("no_secret_leaks")]
 
 RETRYABLE = (408, 425, 429, 500, 502, 503, 504)
 PERMANENT = (400, 403, 409)

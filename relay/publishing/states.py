@@ -95,7 +95,7 @@ def run_state(row: SessionRun, meta: SessionMeta, owner: str, now: float) -> Run
 
     A finished run keeps the instant it ended, so a viewer of that turn covers it.
     """
-    title = capped_title(meta.title if meta.title and meta.title.strip() else None)
+    title = capped_title(meta.title)
     ended = row.terminal.terminal_at if row.terminal else now
     try:
         return RunState(

@@ -29,7 +29,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from relay.errors import InvalidInputError
-from relay.protocol import MAX_ID, b64url, canonical_string, compact
+from relay.protocol import JS_WHITESPACE, MAX_ID, b64url, canonical_string, compact
 from relay.testing.records import (
     Completion,
     Grant,
@@ -40,7 +40,6 @@ from relay.testing.records import (
     wire,
 )
 from relay.testing.validation import (
-    JS_WHITESPACE,
     MAX_BODY_CHARS,
     JsonObject,
     b64url_decode,

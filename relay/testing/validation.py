@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
-from relay.protocol import MAX_ID, MAX_SAFE_INTEGER, MAX_SNAPSHOT_STATES, MAX_TITLE
+from relay.protocol import (
+    JS_WHITESPACE,
+    MAX_ID,
+    MAX_SAFE_INTEGER,
+    MAX_SNAPSHOT_STATES,
+    MAX_TITLE,
+)
 
 MAX_BODY_CHARS = 512 * 1024
 PHASES = frozenset(
@@ -34,11 +40,6 @@ PHASES = frozenset(
     }
 )
 STARTED_KEYS = ("eventId", "profileId", "publisherId", "sessionId", "startedAt", "version")
-
-# What JavaScript's String.prototype.trim removes (Python's str.strip differs at the edges).
-JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff" + "".join(
-    chr(c) for c in range(0x2000, 0x200B)
-)
 
 JsonObject = dict[str, Any]
 

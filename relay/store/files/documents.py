@@ -24,6 +24,7 @@ from relay.store.records import (
 )
 
 D = TypeVar("D")
+R = TypeVar("R")
 
 CONFIG = "talaria-relay.json"
 PROFILE_ID = ".talaria-relay-profile-id"
@@ -91,6 +92,18 @@ def _values(item: object, spec: Mapping[str, Check]) -> list[Any] | None:
     values = [item.get(key) for key in spec]
     passed = all(check(v) for check, v in zip(spec.values(), values, strict=True))
     return values if passed else None
+
+
+def _record(make: Callable[..., R], *fields: Any, **named: Any) -> R | None:
+    """The record `make` builds from stored fields, or None when they fail the record's checks.
+
+    The key checks above pass what JSON can hold; a record's own limits (an id's length, a time
+    that is not negative, an origin) are its constructor's, which raises `InvalidInputError`.
+    """
+    try:
+        return make(*fields, **named)
+    except InvalidInputError:
+        return None
 
 
 def _json(raw: bytes | None, problem: str | None = None) -> Any:
@@ -175,10 +188,16 @@ def _parse_started(raw: bytes | None) -> Ledger:
         profile_id, floor, sessions = fields
         entries: dict[str, StartedEntry] = {}
         for session in sessions:
-            if (values := _values(session, _ENTRY)) is not None:
-                claim = _values(session, _CLAIM) or [None, None]
-                entries.setdefault(values[0], StartedEntry(profile_id, *values, *claim))
-        ledger[profile_id] = StartedScope(profile_id, floor, _oldest_first(entries.values()))
+            if (values := _values(session, _ENTRY)) is None or values[0] in entries:
+                continue
+            claim = _values(session, _CLAIM) or [None, None]
+            # A claim is a lease: one that fails its checks is dropped, not its entry.
+            entry = _record(StartedEntry, profile_id, *values, *claim)
+            if entry := entry or _record(StartedEntry, profile_id, *values):
+                entries[values[0]] = entry
+        scope = _record(StartedScope, profile_id, floor, _oldest_first(entries.values()))
+        if scope is not None:
+            ledger[profile_id] = scope
     return ledger
 
 
@@ -258,9 +277,10 @@ def _deleted_view(item: Any) -> DeletedView | None:
     if (values := _values(item, _VIEW)) is None:
         return None
     if (scope := item.get("scope")) is None:
-        return DeletedView(*values)
+        return _record(DeletedView, *values)
     parts = _values(scope, _SCOPE)
-    return None if parts is None else replace(DeletedView(*values), scope=DeletedScope(*parts))
+    bound = None if parts is None else _record(DeletedScope, *parts)
+    return None if bound is None else _record(DeletedView, *values, scope=bound)
 
 
 def _dump_deleted(views: list[DeletedView]) -> str:
@@ -271,8 +291,9 @@ def _parse_presence(raw: bytes | None) -> Leases:
     """Tolerant: a lost lease only lets an alert through, and leases expire within minutes."""
     leases: Leases = {}
     for item in _member(_json(raw), "leases", list) or ():
-        if (values := _values(item, _LEASE)) is not None:
-            leases.setdefault((values[0], values[1]), PresenceLease(*values))
+        values = _values(item, _LEASE)
+        if values is not None and (lease := _record(PresenceLease, *values)):
+            leases.setdefault((values[0], values[1]), lease)
     return leases
 
 

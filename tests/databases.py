@@ -1,0 +1,86 @@
+"""Postgres administration for the tests, and fresh stores for tests that need one per example."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import uuid
+from pathlib import Path
+
+from sqlalchemy import make_url
+
+from relay.store.migrate import upgrade
+from relay.store.schema import metadata
+
+
+def _asyncpg_dsn(url: str, database: str | None = None) -> str:
+    parsed = make_url(url).set(drivername="postgresql")
+    if database is not None:
+        parsed = parsed.set(database=database)
+    return parsed.render_as_string(hide_password=False)
+
+
+async def admin_execute(url: str, *statements: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(_asyncpg_dsn(url), timeout=5)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def pg_store_url(admin_url: str, database: str) -> str:
+    return (
+        make_url(admin_url)
+        .set(drivername="postgresql+asyncpg", database=database)
+        .render_as_string(hide_password=False)
+    )
+
+
+class FreshStores:
+    """Fresh, migrated stores of one backend, one after another (a property test's examples).
+
+    Each `url()` names an empty store, the previous one being done with: `memory://` (each open
+    is a new store), a new JSON dir or SQLite file (a copy of one migrated once), or on Postgres
+    one database, a copy of the template, emptied again for each example: dropping a database
+    costs a checkpoint, emptying it does not.
+    """
+
+    def __init__(self, backend: str, tmp: Path, admin: str | None, template: str | None) -> None:
+        self.backend = backend
+        self._tmp = tmp
+        self._admin = admin
+        self._template = template
+        self._made = 0
+        self._database: str | None = None
+        self._seed = tmp / "seed.db"
+        if backend == "sqlite":
+            asyncio.run(upgrade(f"sqlite:///{self._seed}"))
+
+    def url(self) -> str:
+        self._made += 1
+        if self.backend == "memory":
+            return "memory://"
+        if self.backend == "json":
+            return f"json://{self._tmp / f'state-{self._made}'}"
+        if self.backend == "sqlite":
+            path = self._tmp / f"relay-{self._made}.db"
+            shutil.copyfile(self._seed, path)
+            return f"sqlite:///{path}"
+        assert self._admin is not None
+        if self._database is None:
+            self._database = f"relay_t_{uuid.uuid4().hex[:12]}"
+            create = f'CREATE DATABASE "{self._database}" TEMPLATE "{self._template}"'
+            asyncio.run(admin_execute(self._admin, create))
+            return pg_store_url(self._admin, self._database)
+        url = pg_store_url(self._admin, self._database)
+        tables = ", ".join(f'"{table.name}"' for table in metadata.sorted_tables)
+        asyncio.run(admin_execute(url, f"TRUNCATE {tables}"))
+        return url
+
+    def close(self) -> None:
+        if self._admin is not None and self._database is not None:
+            drop = f'DROP DATABASE IF EXISTS "{self._database}" WITH (FORCE)'
+            asyncio.run(admin_execute(self._admin, drop))
