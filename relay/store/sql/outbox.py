@@ -6,17 +6,17 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, delete, or_, select, update
+from sqlalchemy import delete, or_, select, update
 
 from relay.store import schema as t
 from relay.store.records import DeletedScope, DeletedView
-from relay.store.sql.dialect import Compiled, Dialect, Row
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx
 
 
 @dataclass(frozen=True, slots=True)
-class _Sql:
+class Statements:
     enqueue_live: Compiled
     enqueue_gone: Compiled
     bind: Compiled
@@ -24,14 +24,11 @@ class _Sql:
     ack: Compiled
 
 
-def _bind(column: Any) -> Any:
-    return bindparam(column.key, type_=column.type)
-
-
 @functools.cache
-def _sql(d: Dialect) -> _Sql:
+def statements(d: Dialect) -> Statements:
+    """This aggregate\'s statements, compiled once for `d` (the bench\'s raw side runs them too)."""
     c = t.deleted.c
-    insert = d.insert(t.deleted).values({column: _bind(column) for column in t.deleted.c})
+    insert = d.insert(t.deleted).values({column: bind(column) for column in t.deleted.c})
 
     def enqueue(through: Any) -> Compiled:
         # A queued entry keeps its id and binding; only `through` may move.
@@ -41,7 +38,7 @@ def _sql(d: Dialect) -> _Sql:
             ).returning(*t.deleted.c)
         )
 
-    return _Sql(
+    return Statements(
         # A session that still has data pushes `through` forward, so the acknowledgement
         # covers runs that finished since.
         enqueue_live=enqueue(d.greatest(c.through, insert.excluded.through)),
@@ -49,19 +46,19 @@ def _sql(d: Dialect) -> _Sql:
         bind=d.compile(
             update(t.deleted)
             .where(
-                c.profile == _bind(c.profile),
+                c.profile == bind(c.profile),
                 c.scope_url.is_(None),
-                or_(c.identity.is_(None), c.identity == _bind(c.identity)),
+                or_(c.identity.is_(None), c.identity == bind(c.identity)),
             )
             .values(
-                identity=_bind(c.identity),
-                scope_url=_bind(c.scope_url),
-                scope_publisher_id=_bind(c.scope_publisher_id),
-                scope_profile_id=_bind(c.scope_profile_id),
+                identity=bind(c.identity),
+                scope_url=bind(c.scope_url),
+                scope_publisher_id=bind(c.scope_publisher_id),
+                scope_profile_id=bind(c.scope_profile_id),
             )
         ),
         pending=d.compile(select(t.deleted).order_by(c.through, c.id)),
-        ack=d.compile(delete(t.deleted).where(c.id == _bind(c.id), c.through == _bind(c.through))),
+        ack=d.compile(delete(t.deleted).where(c.id == bind(c.id), c.through == bind(c.through))),
     )
 
 
@@ -91,7 +88,7 @@ class OutboxSql(SqlPart):
     """The deleted-outbox hooks of `StoreGate`."""
 
     async def _enqueue_deleted(self, new: DeletedView, session_live: bool) -> DeletedView:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
         statement = q.enqueue_live if session_live else q.enqueue_gone
 
         async def body(tx: Tx) -> DeletedView:
@@ -100,7 +97,7 @@ class OutboxSql(SqlPart):
         return await self._db.write(body, single=True)
 
     async def _bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
-        q = _sql(self._db.dialect).bind
+        q = statements(self._db.dialect).bind
         params = {
             "profile": profile,
             "identity": identity,
@@ -115,7 +112,7 @@ class OutboxSql(SqlPart):
         return await self._db.write(body, single=True)
 
     async def _pending_deleted(self) -> list[DeletedView]:
-        q = _sql(self._db.dialect).pending
+        q = statements(self._db.dialect).pending
 
         async def body(tx: Tx) -> list[DeletedView]:
             return [view(row) for row in await tx.rows(q)]
@@ -123,7 +120,7 @@ class OutboxSql(SqlPart):
         return await self._db.read(body)
 
     async def _ack_deleted(self, view_id: str, through: int) -> bool:
-        q = _sql(self._db.dialect).ack
+        q = statements(self._db.dialect).ack
 
         async def body(tx: Tx) -> int:
             return await tx.run(q, {"id": view_id, "through": through})
