@@ -1,10 +1,10 @@
-"""The Postgres runner: an asyncpg pool; statements prepared once per connection by asyncpg.
+"""The Postgres runner: asyncpg connections in a pool; statements prepared once per connection.
 
 A body of one statement runs in autocommit: one round trip, no BEGIN/COMMIT. A task cancelled
 mid-transaction leaves the server holding its row locks until the connection ends, so such a
 connection is terminated, never handed back to the pool (sqlalchemy/sqlalchemy#12099 is the same
 trap). Nothing here needs session state, so transaction-mode PgBouncer works with
-`?prepared_statement_cache_size=0`.
+`?prepared_statement_cache_size=0`, and a connection goes back to the pool as it is (`pgpool`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from sqlalchemy import URL
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
+from relay.store.sql.pgpool import Pool
 from relay.store.sql.runner import NO_PARAMS, Body, Stats
 
 T = TypeVar("T")
@@ -80,14 +81,14 @@ class PostgresRunner:
         self.stats = Stats()
         self._display = display
         self._password = password
-        self._pool: Any = None
+        self._pool: Pool | None = None
 
     @classmethod
     async def open(cls, url: URL, display: str) -> PostgresRunner:
         runner = cls(display, url.password if isinstance(url.password, str) else None)
         options = connect_options(url)
         try:
-            runner._pool = await asyncpg.create_pool(min_size=1, max_size=POOL_SIZE, **options)
+            runner._pool = await Pool.open(lambda: asyncpg.connect(**options), POOL_SIZE)
         except Exception as error:
             raise runner.translated(error) from error
         return runner
@@ -99,10 +100,11 @@ class PostgresRunner:
         return await self._run(body, transaction=not single)
 
     async def _run(self, body: Body[T], *, transaction: bool) -> T:
-        if self._pool is None:
+        pool = self._pool
+        if pool is None:
             raise StoreError(f"the store {self._display} is closed")
         try:
-            conn = await self._pool.acquire()
+            conn = await pool.acquire()
         except Exception as error:
             raise self.translated(error) from error
         self.stats.transactions += 1
@@ -128,7 +130,7 @@ class PostgresRunner:
                 raise self.translated(error) from error
             raise
         finally:
-            await self._pool.release(conn)
+            pool.release(conn)
         return result
 
     def translated(self, error: BaseException) -> StoreError:
