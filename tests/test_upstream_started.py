@@ -19,13 +19,14 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
     PublicFormat,
 )
-from harness import PUBLISHER_ID, RELAY_URL, START, Env, relay_env, restarted
+from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env, restarted
 
 from relay.client import RelayClient
 from relay.host import AgentSessionRow
 from relay.protocol import b64url, compact
 from relay.publisher import STARTED_LEASE_MS
 from relay.store import ProfileGrant, RelayConfig, RelayStore, StartedEntry
+from relay.testing.clock import START
 
 ENCODED_PUBLISHER = "https%3A%2F%2Fhermes.example"
 PAST_LEASE_S = STARTED_LEASE_MS / 1000 + 1
