@@ -14,7 +14,8 @@ from typing import Any
 
 from sqlalchemy import make_url
 
-from relay.bench.raw import statements
+from relay.bench.raw import Statements
+from relay.store.sql.dialect import POSTGRES
 
 PROCESSES = 8
 NOW_SQL = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
@@ -74,21 +75,36 @@ def in_processes(kind: str, store_url: str, seconds: float) -> float:
     return float(sum(rates))
 
 
+def pgbench_script() -> str:
+    """The store's allocate statement for one revision, its parameters as server expressions.
+
+    pgbench has no clock of its own, so `now` (and `first`, which derives from it) are computed
+    by the server; the literals SQLAlchemy bound (`id = 1`, `+ 1`, the 2^53-1 guard) are spelled
+    in. Replaced from the highest position down, so `$1` never eats the start of `$10`.
+    """
+    q = Statements(POSTGRES).revisions.allocate
+    assert q.names is not None
+    values = {name: repr(value) for name, value in q.defaults.items()}
+    # `first` is max(1, now) + count - 1, as the store computes it (`raw.first_revision`).
+    values |= {"now": NOW_SQL, "count": "1", "first": f"greatest(1, {NOW_SQL})"}
+    script = q.sql
+    for position in range(len(q.names), 0, -1):
+        script = script.replace(f"${position}", f"({values[q.names[position - 1]]})")
+    return " ".join(script.split()) + ";\n"
+
+
 def pgbench_rate(store_url: str, seconds: float) -> float | None:
-    """`pgbench -c 8 -j 2` running the allocate statement; None when pgbench is not installed."""
+    """`pgbench -c 8 -j 2 -M prepared` running the allocate statement, as asyncpg prepares it;
+    None when pgbench is not installed."""
     binary = shutil.which("pgbench")
     if binary is None:
         return None
-    count = "1"
-    statement = statements("postgres")["allocate"]
-    first = f"(greatest(1, {NOW_SQL}) + {count} - 1)"
-    script = statement.replace("$1", first).replace("$2", NOW_SQL).replace("$3", count)
     with tempfile.TemporaryDirectory(prefix="talaria-relay-bench-") as scratch:
         path = Path(scratch) / "allocate.sql"
-        path.write_text(script + ";\n")
-        command = [binary, "-n", "-c", str(PROCESSES), "-j", "2", "-T", str(max(1, round(seconds)))]
+        path.write_text(pgbench_script())
+        command = [binary, "-n", "-M", "prepared", "-c", str(PROCESSES), "-j", "2"]
         result = subprocess.run(  # noqa: S603 (our own arguments, no shell)
-            [*command, "-f", str(path), libpq_dsn(store_url)],
+            [*command, "-T", str(max(1, round(seconds))), "-f", str(path), libpq_dsn(store_url)],
             capture_output=True,
             text=True,
             timeout=seconds + 60,

@@ -4,29 +4,18 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
+from relay.publisher import STARTED_BATCH
 from relay.service import RelayService
 from relay.store import RelayStore
-from relay.testing import DevRelay, MemoryHost
+from relay.testing import Clock, DevRelay, MemoryHost
 
 RELAY_URL = "https://relay.example"
 PUBLISHER_ID = "https://bench.example"
 PROFILES = ("default", "work", "home")
-START = 1_800_000_000.0
-
-
-@dataclass
-class Clock:
-    """Unix seconds that move only when the bench says."""
-
-    now: float = START
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def sql_counters(store: RelayStore) -> tuple[int | None, int | None]:
@@ -84,7 +73,7 @@ async def passes(store: RelayStore, sessions: int, steady_rounds: int) -> list[d
                 }
                 await service.pair(body, profile, operator=index == 0)
             await timed_pass(service, store)  # tracking starts: earlier sessions stay unannounced
-            clock.now += 10
+            clock.advance(10)
             for n in range(sessions):
                 session = host.create_session(f"s-{n}", PROFILES[n % len(PROFILES)])
                 session.created_at = clock.now - 1
@@ -98,3 +87,37 @@ async def passes(store: RelayStore, sessions: int, steady_rounds: int) -> list[d
     middle["announced"] = len(relay.started_events) - first["announced"]
     common = {"profiles": len(PROFILES), "sessions": sessions}
     return [{**common, "pass": "first", **first}, {**common, "pass": "steady", **middle}]
+
+
+def batches(sessions: int, profiles: int) -> int:
+    """Claims a first pass makes: `passes` spreads the sessions over the profiles in turn, and
+    each profile claims its new entries `STARTED_BATCH` at a time."""
+    return sum(-(-len(range(p, sessions, profiles)) // STARTED_BATCH) for p in range(profiles))
+
+
+def _kind(passes: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return sorted((p for p in passes if p["pass"] == kind), key=lambda p: int(p["sessions"]))
+
+
+def shape(passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The passes against the issue's targets: the steady pass costs the same at every S, and
+    the first pass costs `per_profile` * P + `per_batch` * batches of 16 (fitted on the smallest
+    and largest S); None where the store counts no transactions."""
+    first, steady = _kind(passes, "first"), _kind(passes, "steady")
+    walls = [float(p["wall_ms"]) for p in steady]
+    figures: dict[str, Any] = {
+        "steady_wall_largest_vs_smallest": round(walls[-1] / walls[0], 3) if walls[0] else None,
+        "steady_same_cost": None,
+        "first_transactions_per_profile": None,
+        "first_transactions_per_batch": None,
+    }
+    if any(p["transactions"] is None for p in passes) or len(first) < 2:
+        return figures
+    figures["steady_same_cost"] = len({(p["transactions"], p["statements"]) for p in steady}) == 1
+    low, high = first[0], first[-1]
+    b_low, b_high = (batches(p["sessions"], p["profiles"]) for p in (low, high))
+    per_batch = (high["transactions"] - low["transactions"]) / (b_high - b_low)
+    figures["first_transactions_per_batch"] = round(per_batch, 2)
+    fixed = low["transactions"] - per_batch * b_low
+    figures["first_transactions_per_profile"] = round(fixed / low["profiles"], 2)
+    return figures

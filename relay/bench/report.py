@@ -64,4 +64,23 @@ def render(document: dict[str, Any]) -> list[str]:
                 f"{_number(one['wall_ms'], 2)} ms, {_number(one['transactions'], 0)} "
                 f"transactions, {_number(one['statements'], 0)} statements"
             )
+        shape = store["publisher_shape"]
+        lines.append(
+            f"  publisher steady pass, largest S ÷ smallest: wall "
+            f"{_number(shape['steady_wall_largest_vs_smallest'], 3)}, same cost "
+            f"{'-' if shape['steady_same_cost'] is None else shape['steady_same_cost']}; "
+            f"first pass: {_number(shape['first_transactions_per_profile'], 2)} transactions "
+            f"per profile + {_number(shape['first_transactions_per_batch'], 2)} per batch of 16"
+        )
+    return lines + _targets(document["targets"])
+
+
+def _targets(checks: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "targets"]
+    for one in checks:
+        verdict = {True: "met", False: "MISSED", None: "-"}[one["met"]]
+        lines.append(
+            f"  {verdict:<7}{one['store']:<10}{one['target']:<52}"
+            f"{_number(one['measured'], 3):>8} (wanted {one['bound']})"
+        )
     return lines

@@ -8,12 +8,12 @@ import platform
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relay.bench import pgbench, publisher, workloads
+from relay.bench import pgbench, publisher, targets, workloads
 from relay.bench.raw import PostgresRaw, Raw, SqliteRaw
 from relay.bench.report import ledger_curves
 from relay.bench.rounds import Rounds
@@ -59,27 +59,30 @@ class Plan:
 
 
 class Scratch:
-    """Fresh stores of one backend beside the named one; removed (or dropped) afterwards."""
+    """Fresh stores of one backend beside the named one, each removed (or dropped) after use."""
 
-    def __init__(self, target: StoreTarget, stack: AsyncExitStack) -> None:
+    def __init__(self, target: StoreTarget) -> None:
         self.target = target
-        self.stack = stack
 
-    async def fresh(self, label: str) -> str:
-        """A new, migrated store's URL."""
+    @asynccontextmanager
+    async def fresh(self, label: str) -> AsyncIterator[str]:
+        """A new, migrated store's URL, for the length of the block."""
         if self.target.backend == "postgres":
-            return await self._database(label)
+            async with self._database(label) as url:
+                yield url
+            return
         assert self.target.path is not None
         parent = self.target.path.parent if self.target.backend == "sqlite" else self.target.path
         parent.mkdir(parents=True, exist_ok=True)
-        directory = Path(
-            self.stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-", dir=parent))
-        )
-        if self.target.backend == "sqlite":
-            return f"sqlite:///{directory / f'{label}.db'}"
-        return f"json://{directory / label}"
+        with tempfile.TemporaryDirectory(prefix="bench-", dir=parent) as scratch:
+            directory = Path(scratch)
+            if self.target.backend == "sqlite":
+                yield f"sqlite:///{directory / f'{label}.db'}"
+            else:
+                yield f"json://{directory / label}"
 
-    async def _database(self, label: str) -> str:
+    @asynccontextmanager
+    async def _database(self, label: str) -> AsyncIterator[str]:
         import asyncpg
 
         url = self.target.sqlalchemy_url
@@ -90,18 +93,16 @@ class Scratch:
             await conn.execute(f'CREATE DATABASE "{name}"')
         finally:
             await conn.close()
-
-        async def drop() -> None:
+        try:
+            address = url.set(database=name).render_as_string(hide_password=False)
+            await migrate.upgrade(address)
+            yield address
+        finally:
             conn = await asyncpg.connect(admin, timeout=10)
             try:
                 await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             finally:
                 await conn.close()
-
-        self.stack.push_async_callback(drop)
-        address = url.set(database=name).render_as_string(hide_password=False)
-        await migrate.upgrade(address)
-        return address
 
 
 @asynccontextmanager
@@ -122,40 +123,43 @@ async def raw_for(url: str) -> AsyncIterator[Raw | None]:
 
 
 async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
-    """Every workload on one backend."""
-    async with AsyncExitStack() as stack:
-        scratch = Scratch(target, stack)
-        url = await scratch.fresh("workloads")
-        plan.say(f"{target.backend}: store workloads on {resolve(url).display}")
-        async with open_store(url) as store, raw_for(url) as raw:
-            subject = workloads.Subject(store, raw, plan.rounds)
-            results = await workloads.measure(subject, plan.ledgers)
-        processes = None
-        if target.backend == "postgres":
-            plan.say(f"{target.backend}: {pgbench.PROCESSES} processes allocating revisions")
+    """Every workload on one backend, each on a fresh store."""
+    scratch = Scratch(target)
+    results = []
+    for name, ledger, workload in workloads.every(plan.ledgers):
+        label = name if ledger is None else f"{name}{ledger}"
+        async with scratch.fresh(label) as url:
+            plan.say(f"{target.backend}: {label} on {resolve(url).display}")
+            async with open_store(url) as store, raw_for(url) as raw:
+                figures = await workload(workloads.Subject(store, raw, plan.rounds))
+        results.append({"name": name, "ledger": ledger, **figures})
+    processes = None
+    if target.backend == "postgres":
+        plan.say(f"{target.backend}: {pgbench.PROCESSES} processes allocating revisions")
+        async with scratch.fresh("processes") as url:
             processes = await asyncio.to_thread(
                 pgbench.compare_processes, url, plan.process_seconds
             )
-        passes: list[dict[str, Any]] = []
-        for sessions in plan.sessions:
-            plan.say(f"{target.backend}: publisher passes, S={sessions}")
-            async with open_store(await scratch.fresh(f"publisher{sessions}")) as store:
-                passes += await publisher.passes(store, sessions, plan.rounds.rounds)
+    passes: list[dict[str, Any]] = []
+    for sessions in plan.sessions:
+        plan.say(f"{target.backend}: publisher passes, S={sessions}")
+        async with scratch.fresh(f"publisher{sessions}") as url, open_store(url) as store:
+            passes += await publisher.passes(store, sessions, plan.rounds.rounds)
     return {
         "backend": target.backend,
-        "url": resolve(url).display,
+        "url": target.display,
         "workloads": results,
         "ledger_curve": ledger_curves(results),
         "processes": processes,
         "publisher": passes,
+        "publisher_shape": publisher.shape(passes),
     }
 
 
 async def run(plan: Plan) -> dict[str, Any]:
     """The whole bench: one document with every figure."""
-    targets = plan.targets()
-    stores = [await measure_store(plan, target) for target in targets]
-    return {
+    stores = [await measure_store(plan, target) for target in plan.targets()]
+    document: dict[str, Any] = {
         "version": 1,
         "quick": plan.quick,
         "machine": {
@@ -170,3 +174,5 @@ async def run(plan: Plan) -> dict[str, Any]:
         },
         "stores": stores,
     }
+    document["targets"] = targets.check(document)
+    return document

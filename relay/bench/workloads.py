@@ -1,14 +1,17 @@
 """The store-side workloads, each paired with its raw-driver equivalent on the same data.
 
-Ledger workloads run on one scope filled to the ledger size with sent entries that start far in
-the future, so no prune ever removes them. Each batch of operations runs at a `now` one day and
+Each workload runs on a store of its own, so a ledger's size is the whole store's: ledger
+workloads run on one scope filled to the ledger size with sent entries that start far in the
+future, so no prune ever removes them. Each batch of operations runs at a `now` one day and
 an hour past the previous batch's, so the store's own 24 h prune removes what the previous batch
 added and the ledger stays at its size plus one batch.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -143,16 +146,16 @@ async def outbox(subject: Subject) -> dict[str, Any]:
     return await compare(subject.plan, on_store, on_raw if raw else None)
 
 
-async def measure(subject: Subject, ledgers: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Every store workload, in the documented order."""
-    results = [
-        {"name": "allocate_revisions", "ledger": None, **await allocate_revisions(subject)},
-        {"name": "profile_identity", "ledger": None, **await profile_identity(subject)},
+Workload = Callable[[Subject], Awaitable[dict[str, Any]]]
+
+
+def every(ledgers: tuple[int, ...]) -> list[tuple[str, int | None, Workload]]:
+    """Every store workload as (name, ledger size, workload), in the documented order."""
+    chosen: list[tuple[str, int | None, Workload]] = [
+        ("allocate_revisions", None, allocate_revisions),
+        ("profile_identity", None, profile_identity),
     ]
-    for size in ledgers:
-        figures = await record_started(subject, size)
-        results.append({"name": "record_started", "ledger": size, **figures})
-    for size in ledgers:
-        results.append({"name": "claim_mark", "ledger": size, **await claim_mark(subject, size)})
-    results.append({"name": "outbox_enqueue_ack", "ledger": None, **await outbox(subject)})
-    return results
+    chosen += [("record_started", n, functools.partial(record_started, ledger=n)) for n in ledgers]
+    chosen += [("claim_mark", n, functools.partial(claim_mark, ledger=n)) for n in ledgers]
+    chosen.append(("outbox_enqueue_ack", None, outbox))
+    return chosen
