@@ -85,7 +85,7 @@ def pgbench_script() -> str:
     q = Statements(POSTGRES).revisions.allocate
     assert q.names is not None
     values = {name: repr(value) for name, value in q.defaults.items()}
-    # `first` is max(1, now) + count - 1, as the store computes it (`raw.first_revision`).
+    # `first` is max(1, now) + count - 1, as the store computes it (`raw.allocate_params`).
     values |= {"now": NOW_SQL, "count": "1", "first": f"greatest(1, {NOW_SQL})"}
     script = q.sql
     for position in range(len(q.names), 0, -1):

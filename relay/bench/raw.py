@@ -37,8 +37,20 @@ def cutoff(floor: int, now_ms: int) -> int:
     return max(floor, now_ms - STARTED_WINDOW_MS)
 
 
-def first_revision(count: int, now_ms: int) -> int:
-    return max(1, now_ms) + count - 1
+def allocate_params(count: int, now_ms: int) -> dict[str, int]:
+    """`first` is what the store's revisions hook computes before its upsert."""
+    return {"first": max(1, now_ms) + count - 1, "now": now_ms, "count": count}
+
+
+def claim_params(profile_id: str, owner: str, now_ms: int, lease_ms: int) -> dict[str, Any]:
+    """A claim of one entry, as the gate hands it to the ledger hook."""
+    return {
+        "profile_id": profile_id,
+        "owner": owner,
+        "now": now_ms,
+        "until": now_ms + lease_ms,
+        "limit": 1,
+    }
 
 
 def deleted_row(view_id: str, session_id: str, profile: str, through: int) -> dict[str, Any]:
@@ -71,7 +83,7 @@ class SqliteRaw:
         return None if row is None else row[0]
 
     async def allocate(self, count: int, now_ms: int) -> int:
-        args = {"first": first_revision(count, now_ms), "now": now_ms, "count": count}
+        args = allocate_params(count, now_ms)
         return int(self._write((self.q.revisions.allocate, args))[0][0][0])
 
     async def identity(self, profile: str) -> str | None:
@@ -98,13 +110,7 @@ class SqliteRaw:
 
     async def claim_mark(self, profile_id: str, owner: str, now_ms: int, lease_ms: int) -> int:
         q = self.q.ledger
-        claim = {
-            "profile_id": profile_id,
-            "owner": owner,
-            "now": now_ms,
-            "until": now_ms + lease_ms,
-            "limit": 1,
-        }
+        claim = claim_params(profile_id, owner, now_ms, lease_ms)
         claimed = self._write((q.claim, claim))[0]
         for row in claimed:
             self._write((q.mark_sent, {"profile_id": profile_id, "session_id": row[1]}))
@@ -152,8 +158,7 @@ class PostgresRaw:
 
     async def allocate(self, count: int, now_ms: int) -> int:
         q = self.q.revisions.allocate
-        args = {"first": first_revision(count, now_ms), "now": now_ms, "count": count}
-        return int(await self.conn.fetchval(q.sql, *q.args(args)))
+        return int(await self.conn.fetchval(q.sql, *q.args(allocate_params(count, now_ms))))
 
     async def identity(self, profile: str) -> str | None:
         q = self.q.registration.identity
@@ -175,13 +180,7 @@ class PostgresRaw:
 
     async def claim_mark(self, profile_id: str, owner: str, now_ms: int, lease_ms: int) -> int:
         q = self.q.ledger
-        claim = {
-            "profile_id": profile_id,
-            "owner": owner,
-            "now": now_ms,
-            "until": now_ms + lease_ms,
-            "limit": 1,
-        }
+        claim = claim_params(profile_id, owner, now_ms, lease_ms)
         claimed = await self.conn.fetch(q.claim.sql, *q.claim.args(claim))
         for row in claimed:
             mark = {"profile_id": profile_id, "session_id": row["session_id"]}

@@ -24,6 +24,11 @@ def _number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _us(value: float | None) -> str:
+    """Microseconds: tenths where they mean something, whole ones past 100."""
+    return _number(value, 1 if value is not None and value < 100 else 0)
+
+
 def render(document: dict[str, Any]) -> list[str]:
     """Lines of a plain-text report: workloads, ledger curves, processes, publisher passes."""
     lines = [
@@ -34,16 +39,17 @@ def render(document: dict[str, Any]) -> list[str]:
     for store in document["stores"]:
         lines += ["", f"{store['backend']}  {store['url']}"]
         lines.append(
-            f"  {'workload':<28}{'store ops/s':>12}{'p50 µs':>10}{'p99 µs':>10}"
-            f"{'raw ops/s':>12}{'raw p50':>10}{'ratio':>8}"
+            f"  {'workload':<26}{'store ops/s':>12}{'p50 µs':>11}{'p99 µs':>11}"
+            f"{'raw ops/s':>12}{'raw p50':>9}{'raw p99':>9}{'ratio':>8}"
         )
         for result in store["workloads"]:
             name = result["name"] + (f" @{result['ledger']:,}" if result["ledger"] else "")
             mine, raw = result["store"], result["raw"] or {}
             lines.append(
-                f"  {name:<28}{_number(mine['ops_per_s']):>12}{_number(mine['p50_us']):>10}"
-                f"{_number(mine['p99_us']):>10}{_number(raw.get('ops_per_s')):>12}"
-                f"{_number(raw.get('p50_us')):>10}{_number(result['ratio'], 3):>8}"
+                f"  {name:<26}{_number(mine['ops_per_s']):>12}{_us(mine['p50_us']):>11}"
+                f"{_us(mine['p99_us']):>11}{_number(raw.get('ops_per_s')):>12}"
+                f"{_us(raw.get('p50_us')):>9}{_us(raw.get('p99_us')):>9}"
+                f"{_number(result['ratio'], 3):>8}"
             )
         for name, curve in store["ledger_curve"].items():
             lines.append(

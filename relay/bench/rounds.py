@@ -61,13 +61,14 @@ async def compare(
     """Interleave the store and the raw driver in rounds, alternating which goes first.
 
     Both sides run in this process on the same data, so machine noise hits both alike; the ratio
-    is the median over rounds of store ops/s ÷ raw ops/s.
+    is the median over rounds of store ops/s ÷ raw ops/s. A first round, untimed, warms both up.
     """
     sides = {"store": Side([], []), "raw": Side([], [])}
     ops = {"store": store, "raw": raw}
     ratios: list[float] = []
     counter = 0
-    for number in range(plan.rounds):
+    # Round -1 warms up both sides untimed: first statements, a new WAL file's first growth.
+    for number in range(-1, plan.rounds):
         order = ("store", "raw") if number % 2 == 0 else ("raw", "store")
         rates: dict[str, float] = {}
         for name in order:
@@ -78,10 +79,11 @@ async def compare(
                 await prepare(counter // plan.ops)
             latencies, rate = await batch(op, plan.ops, counter)
             counter += plan.ops
-            sides[name].latencies += latencies
-            sides[name].rates.append(rate)
+            if number >= 0:
+                sides[name].latencies += latencies
+                sides[name].rates.append(rate)
             rates[name] = rate
-        if raw is not None:
+        if raw is not None and number >= 0:
             ratios.append(rates["store"] / rates["raw"])
     return {
         "store": sides["store"].summary(),
