@@ -6,9 +6,11 @@ import asyncio
 import multiprocessing
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -118,18 +120,27 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
 
 
-def compare_processes(store_url: str, seconds: float) -> dict[str, Any]:
-    """The three totals and their ratios."""
-    store = in_processes("store", store_url, seconds)
-    raw = in_processes("raw", store_url, seconds)
-    pgbench = pgbench_rate(store_url, seconds)
-    return {
-        "processes": PROCESSES,
-        "seconds": seconds,
-        "store_ops_per_s": round(store, 1),
-        "raw_ops_per_s": round(raw, 1),
-        "pgbench_ops_per_s": None if pgbench is None else round(pgbench, 1),
-        "store_vs_pgbench": ratio(store, pgbench),
-        "raw_vs_pgbench": ratio(raw, pgbench),
-        "store_vs_raw": ratio(store, raw),
+PAIRS = (("store", "pgbench"), ("raw", "pgbench"), ("store", "raw"))
+
+
+def compare_processes(store_url: str, seconds: float, rounds: int) -> dict[str, Any]:
+    """The three totals in `rounds` rounds of `seconds` each, the order turning every round so
+    that a burst of load elsewhere lands on each side alike; medians of rates and of ratios."""
+    runs: dict[str, Callable[[], float | None]] = {
+        "store": lambda: in_processes("store", store_url, seconds),
+        "raw": lambda: in_processes("raw", store_url, seconds),
+        "pgbench": lambda: pgbench_rate(store_url, seconds),
     }
+    order = list(runs)
+    measured: list[dict[str, float | None]] = []
+    for number in range(rounds):
+        turned = order[number % len(order) :] + order[: number % len(order)]
+        measured.append({name: runs[name]() for name in turned})
+    figures: dict[str, Any] = {"processes": PROCESSES, "seconds": seconds, "rounds": rounds}
+    for name in order:
+        rates = [r for one in measured if (r := one[name]) is not None]
+        figures[f"{name}_ops_per_s"] = round(statistics.median(rates), 1) if rates else None
+    for mine, theirs in PAIRS:
+        ratios = [r for one in measured if (r := ratio(one[mine], one[theirs])) is not None]
+        figures[f"{mine}_vs_{theirs}"] = round(statistics.median(ratios), 3) if ratios else None
+    return figures

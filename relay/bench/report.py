@@ -57,7 +57,8 @@ def render(document: dict[str, Any]) -> list[str]:
             )
         if (processes := store["processes"]) is not None:
             lines.append(
-                f"  {processes['processes']} processes allocating: store "
+                f"  {processes['processes']} processes allocating ({processes['rounds']} x "
+                f"{processes['seconds']:g} s, medians): store "
                 f"{_number(processes['store_ops_per_s'])}/s, raw "
                 f"{_number(processes['raw_ops_per_s'])}/s, pgbench "
                 f"{_number(processes['pgbench_ops_per_s'])}/s; store ÷ pgbench "

@@ -46,8 +46,9 @@ class Plan:
         return (20, 200)
 
     @property
-    def process_seconds(self) -> float:
-        return 2.0 if self.quick else 10.0
+    def process_rounds(self) -> tuple[float, int]:
+        """Seconds a side runs in a round, and rounds, for the processes against pgbench."""
+        return (2.0, 1) if self.quick else (4.0, 5)
 
     def targets(self) -> list[StoreTarget]:
         """The named stores, else SQLite and JSON, plus Postgres when the test variable is set."""
@@ -140,7 +141,7 @@ async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
         plan.say(f"{target.backend}: {pgbench.PROCESSES} processes allocating revisions")
         async with scratch.fresh("processes") as url:
             processes = await asyncio.to_thread(
-                pgbench.compare_processes, url, plan.process_seconds
+                pgbench.compare_processes, url, *plan.process_rounds
             )
     passes: list[dict[str, Any]] = []
     for sessions in plan.sessions:
