@@ -8,7 +8,7 @@ import platform
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,11 +143,13 @@ async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
             processes = await asyncio.to_thread(
                 pgbench.compare_processes, url, *plan.process_rounds
             )
-    passes: list[dict[str, Any]] = []
-    for sessions in plan.sessions:
-        plan.say(f"{target.backend}: publisher passes, S={sessions}")
-        async with scratch.fresh(f"publisher{sessions}") as url, open_store(url) as store:
-            passes += await publisher.passes(store, sessions, plan.rounds.rounds)
+    plan.say(f"{target.backend}: publisher passes, S={', '.join(map(str, plan.sessions))}")
+    async with AsyncExitStack() as stack:
+        stores = {}
+        for sessions in plan.sessions:
+            url = await stack.enter_async_context(scratch.fresh(f"publisher{sessions}"))
+            stores[sessions] = await stack.enter_async_context(open_store(url))
+        passes = await publisher.passes(stores, plan.rounds.rounds)
     return {
         "backend": target.backend,
         "url": target.display,
