@@ -5,21 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 
-def ledger_curves(workloads: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per ledger workload: store ops/s by ledger size, and the largest ÷ the smallest."""
-    curves: dict[str, Any] = {}
-    for result in workloads:
-        if result["ledger"] is None:
-            continue
-        curve = curves.setdefault(result["name"], {"ops_per_s": {}, "largest_vs_smallest": None})
-        curve["ops_per_s"][str(result["ledger"])] = result["store"]["ops_per_s"]
-    for curve in curves.values():
-        rates = list(curve["ops_per_s"].values())
-        if len(rates) > 1 and rates[0]:
-            curve["largest_vs_smallest"] = round(rates[-1] / rates[0], 3)
-    return curves
-
-
 def _number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -53,7 +38,8 @@ def render(document: dict[str, Any]) -> list[str]:
             )
         for name, curve in store["ledger_curve"].items():
             lines.append(
-                f"  ledger {name}: largest ÷ smallest {_number(curve['largest_vs_smallest'], 3)}"
+                f"  ledger {name}: store ops/s at the largest ÷ at the smallest, round by round "
+                f"{_number(curve['largest_vs_smallest'], 3)}"
             )
         if (processes := store["processes"]) is not None:
             lines.append(

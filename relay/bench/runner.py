@@ -15,7 +15,6 @@ from typing import Any
 
 from relay.bench import pgbench, publisher, targets, workloads
 from relay.bench.raw import PostgresRaw, Raw, SqliteRaw
-from relay.bench.report import ledger_curves
 from relay.bench.rounds import Rounds
 from relay.store import StoreTarget, migrate, open_store, resolve
 
@@ -125,17 +124,34 @@ async def raw_for(url: str) -> AsyncIterator[Raw | None]:
             await raw.close()
 
 
+async def single(plan: Plan, scratch: Scratch, name: str) -> dict[str, Any]:
+    """A workload without a ledger, on a fresh store beside the raw driver."""
+    async with scratch.fresh(name) as url:
+        plan.say(f"{scratch.target.backend}: {name} on {resolve(url).display}")
+        async with open_store(url) as store, raw_for(url) as raw:
+            figures = await workloads.SINGLE[name](workloads.Subject(store, raw, plan.rounds))
+    return {"name": name, "ledger": None, **figures}
+
+
 async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
     """Every workload on one backend, each on a fresh store."""
     scratch = Scratch(target)
-    results = []
-    for name, ledger, workload in workloads.every(plan.ledgers):
-        label = name if ledger is None else f"{name}{ledger}"
-        async with scratch.fresh(label) as url:
-            plan.say(f"{target.backend}: {label} on {resolve(url).display}")
-            async with open_store(url) as store, raw_for(url) as raw:
-                figures = await workload(workloads.Subject(store, raw, plan.rounds))
-        results.append({"name": name, "ledger": ledger, **figures})
+    results: list[dict[str, Any]] = []
+    curves: dict[str, Any] = {}
+    for name in ("allocate_revisions", "profile_identity"):
+        results.append(await single(plan, scratch, name))
+    for name, sized in workloads.LEDGER.items():
+        plan.say(f"{target.backend}: {name} at {', '.join(f'{n:,}' for n in plan.ledgers)}")
+        async with AsyncExitStack() as stack:
+            subjects = {}
+            for size in plan.ledgers:
+                url = await stack.enter_async_context(scratch.fresh(f"{name}{size}"))
+                store = await stack.enter_async_context(open_store(url))
+                raw = await stack.enter_async_context(raw_for(url))
+                subjects[size] = workloads.Subject(store, raw, plan.rounds)
+            figures, curves[name] = await workloads.ledger(name, sized, subjects)
+        results += figures
+    results.append(await single(plan, scratch, "outbox_enqueue_ack"))
     processes = None
     if target.backend == "postgres":
         plan.say(f"{target.backend}: {pgbench.PROCESSES} processes allocating revisions")
@@ -154,7 +170,7 @@ async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
         "backend": target.backend,
         "url": target.display,
         "workloads": results,
-        "ledger_curve": ledger_curves(results),
+        "ledger_curve": curves,
         "processes": processes,
         "publisher": passes,
         "publisher_shape": publisher.shape(passes),
