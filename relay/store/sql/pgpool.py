@@ -1,9 +1,9 @@
-"""A pool of asyncpg connections that hands one out and takes it back without awaiting.
+"""A pool of asyncpg connections that takes a connection back without awaiting anything.
 
 asyncpg's own `Pool` runs every release as a shielded task, with a reset query (a round trip)
 unless told otherwise. Measured by `talaria-relay bench` on `profile_identity`, the store read at
-0.1 x one bare connection's rate with it, 0.4-0.5 x with the reset skipped, and 0.75-1.0 x on
-this pool. The store needs none of what it does: it sets no session state, and the runner
+0.1 x one bare connection's rate with it, 0.38-0.54 x with the reset skipped, and 0.74-1.22 x
+on this pool. The store needs none of what it does: it sets no session state, and the runner
 terminates a connection that a failed or cancelled body may have left inside a transaction, so
 taking a connection back is a push onto a list.
 """
