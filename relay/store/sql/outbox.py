@@ -10,7 +10,7 @@ from sqlalchemy import bindparam, delete, or_, select, update
 
 from relay.store import schema as t
 from relay.store.records import DeletedScope, DeletedView
-from relay.store.sql.dialect import Compiled, Dialect, Row, bound
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx
 
@@ -27,7 +27,7 @@ VIEW_COLUMNS = (
 
 
 @dataclass(frozen=True, slots=True)
-class _Sql:
+class Statements:
     enqueue_live: Compiled
     enqueue_gone: Compiled
     bind: Compiled
@@ -37,11 +37,12 @@ class _Sql:
 
 
 @functools.cache
-def _sql(d: Dialect) -> _Sql:
+def statements(d: Dialect) -> Statements:
+    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
     c = t.deleted.c
     # The record's columns; the claim columns are the outbox's own bookkeeping.
     record = [c[name] for name in VIEW_COLUMNS]
-    insert = d.insert(t.deleted).values({column: bound(column) for column in record})
+    insert = d.insert(t.deleted).values({column: bind(column) for column in record})
 
     def enqueue(through: Any) -> Compiled:
         # A queued entry keeps its id and binding; only `through` may move.
@@ -51,7 +52,7 @@ def _sql(d: Dialect) -> _Sql:
             ).returning(*record)
         )
 
-    owner, now = bound(c.claimed_by, "owner"), bound(c.claimed_until, "now")
+    owner, now = bind(c.claimed_by, "owner"), bind(c.claimed_until, "now")
     claimable = (
         select(c.id)
         .where(or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner))
@@ -62,7 +63,7 @@ def _sql(d: Dialect) -> _Sql:
         .cte("claimable")
         .prefix_with("MATERIALIZED")
     )
-    return _Sql(
+    return Statements(
         # A session that still has data pushes `through` forward, so the acknowledgement
         # covers runs that finished since.
         enqueue_live=enqueue(d.greatest(c.through, insert.excluded.through)),
@@ -70,25 +71,25 @@ def _sql(d: Dialect) -> _Sql:
         bind=d.compile(
             update(t.deleted)
             .where(
-                c.profile == bound(c.profile),
+                c.profile == bind(c.profile),
                 c.scope_url.is_(None),
-                or_(c.identity.is_(None), c.identity == bound(c.identity)),
+                or_(c.identity.is_(None), c.identity == bind(c.identity)),
             )
             .values(
-                identity=bound(c.identity),
-                scope_url=bound(c.scope_url),
-                scope_publisher_id=bound(c.scope_publisher_id),
-                scope_profile_id=bound(c.scope_profile_id),
+                identity=bind(c.identity),
+                scope_url=bind(c.scope_url),
+                scope_publisher_id=bind(c.scope_publisher_id),
+                scope_profile_id=bind(c.scope_profile_id),
             )
         ),
         pending=d.compile(select(*record).order_by(c.through, c.id)),
         claim=d.compile(
             update(t.deleted)
             .where(c.id.in_(select(claimable.c.id)))
-            .values(claimed_by=owner, claimed_until=bound(c.claimed_until, "until"))
+            .values(claimed_by=owner, claimed_until=bind(c.claimed_until, "until"))
             .returning(*record)
         ),
-        ack=d.compile(delete(t.deleted).where(c.id == bound(c.id), c.through == bound(c.through))),
+        ack=d.compile(delete(t.deleted).where(c.id == bind(c.id), c.through == bind(c.through))),
     )
 
 
@@ -118,7 +119,7 @@ class OutboxSql(SqlPart):
     """The deleted-outbox hooks of `StoreGate`."""
 
     async def _enqueue_deleted(self, new: DeletedView, session_live: bool) -> DeletedView:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
         statement = q.enqueue_live if session_live else q.enqueue_gone
 
         async def body(tx: Tx) -> DeletedView:
@@ -127,7 +128,7 @@ class OutboxSql(SqlPart):
         return await self._db.write(body, single=True)
 
     async def _bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
-        q = _sql(self._db.dialect).bind
+        q = statements(self._db.dialect).bind
         params = {
             "profile": profile,
             "identity": identity,
@@ -142,7 +143,7 @@ class OutboxSql(SqlPart):
         return await self._db.write(body, single=True)
 
     async def _pending_deleted(self) -> list[DeletedView]:
-        q = _sql(self._db.dialect).pending
+        q = statements(self._db.dialect).pending
 
         async def body(tx: Tx) -> list[DeletedView]:
             return [view(row) for row in await tx.rows(q)]
@@ -152,7 +153,7 @@ class OutboxSql(SqlPart):
     async def _claim_deleted(
         self, owner: str, now_ms: int, until: int, limit: int | None
     ) -> list[DeletedView]:
-        q = _sql(self._db.dialect).claim
+        q = statements(self._db.dialect).claim
         params = {
             "owner": owner,
             "now": now_ms,
@@ -168,7 +169,7 @@ class OutboxSql(SqlPart):
         return sorted(claimed, key=lambda v: (v.through, v.id))
 
     async def _ack_deleted(self, view_id: str, through: int) -> bool:
-        q = _sql(self._db.dialect).ack
+        q = statements(self._db.dialect).ack
 
         async def body(tx: Tx) -> int:
             return await tx.run(q, {"id": view_id, "through": through})
