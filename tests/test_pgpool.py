@@ -88,7 +88,8 @@ async def test_closing_waits_for_the_connections_in_use_then_closes_all() -> Non
     await asyncio.sleep(0)
     with pytest.raises(RuntimeError):
         await pool.acquire()
-    assert not closing.done() and not out.closed
+    assert not closing.done()
+    assert not out.closed
     pool.release(out)
     await closing
     assert all(conn.closed and not conn.terminated for conn in connect.made)

@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from sqlalchemy import bindparam, delete, false, or_, select, update
+from sqlalchemy import delete, false, select, update
 
 from relay.protocol import STARTED_WINDOW_MS
 from relay.store import schema as t
 from relay.store.records import StartedEntry, StartedScope
+from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, scalar
@@ -35,22 +36,7 @@ def statements(d: Dialect) -> Statements:
     """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
     s, scopes = t.started.c, t.started_scopes.c
     in_scope = s.profile_id == bind(s.profile_id)
-    owner, now = bind(s.claimed_by, "owner"), bind(s.claimed_until, "now")
-    claimable = (
-        select(s.session_id)
-        .where(
-            in_scope,
-            s.sent == false(),
-            or_(s.claimed_until.is_(None), s.claimed_until <= now, s.claimed_by == owner),
-        )
-        .order_by(s.started_at, s.session_id)
-        .limit(bindparam("limit"))
-        # Concurrent claimers pass over each other's rows instead of queueing (no-op on SQLite).
-        .with_for_update(skip_locked=True)
-        # Chosen once: as a plain subquery Postgres may rescan it per row, past the limit.
-        .cte("claimable")
-        .prefix_with("MATERIALIZED")
-    )
+    unsent_first = (s.started_at, s.session_id)
     return Statements(
         add_scope=d.compile(
             d.insert(t.started_scopes)
@@ -74,10 +60,9 @@ def statements(d: Dialect) -> Statements:
             .on_conflict_do_nothing(index_elements=[s.profile_id, s.session_id])
         ),
         claim=d.compile(
-            update(t.started)
-            .where(in_scope, s.session_id.in_(select(claimable.c.session_id)))
-            .values(claimed_by=owner, claimed_until=bind(s.claimed_until, "until"))
-            .returning(*t.started.c)
+            claim(
+                t.started, s.session_id, in_scope, s.sent == false(), order_by=unsent_first
+            ).returning(*t.started.c)
         ),
         mark_sent=d.compile(
             update(t.started)
@@ -134,14 +119,9 @@ class LedgerSql(SqlPart):
         self, profile_id: str, owner: str, now_ms: int, until: int, limit: int | None
     ) -> list[StartedEntry]:
         q = statements(self._db.dialect).claim
-        # No limit: NULL on Postgres, a negative one on SQLite.
-        unlimited = None if self._db.dialect.postgres else -1
         params = {
             "profile_id": profile_id,
-            "owner": owner,
-            "now": now_ms,
-            "until": until,
-            "limit": unlimited if limit is None else limit,
+            **claim_params(self._db.dialect, owner, now_ms, until, limit),
         }
 
         async def body(tx: Tx) -> list[StartedEntry]:

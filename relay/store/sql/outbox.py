@@ -6,10 +6,11 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, delete, or_, select, update
+from sqlalchemy import delete, or_, select, update
 
 from relay.store import schema as t
 from relay.store.records import DeletedScope, DeletedView
+from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx
@@ -52,17 +53,6 @@ def statements(d: Dialect) -> Statements:
             ).returning(*record)
         )
 
-    owner, now = bind(c.claimed_by, "owner"), bind(c.claimed_until, "now")
-    claimable = (
-        select(c.id)
-        .where(or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner))
-        .order_by(c.through, c.id)
-        .limit(bindparam("limit"))
-        # As the ledger's claim: claimers pass over each other's rows; chosen once.
-        .with_for_update(skip_locked=True)
-        .cte("claimable")
-        .prefix_with("MATERIALIZED")
-    )
     return Statements(
         # A session that still has data pushes `through` forward, so the acknowledgement
         # covers runs that finished since.
@@ -83,12 +73,7 @@ def statements(d: Dialect) -> Statements:
             )
         ),
         pending=d.compile(select(*record).order_by(c.through, c.id)),
-        claim=d.compile(
-            update(t.deleted)
-            .where(c.id.in_(select(claimable.c.id)))
-            .values(claimed_by=owner, claimed_until=bind(c.claimed_until, "until"))
-            .returning(*record)
-        ),
+        claim=d.compile(claim(t.deleted, c.id, order_by=(c.through, c.id)).returning(*record)),
         ack=d.compile(delete(t.deleted).where(c.id == bind(c.id), c.through == bind(c.through))),
     )
 
@@ -154,13 +139,7 @@ class OutboxSql(SqlPart):
         self, owner: str, now_ms: int, until: int, limit: int | None
     ) -> list[DeletedView]:
         q = statements(self._db.dialect).claim
-        params = {
-            "owner": owner,
-            "now": now_ms,
-            "until": until,
-            # No limit: NULL on Postgres, a negative one on SQLite.
-            "limit": limit if limit is not None else (None if self._db.dialect.postgres else -1),
-        }
+        params = claim_params(self._db.dialect, owner, now_ms, until, limit)
 
         async def body(tx: Tx) -> list[DeletedView]:
             return [view(row) for row in await tx.rows(q, params)]
