@@ -18,24 +18,10 @@ from relay.client import RelayClient
 from relay.publisher import RelayPublisher
 from relay.service import RelayService
 from relay.store import RelayConfig, RelayStore
-from relay.testing import DevRelay, MemoryHost, RecordedRequest, route_of
+from relay.testing import Clock, DevRelay, MemoryHost, RecordedRequest, route_of
 
 RELAY_URL = "https://relay.example"
 PUBLISHER_ID = "https://hermes.example"
-START = 1_800_000_000.0
-
-
-@dataclass
-class Clock:
-    """Unix seconds that move only when the test says."""
-
-    now: float = START
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Wire(httpx.AsyncBaseTransport):

@@ -10,7 +10,8 @@ from pathlib import Path
 
 
 def test_quick_bench_prints_every_figure_of_every_store(tmp_path: Path) -> None:
-    """The quick run exits 0 and prints one document with each store's workloads and passes."""
+    """The quick run exits 0 and prints one document: every workload at every ledger size with
+    p50/p99 on SQLite and JSON, the raw side on SQLite, the publisher passes, the targets."""
     env = {k: v for k, v in os.environ.items() if k != "TALARIA_RELAY_TEST_POSTGRES_URL"}
     env["TMPDIR"] = str(tmp_path)
     done = subprocess.run(
@@ -24,10 +25,25 @@ def test_quick_bench_prints_every_figure_of_every_store(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert isinstance(document, dict)
-    text = json.dumps(document)
-    for workload in ("allocate_revisions", "profile_identity", "record_started", "claim_mark"):
-        assert workload in text
-    assert "sqlite" in text
-    assert "json" in text
-    assert "transactions" in text
-    assert "statements" in text
+    stores = {store["backend"]: store for store in document["stores"]}
+    assert set(stores) == {"sqlite", "json"}
+    for backend, store in stores.items():
+        names = {(w["name"], w["ledger"]) for w in store["workloads"]}
+        assert ("allocate_revisions", None) in names
+        assert ("profile_identity", None) in names
+        assert ("outbox_enqueue_ack", None) in names
+        for ledger in document["method"]["ledgers"]:
+            assert ("record_started", ledger) in names
+            assert ("claim_mark", ledger) in names
+        for workload in store["workloads"]:
+            assert set(workload["store"]) == {"ops_per_s", "p50_us", "p99_us"}
+            assert (workload["raw"] is None) == (backend == "json")
+        assert {(p["sessions"], p["pass"]) for p in store["publisher"]} == {
+            (20, "first"),
+            (20, "steady"),
+            (200, "first"),
+            (200, "steady"),
+        }
+        assert {"wall_ms", "transactions", "statements"} <= set(store["publisher"][0])
+    assert stores["sqlite"]["publisher_shape"]["steady_same_cost"] is not None
+    assert {check["store"] for check in document["targets"]} == {"sqlite"}

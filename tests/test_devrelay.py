@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from relay import testing as relay_testing
 from relay.errors import InvalidInputError
 from relay.protocol import b64url, canonical_string, compact, session_path, snapshot_path
-from relay.testing import DevRelay, serve
+from relay.testing import Clock, DevRelay, serve
 from relay.testing.validation import canonical_origin
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -31,14 +31,6 @@ NOW_MS = NOW * 1000
 PUB = "https://pub.example"
 CONTRACT = "https://contract.example"
 JSON_TYPE = {"content-type": "application/json"}
-
-
-class Clock:
-    def __init__(self, now: float = NOW) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def fixture(name: str) -> bytes:
@@ -153,7 +145,7 @@ async def register(
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(NOW)
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from backends import REAL, on
@@ -15,9 +17,23 @@ from cryptography.hazmat.primitives.serialization import (
 from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
 
 from relay.protocol import b64url, compact
+from relay.publisher import RelayPublisher
 from relay.store import RelayStore
 
 pytestmark = on(*REAL)
+
+
+@asynccontextmanager
+async def second_replica(env: Env) -> AsyncIterator[RelayPublisher]:
+    """The publisher of another replica on the same store, started; stopped after the block."""
+    replica = env.new_service()
+    assert await replica.start()
+    publisher = replica.current()
+    assert publisher is not None
+    try:
+        yield publisher
+    finally:
+        await replica.stop()
 
 
 async def test_a_replica_follows_an_enrollment_made_on_another(store: RelayStore) -> None:
@@ -42,39 +58,32 @@ async def test_replicas_draw_revisions_from_one_counter(store: RelayStore) -> No
     """Snapshots of two replicas never reuse a revision, so the relay drops none as stale."""
     async with relay_env(store) as env:
         await env.pair()
-        replica = env.new_service()
-        await replica.start()
-        publisher = replica.current()
-        assert publisher is not None
-        env.host.create_session("s1")
-        env.host.start_run("s1")
-        for _ in range(3):
-            await env.publish()
-            await publisher.run_once()
-        revisions = [
-            state["revision"]
-            for request in env.accepted("snapshot")
-            for state in request.json()["states"]
-        ]
-        assert len(revisions) == 6
-        assert revisions == sorted(set(revisions))
-        await replica.stop()
+        async with second_replica(env) as publisher:
+            env.host.create_session("s1")
+            env.host.start_run("s1")
+            for _ in range(3):
+                await env.publish()
+                await publisher.run_once()
+            revisions = [
+                state["revision"]
+                for request in env.accepted("snapshot")
+                for state in request.json()["states"]
+            ]
+            assert len(revisions) == 6
+            assert revisions == sorted(set(revisions))
 
 
 async def test_each_session_is_announced_once_across_replicas(store: RelayStore) -> None:
     """Both replicas observe the same new sessions; the relay hears of each exactly once."""
     async with relay_env(store) as env:
         await env.pair()
-        replica = env.new_service()
-        await replica.start()
-        publisher = replica.current()
-        assert publisher is not None
-        for n in range(5):
-            env.host.create_session(f"s{n}")
-        await env.publish()
-        await publisher.run_once()
-        assert sorted(e.session_id for e in env.relay.started_events) == [f"s{n}" for n in range(5)]
-        await replica.stop()
+        async with second_replica(env) as publisher:
+            for n in range(5):
+                env.host.create_session(f"s{n}")
+            await env.publish()
+            await publisher.run_once()
+            announced = sorted(e.session_id for e in env.relay.started_events)
+            assert announced == [f"s{n}" for n in range(5)]
 
 
 async def reregister(env: Env) -> str:
@@ -106,19 +115,15 @@ async def test_a_key_rotated_on_another_replica_is_reloaded_not_refused(store: R
     publishes under the new key, disabling nothing."""
     async with relay_env(store) as env:
         await env.pair()
-        replica = env.new_service()
-        await replica.start()
-        publisher = replica.current()
-        assert publisher is not None
-        env.host.create_session("s1")
-        env.host.start_run("s1")
-        new_key = await reregister(env)
-        assert await env.publish() is None  # the new key's first publication revokes the old
-        refused = len([r for r in env.sent("snapshot") if r.status == 401])
-        await publisher.publish_snapshot(isolate_permanent=True)
-        assert len([r for r in env.sent("snapshot") if r.status == 401]) == refused + 1
-        assert publisher.config.key_id == new_key
-        assert env.sent("snapshot")[-1].status == 200
-        assert await publisher.run_once() is None
-        assert not [line for line in env.logs if "disabled" in line or "stopped" in line]
-        await replica.stop()
+        async with second_replica(env) as publisher:
+            env.host.create_session("s1")
+            env.host.start_run("s1")
+            new_key = await reregister(env)
+            assert await env.publish() is None  # the new key's first publication revokes the old
+            refused = len([r for r in env.sent("snapshot") if r.status == 401])
+            await publisher.publish_snapshot(isolate_permanent=True)
+            assert len([r for r in env.sent("snapshot") if r.status == 401]) == refused + 1
+            assert publisher.config.key_id == new_key
+            assert env.sent("snapshot")[-1].status == 200
+            assert await publisher.run_once() is None
+            assert not [line for line in env.logs if "disabled" in line or "stopped" in line]

@@ -28,6 +28,8 @@ from privileged import fill, immutable, read_only, tmpfs
 
 from relay.errors import StoreUnavailableError
 from relay.store import RelayStore, open_store
+from relay.store.files.locked import LOCK
+from relay.store.files.store import FileStore
 from relay.store.sql.dialect import Compiled
 from relay.store.sql.postgres import PostgresTx
 from relay.store.sql.sqlite import SqliteRunner
@@ -273,6 +275,52 @@ async def test_a_read_only_sqlite_file_backs_off_until_writable(tmp_path: Path) 
             line = await failed_pass(env, env.publish)
             assert "is unavailable: disk I/O error (SQLITE_IOERR_WRITE)" in line
         await recovered(env, before, env.publish)
+
+
+@contextlib.asynccontextmanager
+async def json_dir_locked_by_another_process(state: Path) -> AsyncIterator[None]:
+    """Another process holds the state dir's lock (a hung writer) until the block ends."""
+    script = (
+        "import fcntl, os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('locked', flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, str(state / LOCK),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert holder.stdin is not None
+    assert holder.stdout is not None
+    try:
+        assert await holder.stdout.readline() == b"locked\n"
+        yield
+    finally:
+        holder.stdin.write(b"\n")
+        await holder.stdin.drain()
+        assert await holder.wait() == 0
+
+
+@pytest.mark.json
+async def test_a_json_state_dir_locked_past_the_timeout_backs_off_until_released(
+    tmp_path: Path,
+) -> None:
+    """A hung process holds the state dir's lock: reads and writes give up after the lock
+    timeout as unavailable, the pass backs off instead of hanging; released, it recovers."""
+    state = tmp_path / "state"
+    async with open_store(f"json://{state}") as store, relay_env(store) as env:
+        assert isinstance(store, FileStore)
+        store.lock_timeout_s = BUSY_TIMEOUT_S
+        before = await prepared(env)
+        async with json_dir_locked_by_another_process(state):
+            line = await failed_pass(env, env.publish)
+            assert f"relay state in {state} is locked by another process for more than" in line
+            with pytest.raises(StoreUnavailableError, match="locked by another process"):
+                await store.load_config()
+            await ends_during(env)
+        await recovered(env, before, env.publish)
+        await published_after(env)
 
 
 @pytest.mark.json

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from backends import MEMORY, REAL, on
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from harness import PUBLISHER_ID, RELAY_URL, START, Env, relay_env, restarted
+from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env, restarted
 from sqlalchemy import update
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -31,6 +31,7 @@ from relay.service import RelayService
 from relay.store import RelayStore, resolve
 from relay.store import schema as tables
 from relay.testing import RecordedRequest, route_of
+from relay.testing.clock import START
 from relay.testing.validation import b64url_decode
 
 pytestmark = on(MEMORY)

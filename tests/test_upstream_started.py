@@ -20,13 +20,14 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
     PublicFormat,
 )
-from harness import PUBLISHER_ID, RELAY_URL, START, Env, relay_env, restarted
+from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env, restarted
 
 from relay.client import RelayClient
 from relay.host import AgentSessionRow
 from relay.protocol import b64url, compact
 from relay.publishing.leases import DEFAULT_LEASE_S
 from relay.store import ProfileGrant, RelayConfig, RelayStore, StartedEntry
+from relay.testing.clock import START
 
 pytestmark = on(MEMORY)
 

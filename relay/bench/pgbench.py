@@ -6,15 +6,18 @@ import asyncio
 import multiprocessing
 import re
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import make_url
 
-from relay.bench.raw import statements
+from relay.bench.raw import Statements
+from relay.store.sql.dialect import POSTGRES
 
 PROCESSES = 8
 NOW_SQL = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
@@ -74,21 +77,36 @@ def in_processes(kind: str, store_url: str, seconds: float) -> float:
     return float(sum(rates))
 
 
+def pgbench_script() -> str:
+    """The store's allocate statement for one revision, its parameters as server expressions.
+
+    pgbench has no clock of its own, so `now` (and `first`, which derives from it) are computed
+    by the server; the literals SQLAlchemy bound (`id = 1`, `+ 1`, the 2^53-1 guard) are spelled
+    in. Replaced from the highest position down, so `$1` never eats the start of `$10`.
+    """
+    q = Statements(POSTGRES).revisions.allocate
+    assert q.names is not None
+    values = {name: repr(value) for name, value in q.defaults.items()}
+    # `first` is max(1, now) + count - 1, as the store computes it (`raw.allocate_params`).
+    values |= {"now": NOW_SQL, "count": "1", "first": f"greatest(1, {NOW_SQL})"}
+    script = q.sql
+    for position in range(len(q.names), 0, -1):
+        script = script.replace(f"${position}", f"({values[q.names[position - 1]]})")
+    return " ".join(script.split()) + ";\n"
+
+
 def pgbench_rate(store_url: str, seconds: float) -> float | None:
-    """`pgbench -c 8 -j 2` running the allocate statement; None when pgbench is not installed."""
+    """`pgbench -c 8 -j 2 -M prepared` running the allocate statement, as asyncpg prepares it;
+    None when pgbench is not installed."""
     binary = shutil.which("pgbench")
     if binary is None:
         return None
-    count = "1"
-    statement = statements("postgres")["allocate"]
-    first = f"(greatest(1, {NOW_SQL}) + {count} - 1)"
-    script = statement.replace("$1", first).replace("$2", NOW_SQL).replace("$3", count)
     with tempfile.TemporaryDirectory(prefix="talaria-relay-bench-") as scratch:
         path = Path(scratch) / "allocate.sql"
-        path.write_text(script + ";\n")
-        command = [binary, "-n", "-c", str(PROCESSES), "-j", "2", "-T", str(max(1, round(seconds)))]
+        path.write_text(pgbench_script())
+        command = [binary, "-n", "-M", "prepared", "-c", str(PROCESSES), "-j", "2"]
         result = subprocess.run(  # noqa: S603 (our own arguments, no shell)
-            [*command, "-f", str(path), libpq_dsn(store_url)],
+            [*command, "-T", str(max(1, round(seconds))), "-f", str(path), libpq_dsn(store_url)],
             capture_output=True,
             text=True,
             timeout=seconds + 60,
@@ -102,18 +120,27 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else round(a / b, 3)
 
 
-def compare_processes(store_url: str, seconds: float) -> dict[str, Any]:
-    """The three totals and their ratios."""
-    store = in_processes("store", store_url, seconds)
-    raw = in_processes("raw", store_url, seconds)
-    pgbench = pgbench_rate(store_url, seconds)
-    return {
-        "processes": PROCESSES,
-        "seconds": seconds,
-        "store_ops_per_s": round(store, 1),
-        "raw_ops_per_s": round(raw, 1),
-        "pgbench_ops_per_s": None if pgbench is None else round(pgbench, 1),
-        "store_vs_pgbench": ratio(store, pgbench),
-        "raw_vs_pgbench": ratio(raw, pgbench),
-        "store_vs_raw": ratio(store, raw),
+PAIRS = (("store", "pgbench"), ("raw", "pgbench"), ("store", "raw"))
+
+
+def compare_processes(store_url: str, seconds: float, rounds: int) -> dict[str, Any]:
+    """The three totals in `rounds` rounds of `seconds` each, the order turning every round so
+    that a burst of load elsewhere lands on each side alike; medians of rates and of ratios."""
+    runs: dict[str, Callable[[], float | None]] = {
+        "store": lambda: in_processes("store", store_url, seconds),
+        "raw": lambda: in_processes("raw", store_url, seconds),
+        "pgbench": lambda: pgbench_rate(store_url, seconds),
     }
+    order = list(runs)
+    measured: list[dict[str, float | None]] = []
+    for number in range(rounds):
+        turned = order[number % len(order) :] + order[: number % len(order)]
+        measured.append({name: runs[name]() for name in turned})
+    figures: dict[str, Any] = {"processes": PROCESSES, "seconds": seconds, "rounds": rounds}
+    for name in order:
+        rates = [r for one in measured if (r := one[name]) is not None]
+        figures[f"{name}_ops_per_s"] = round(statistics.median(rates), 1) if rates else None
+    for mine, theirs in PAIRS:
+        ratios = [r for one in measured if (r := ratio(one[mine], one[theirs])) is not None]
+        figures[f"{mine}_vs_{theirs}"] = round(statistics.median(ratios), 3) if ratios else None
+    return figures

@@ -4,29 +4,19 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from contextlib import AsyncExitStack
 from typing import Any
 
 import httpx
 
+from relay.publishing.announcements import STARTED_BATCH
 from relay.service import RelayService
 from relay.store import RelayStore
-from relay.testing import DevRelay, MemoryHost
+from relay.testing import Clock, DevRelay, MemoryHost
 
 RELAY_URL = "https://relay.example"
 PUBLISHER_ID = "https://bench.example"
 PROFILES = ("default", "work", "home")
-START = 1_800_000_000.0
-
-
-@dataclass
-class Clock:
-    """Unix seconds that move only when the bench says."""
-
-    now: float = START
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def sql_counters(store: RelayStore) -> tuple[int | None, int | None]:
@@ -58,43 +48,117 @@ async def timed_pass(service: RelayService, store: RelayStore) -> dict[str, Any]
     }
 
 
-async def passes(store: RelayStore, sessions: int, steady_rounds: int) -> list[dict[str, Any]]:
-    """The first pass after `sessions` new sessions appear (spread over the profiles), then the
-    steady pass with nothing new (median wall time of `steady_rounds`)."""
-    clock = Clock()
-    relay = DevRelay(clock=clock)
-    host = MemoryHost(PROFILES, clock=clock)
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=relay)) as http:
-        service = RelayService(
-            store,
-            host,
+class Publishing:
+    """One store, a dev relay and a host whose P profiles are paired; `async with` it."""
+
+    def __init__(self, store: RelayStore, sessions: int) -> None:
+        self.store, self.sessions = store, sessions
+        self.clock = Clock()
+        self.relay = DevRelay(clock=self.clock)
+        self.host = MemoryHost(PROFILES, clock=self.clock)
+        self._stack = AsyncExitStack()
+
+    async def __aenter__(self) -> Publishing:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def _start(self) -> None:
+        transport = httpx.ASGITransport(app=self.relay)
+        http = await self._stack.enter_async_context(httpx.AsyncClient(transport=transport))
+        self.service = RelayService(
+            self.store,
+            self.host,
             relay_url=RELAY_URL,
             http=http,
-            clock=clock,
+            clock=self.clock,
             log=lambda _line: None,
             publisher_options={"background": False, "uniform": lambda low, high: 1.0},
         )
-        try:
-            await service.start()
-            for index, profile in enumerate(PROFILES):
-                body = {
-                    "relay_url": RELAY_URL,
-                    "publisher_id": PUBLISHER_ID,
-                    "publisher_invitation": relay.mint_invitation(f"usr_{profile}"),
-                }
-                await service.pair(body, profile, operator=index == 0)
-            await timed_pass(service, store)  # tracking starts: earlier sessions stay unannounced
-            clock.now += 10
-            for n in range(sessions):
-                session = host.create_session(f"s-{n}", PROFILES[n % len(PROFILES)])
-                session.created_at = clock.now - 1
-            first = await timed_pass(service, store)
-            first["announced"] = len(relay.started_events)
-            steady = [await timed_pass(service, store) for _ in range(steady_rounds)]
-        finally:
-            await service.stop()
-    middle = sorted(steady, key=lambda p: float(p["wall_ms"]))[len(steady) // 2]
-    middle = {**middle, "wall_ms": statistics.median(float(p["wall_ms"]) for p in steady)}
-    middle["announced"] = len(relay.started_events) - first["announced"]
-    common = {"profiles": len(PROFILES), "sessions": sessions}
-    return [{**common, "pass": "first", **first}, {**common, "pass": "steady", **middle}]
+        self._stack.push_async_callback(self.service.stop)
+        await self.service.start()
+        for index, profile in enumerate(PROFILES):
+            body = {
+                "relay_url": RELAY_URL,
+                "publisher_id": PUBLISHER_ID,
+                "publisher_invitation": self.relay.mint_invitation(f"usr_{profile}"),
+            }
+            await self.service.pair(body, profile, operator=index == 0)
+        await self.steady()  # tracking starts: sessions seen before stay unannounced
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+
+    async def first(self) -> dict[str, Any]:
+        """The pass after `sessions` new sessions appear, spread over the profiles in turn."""
+        self.clock.advance(10)
+        for n in range(self.sessions):
+            session = self.host.create_session(f"s-{n}", PROFILES[n % len(PROFILES)])
+            session.created_at = self.clock.now - 1
+        figures = await timed_pass(self.service, self.store)
+        return {**figures, "announced": len(self.relay.started_events)}
+
+    async def steady(self) -> dict[str, Any]:
+        """A pass with nothing new."""
+        return await timed_pass(self.service, self.store)
+
+
+async def passes(stores: dict[int, RelayStore], steady_rounds: int) -> list[dict[str, Any]]:
+    """For each S (the keys of `stores`): the first pass, then `steady_rounds` steady passes,
+    the sizes taking turns so that noise on the machine lands on each alike; a steady pass's
+    figures are those of its median wall time."""
+    async with AsyncExitStack() as stack:
+        benches = [
+            await stack.enter_async_context(Publishing(store, sessions))
+            for sessions, store in stores.items()
+        ]
+        firsts = [await bench.first() for bench in benches]
+        steadies: list[list[dict[str, Any]]] = [[] for _ in benches]
+        for number in range(steady_rounds):
+            for index in range(len(benches))[:: 1 if number % 2 == 0 else -1]:
+                steadies[index].append(await benches[index].steady())
+    document = []
+    for bench, first, steady in zip(benches, firsts, steadies, strict=True):
+        middle = sorted(steady, key=lambda p: float(p["wall_ms"]))[len(steady) // 2]
+        middle = {**middle, "wall_ms": statistics.median(float(p["wall_ms"]) for p in steady)}
+        middle["announced"] = len(bench.relay.started_events) - first["announced"]
+        common = {"profiles": len(PROFILES), "sessions": bench.sessions}
+        document += [{**common, "pass": "first", **first}, {**common, "pass": "steady", **middle}]
+    return document
+
+
+def batches(sessions: int, profiles: int) -> int:
+    """Claims a first pass makes: `passes` spreads the sessions over the profiles in turn, and
+    each profile claims its new entries `STARTED_BATCH` at a time."""
+    return sum(-(-len(range(p, sessions, profiles)) // STARTED_BATCH) for p in range(profiles))
+
+
+def _kind(passes: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return sorted((p for p in passes if p["pass"] == kind), key=lambda p: int(p["sessions"]))
+
+
+def shape(passes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The passes against the issue's targets: the steady pass costs the same at every S, and
+    the first pass costs `per_profile` * P + `per_batch` * batches of 16 (fitted on the smallest
+    and largest S); None where the store counts no transactions."""
+    first, steady = _kind(passes, "first"), _kind(passes, "steady")
+    walls = [float(p["wall_ms"]) for p in steady]
+    figures: dict[str, Any] = {
+        "steady_wall_largest_vs_smallest": round(walls[-1] / walls[0], 3) if walls[0] else None,
+        "steady_same_cost": None,
+        "first_transactions_per_profile": None,
+        "first_transactions_per_batch": None,
+    }
+    if any(p["transactions"] is None for p in passes) or len(first) < 2:
+        return figures
+    figures["steady_same_cost"] = len({(p["transactions"], p["statements"]) for p in steady}) == 1
+    low, high = first[0], first[-1]
+    b_low, b_high = (batches(p["sessions"], p["profiles"]) for p in (low, high))
+    per_batch = (high["transactions"] - low["transactions"]) / (b_high - b_low)
+    figures["first_transactions_per_batch"] = round(per_batch, 2)
+    fixed = low["transactions"] - per_batch * b_low
+    figures["first_transactions_per_profile"] = round(fixed / low["profiles"], 2)
+    return figures

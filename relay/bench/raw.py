@@ -1,154 +1,142 @@
-"""The raw drivers doing what the SQL store does: the same statements and round trips.
+"""The raw drivers running the store's own statements, with nothing of the store around them.
 
-These are the statements the store's compiled SQL is to match (tables in `relay.store.schema`),
-kept here in one place so they can be compared with the store's side by side. SQLite runs on the
-calling thread with the store's connection settings; Postgres on one asyncpg connection, with
-asyncpg's default prepared-statement cache.
+The SQL text and parameter order are the store's compiled statements (`statements(d)` of each
+aggregate in `relay.store.sql`), so the two sides cannot drift apart; the raw side makes the same
+transactions and round trips, on one connection, without the gate's checks, the pool, the runner
+or records. SQLite runs on the calling thread, on a connection the store's own `connect` opened
+(WAL, synchronous=FULL, busy timeout); Postgres on one asyncpg connection, with asyncpg's default
+prepared-statement cache.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from relay.protocol import STARTED_WINDOW_MS
+from relay.store.sql import ledger, outbox, registration, revisions, transfer
+from relay.store.sql.dialect import POSTGRES, SQLITE, Compiled, Dialect
+from relay.store.sql.sqlite import BUSY_TIMEOUT_S, connect
 
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-
-ALLOCATE = (
-    "INSERT INTO relay_revision (id, floor) VALUES (1, {first}) ON CONFLICT (id) DO UPDATE "
-    "SET floor = {greatest}(relay_revision.floor + 1, {now}) + {count} - 1 RETURNING floor"
-)
-IDENTITY = "SELECT identity FROM relay_identities WHERE profile = {p}"
-SCOPE_FLOOR = "SELECT floor FROM relay_started_scopes WHERE profile_id = {p}"
-PRUNE = "DELETE FROM relay_started WHERE profile_id = {p} AND started_at < {cutoff}"
-RECORD = (
-    "INSERT INTO relay_started (profile_id, session_id, started_at, sent) "
-    "VALUES ({p}, {s}, {at}, false) ON CONFLICT DO NOTHING"
-)
-CLAIM = (
-    "UPDATE relay_started SET claimed_by = {o}, claimed_until = {u} "
-    "WHERE profile_id = {p} AND session_id IN (SELECT session_id FROM relay_started "
-    "WHERE profile_id = {p} AND NOT sent "
-    "AND (claimed_until IS NULL OR claimed_until <= {now} OR claimed_by = {o}) "
-    "ORDER BY started_at, session_id LIMIT {n}{lock}) RETURNING *"
-)
-MARK = (
-    "UPDATE relay_started SET sent = true, claimed_by = NULL, claimed_until = NULL "
-    "WHERE profile_id = {p} AND session_id = {s}"
-)
-ENQUEUE = (
-    "INSERT INTO relay_deleted (id, session_id, profile, through, identity, scope_url, "
-    "scope_publisher_id, scope_profile_id) VALUES ({id}, {s}, {profile}, {t}, NULL, NULL, NULL, "
-    "NULL) ON CONFLICT (session_id, profile) DO UPDATE "
-    "SET through = {greatest}(relay_deleted.through, excluded.through) RETURNING *"
-)
-ACK = "DELETE FROM relay_deleted WHERE id = {id} AND through = {t}"
-FILL_SCOPE = (
-    "INSERT INTO relay_started_scopes (profile_id, floor) VALUES ({p}, {floor}) "
-    "ON CONFLICT DO NOTHING"
-)
-FILL = "INSERT INTO relay_started (profile_id, session_id, started_at, sent) VALUES ({row})"
+Step = tuple[Compiled, Mapping[str, Any]]
 
 
-def spelled(template: str, names: Sequence[str], dialect: str, **extra: str) -> str:
-    """`template` with its named parameters as the driver's placeholders, in `names` order."""
-    if dialect == "postgres":
-        marks = {name: f"${n}" for n, name in enumerate(names, 1)}
-        extra.setdefault("greatest", "greatest")
-    else:
-        marks = {name: f":{name}" for name in names}
-        extra.setdefault("greatest", "max")
-    return template.format(**marks, **extra)
+class Statements:
+    """The store statements the workloads run, for one dialect."""
 
-
-def statements(dialect: str) -> dict[str, str]:
-    """Every statement of the raw side, as `dialect`'s driver takes it."""
-    lock = " FOR UPDATE SKIP LOCKED" if dialect == "postgres" else ""
-    return {
-        "allocate": spelled(ALLOCATE, ("first", "now", "count"), dialect),
-        "identity": spelled(IDENTITY, ("p",), dialect),
-        "scope_floor": spelled(SCOPE_FLOOR, ("p",), dialect),
-        "prune": spelled(PRUNE, ("p", "cutoff"), dialect),
-        "record": spelled(RECORD, ("p", "s", "at"), dialect),
-        "claim": spelled(CLAIM, ("p", "o", "u", "now", "n"), dialect, lock=lock),
-        "mark": spelled(MARK, ("p", "s"), dialect),
-        "enqueue": spelled(ENQUEUE, ("id", "s", "profile", "t"), dialect),
-        "ack": spelled(ACK, ("id", "t"), dialect),
-        "fill_scope": spelled(FILL_SCOPE, ("p", "floor"), dialect),
-    }
+    def __init__(self, d: Dialect) -> None:
+        self.revisions = revisions.statements(d)
+        self.registration = registration.statements(d)
+        self.ledger = ledger.statements(d)
+        self.outbox = outbox.statements(d)
+        self.transfer = transfer.statements(d)
 
 
 def cutoff(floor: int, now_ms: int) -> int:
     return max(floor, now_ms - STARTED_WINDOW_MS)
 
 
+def allocate_params(count: int, now_ms: int) -> dict[str, int]:
+    """`first` is what the store's revisions hook computes before its upsert."""
+    return {"first": max(1, now_ms) + count - 1, "now": now_ms, "count": count}
+
+
+def claim_params(profile_id: str, owner: str, now_ms: int, lease_ms: int) -> dict[str, Any]:
+    """A claim of one entry, as the gate hands it to the ledger hook."""
+    return {
+        "profile_id": profile_id,
+        "owner": owner,
+        "now": now_ms,
+        "until": now_ms + lease_ms,
+        "limit": 1,
+    }
+
+
+def deleted_row(view_id: str, session_id: str, profile: str, through: int) -> dict[str, Any]:
+    """An unbound outbox entry, as the store's enqueue binds it."""
+    unbound = ("identity", "scope_url", "scope_publisher_id", "scope_profile_id")
+    return {"id": view_id, "session_id": session_id, "profile": profile, "through": through} | {
+        column: None for column in unbound
+    }
+
+
 class SqliteRaw:
-    """sqlite3 configured as the store's connection: WAL, synchronous=FULL, `BEGIN IMMEDIATE`."""
+    """sqlite3 as the store's writer uses it: every write in `BEGIN IMMEDIATE` … `COMMIT`."""
 
     def __init__(self, path: Path) -> None:
-        self.sql = statements("sqlite")
-        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        self.conn.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        self.conn.execute("PRAGMA journal_mode = WAL")
-        self.conn.execute("PRAGMA synchronous = FULL")
+        self.q = Statements(SQLITE)
+        self.conn = connect(path, busy_timeout_s=BUSY_TIMEOUT_S)
 
-    def _write(self, *steps: tuple[str, dict[str, Any]]) -> list[Any]:
+    def _write(self, *steps: Step) -> list[list[Any]]:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            rows = [self.conn.execute(self.sql[name], args).fetchall() for name, args in steps]
+            rows = [self.conn.execute(q.sql, q.args(p)).fetchall() for q, p in steps]
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
         return rows
 
+    def _scalar(self, q: Compiled, params: Mapping[str, Any]) -> Any:
+        row = self.conn.execute(q.sql, q.args(params)).fetchone()
+        return None if row is None else row[0]
+
     async def allocate(self, count: int, now_ms: int) -> int:
-        first = max(1, now_ms) + count - 1
-        rows = self._write(("allocate", {"first": first, "now": now_ms, "count": count}))
-        return int(rows[0][0][0])
+        args = allocate_params(count, now_ms)
+        return int(self._write((self.q.revisions.allocate, args))[0][0][0])
 
     async def identity(self, profile: str) -> str | None:
-        row = self.conn.execute(self.sql["identity"], {"p": profile}).fetchone()
-        return None if row is None else str(row[0])
+        found = self._scalar(self.q.registration.identity, {"profile": profile})
+        return None if found is None else str(found)
 
     async def record_started(self, profile_id: str, session_id: str, at: int, now_ms: int) -> None:
+        q, scope = self.q.ledger, {"profile_id": profile_id}
         self.conn.execute("BEGIN IMMEDIATE")
         try:
-            row = self.conn.execute(self.sql["scope_floor"], {"p": profile_id}).fetchone()
-            edge = cutoff(row[0] if row else now_ms, now_ms)
-            self.conn.execute(self.sql["prune"], {"p": profile_id, "cutoff": edge})
+            floor = self._scalar(q.scope_floor, scope)
+            if floor is None:
+                self.conn.execute(q.add_scope.sql, q.add_scope.args({**scope, "floor": now_ms}))
+                floor = self._scalar(q.scope_floor, scope)
+            edge = cutoff(floor, now_ms)
+            self.conn.execute(q.prune.sql, q.prune.args({**scope, "cutoff": edge}))
             if at >= edge:
-                self.conn.execute(self.sql["record"], {"p": profile_id, "s": session_id, "at": at})
+                row = {**scope, "session_id": session_id, "started_at": at}
+                self.conn.execute(q.add_entry.sql, q.add_entry.args(row))
         except BaseException:
             self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
 
     async def claim_mark(self, profile_id: str, owner: str, now_ms: int, lease_ms: int) -> int:
-        claim = {"p": profile_id, "o": owner, "u": now_ms + lease_ms, "now": now_ms, "n": 1}
-        claimed = self._write(("claim", claim))[0]
+        q = self.q.ledger
+        claim = claim_params(profile_id, owner, now_ms, lease_ms)
+        claimed = self._write((q.claim, claim))[0]
         for row in claimed:
-            self._write(("mark", {"p": profile_id, "s": row[1]}))
+            self._write((q.mark_sent, {"profile_id": profile_id, "session_id": row[1]}))
         return len(claimed)
 
     async def enqueue_ack(self, view_id: str, session_id: str, profile: str, now_ms: int) -> bool:
-        args = {"id": view_id, "s": session_id, "profile": profile, "t": now_ms}
-        row = self._write(("enqueue", args))[0][0]
+        q = self.q.outbox
+        row = deleted_row(view_id, session_id, profile, now_ms)
+        queued = self._write((q.enqueue_live, row))[0][0]
         self.conn.execute("BEGIN IMMEDIATE")
-        removed = self.conn.execute(self.sql["ack"], {"id": row[0], "t": row[3]}).rowcount
+        removed = self.conn.execute(q.ack.sql, q.ack.args({"id": queued[0], "through": queued[3]}))
         self.conn.execute("COMMIT")
-        return bool(removed == 1)
+        return bool(removed.rowcount == 1)
 
     async def fill_ledger(self, profile_id: str, floor: int, rows: list[tuple[str, int]]) -> None:
-        """The scope and its entries, all sent, in one transaction (executemany)."""
+        """The scope and its entries, all sent, in one transaction (the merge's statements)."""
+        q = self.q.transfer
+        entries = [
+            q.entry.args(
+                {"profile_id": profile_id, "session_id": sid, "started_at": at, "sent": True}
+            )
+            for sid, at in rows
+        ]
         self.conn.execute("BEGIN IMMEDIATE")
-        self.conn.execute(self.sql["fill_scope"], {"p": profile_id, "floor": floor})
-        self.conn.executemany(
-            FILL.format(row="?, ?, ?, 1"), [(profile_id, sid, at) for sid, at in rows]
-        )
+        self.conn.execute(q.scope.sql, q.scope.args({"profile_id": profile_id, "floor": floor}))
+        self.conn.executemany(q.entry.sql, entries)
         self.conn.execute("COMMIT")
 
     async def close(self) -> None:
@@ -156,10 +144,10 @@ class SqliteRaw:
 
 
 class PostgresRaw:
-    """One asyncpg connection; single statements in autocommit, as the store runs them."""
+    """One asyncpg connection: one-statement calls in autocommit, as the store runs them."""
 
     def __init__(self, conn: Any) -> None:
-        self.sql = statements("postgres")
+        self.q = Statements(POSTGRES)
         self.conn = conn
 
     @classmethod
@@ -169,37 +157,47 @@ class PostgresRaw:
         return cls(await asyncpg.connect(dsn, timeout=10))
 
     async def allocate(self, count: int, now_ms: int) -> int:
-        first = max(1, now_ms) + count - 1
-        return int(await self.conn.fetchval(self.sql["allocate"], first, now_ms, count))
+        q = self.q.revisions.allocate
+        return int(await self.conn.fetchval(q.sql, *q.args(allocate_params(count, now_ms))))
 
     async def identity(self, profile: str) -> str | None:
-        found = await self.conn.fetchval(self.sql["identity"], profile)
+        q = self.q.registration.identity
+        found = await self.conn.fetchval(q.sql, *q.args({"profile": profile}))
         return None if found is None else str(found)
 
     async def record_started(self, profile_id: str, session_id: str, at: int, now_ms: int) -> None:
-        async with self.conn.transaction():
-            floor = await self.conn.fetchval(self.sql["scope_floor"], profile_id)
-            edge = cutoff(now_ms if floor is None else floor, now_ms)
-            await self.conn.execute(self.sql["prune"], profile_id, edge)
+        q, scope, conn = self.q.ledger, {"profile_id": profile_id}, self.conn
+        async with conn.transaction():
+            floor = await conn.fetchval(q.scope_floor.sql, *q.scope_floor.args(scope))
+            if floor is None:
+                await conn.execute(q.add_scope.sql, *q.add_scope.args({**scope, "floor": now_ms}))
+                floor = await conn.fetchval(q.scope_floor.sql, *q.scope_floor.args(scope))
+            edge = cutoff(floor, now_ms)
+            await conn.execute(q.prune.sql, *q.prune.args({**scope, "cutoff": edge}))
             if at >= edge:
-                await self.conn.execute(self.sql["record"], profile_id, session_id, at)
+                row = {**scope, "session_id": session_id, "started_at": at}
+                await conn.execute(q.add_entry.sql, *q.add_entry.args(row))
 
     async def claim_mark(self, profile_id: str, owner: str, now_ms: int, lease_ms: int) -> int:
-        claimed = await self.conn.fetch(
-            self.sql["claim"], profile_id, owner, now_ms + lease_ms, now_ms, 1
-        )
+        q = self.q.ledger
+        claim = claim_params(profile_id, owner, now_ms, lease_ms)
+        claimed = await self.conn.fetch(q.claim.sql, *q.claim.args(claim))
         for row in claimed:
-            await self.conn.execute(self.sql["mark"], profile_id, row["session_id"])
+            mark = {"profile_id": profile_id, "session_id": row["session_id"]}
+            await self.conn.execute(q.mark_sent.sql, *q.mark_sent.args(mark))
         return len(claimed)
 
     async def enqueue_ack(self, view_id: str, session_id: str, profile: str, now_ms: int) -> bool:
-        row = await self.conn.fetchrow(self.sql["enqueue"], view_id, session_id, profile, now_ms)
-        done = await self.conn.execute(self.sql["ack"], row["id"], row["through"])
-        return bool(done == "DELETE 1")
+        q = self.q.outbox
+        row = deleted_row(view_id, session_id, profile, now_ms)
+        queued = await self.conn.fetchrow(q.enqueue_live.sql, *q.enqueue_live.args(row))
+        ack = {"id": queued["id"], "through": queued["through"]}
+        return bool(await self.conn.execute(q.ack.sql, *q.ack.args(ack)) == "DELETE 1")
 
     async def fill_ledger(self, profile_id: str, floor: int, rows: list[tuple[str, int]]) -> None:
-        """The scope and its entries, all sent, by COPY."""
-        await self.conn.execute(self.sql["fill_scope"], profile_id, floor)
+        """The scope and its entries, all sent, by COPY: the fastest way in, and untimed."""
+        q = self.q.transfer.scope
+        await self.conn.execute(q.sql, *q.args({"profile_id": profile_id, "floor": floor}))
         await self.conn.copy_records_to_table(
             "relay_started",
             records=[(profile_id, sid, at, True) for sid, at in rows],

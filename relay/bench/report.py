@@ -5,23 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 
-def ledger_curves(workloads: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per ledger workload: store ops/s by ledger size, and the largest ÷ the smallest."""
-    curves: dict[str, Any] = {}
-    for result in workloads:
-        if result["ledger"] is None:
-            continue
-        curve = curves.setdefault(result["name"], {"ops_per_s": {}, "largest_vs_smallest": None})
-        curve["ops_per_s"][str(result["ledger"])] = result["store"]["ops_per_s"]
-    for curve in curves.values():
-        rates = list(curve["ops_per_s"].values())
-        if len(rates) > 1 and rates[0]:
-            curve["largest_vs_smallest"] = round(rates[-1] / rates[0], 3)
-    return curves
-
-
 def _number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _us(value: float | None) -> str:
+    """Microseconds: tenths where they mean something, whole ones past 100."""
+    return _number(value, 1 if value is not None and value < 100 else 0)
 
 
 def render(document: dict[str, Any]) -> list[str]:
@@ -34,24 +24,27 @@ def render(document: dict[str, Any]) -> list[str]:
     for store in document["stores"]:
         lines += ["", f"{store['backend']}  {store['url']}"]
         lines.append(
-            f"  {'workload':<28}{'store ops/s':>12}{'p50 µs':>10}{'p99 µs':>10}"
-            f"{'raw ops/s':>12}{'raw p50':>10}{'ratio':>8}"
+            f"  {'workload':<26}{'store ops/s':>12}{'p50 µs':>11}{'p99 µs':>11}"
+            f"{'raw ops/s':>12}{'raw p50':>9}{'raw p99':>9}{'ratio':>8}"
         )
         for result in store["workloads"]:
             name = result["name"] + (f" @{result['ledger']:,}" if result["ledger"] else "")
             mine, raw = result["store"], result["raw"] or {}
             lines.append(
-                f"  {name:<28}{_number(mine['ops_per_s']):>12}{_number(mine['p50_us']):>10}"
-                f"{_number(mine['p99_us']):>10}{_number(raw.get('ops_per_s')):>12}"
-                f"{_number(raw.get('p50_us')):>10}{_number(result['ratio'], 3):>8}"
+                f"  {name:<26}{_number(mine['ops_per_s']):>12}{_us(mine['p50_us']):>11}"
+                f"{_us(mine['p99_us']):>11}{_number(raw.get('ops_per_s')):>12}"
+                f"{_us(raw.get('p50_us')):>9}{_us(raw.get('p99_us')):>9}"
+                f"{_number(result['ratio'], 3):>8}"
             )
         for name, curve in store["ledger_curve"].items():
             lines.append(
-                f"  ledger {name}: largest ÷ smallest {_number(curve['largest_vs_smallest'], 3)}"
+                f"  ledger {name}: store ops/s at the largest ÷ at the smallest, round by round "
+                f"{_number(curve['largest_vs_smallest'], 3)}"
             )
         if (processes := store["processes"]) is not None:
             lines.append(
-                f"  {processes['processes']} processes allocating: store "
+                f"  {processes['processes']} processes allocating ({processes['rounds']} x "
+                f"{processes['seconds']:g} s, medians): store "
                 f"{_number(processes['store_ops_per_s'])}/s, raw "
                 f"{_number(processes['raw_ops_per_s'])}/s, pgbench "
                 f"{_number(processes['pgbench_ops_per_s'])}/s; store ÷ pgbench "
@@ -64,4 +57,23 @@ def render(document: dict[str, Any]) -> list[str]:
                 f"{_number(one['wall_ms'], 2)} ms, {_number(one['transactions'], 0)} "
                 f"transactions, {_number(one['statements'], 0)} statements"
             )
+        shape = store["publisher_shape"]
+        lines.append(
+            f"  publisher steady pass, largest S ÷ smallest: wall "
+            f"{_number(shape['steady_wall_largest_vs_smallest'], 3)}, same cost "
+            f"{'-' if shape['steady_same_cost'] is None else shape['steady_same_cost']}; "
+            f"first pass: {_number(shape['first_transactions_per_profile'], 2)} transactions "
+            f"per profile + {_number(shape['first_transactions_per_batch'], 2)} per batch of 16"
+        )
+    return lines + _targets(document["targets"])
+
+
+def _targets(checks: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "targets"]
+    for one in checks:
+        verdict = {True: "met", False: "MISSED", None: "-"}[one["met"]]
+        lines.append(
+            f"  {verdict:<7}{one['store']:<10}{one['target']:<52}"
+            f"{_number(one['measured'], 3):>8} (wanted {one['bound']})"
+        )
     return lines

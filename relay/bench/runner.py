@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relay.bench import pgbench, publisher, workloads
+from relay.bench import pgbench, publisher, targets, workloads
 from relay.bench.raw import PostgresRaw, Raw, SqliteRaw
-from relay.bench.report import ledger_curves
 from relay.bench.rounds import Rounds
 from relay.store import StoreTarget, migrate, open_store, resolve
 
@@ -33,7 +32,9 @@ class Plan:
 
     @property
     def rounds(self) -> Rounds:
-        return Rounds(rounds=3, ops=20) if self.quick else Rounds(rounds=7, ops=200)
+        # Many short rounds: a burst of noise on a shared machine spoils few of them, and the
+        # ratio is their median.
+        return Rounds(rounds=3, ops=20) if self.quick else Rounds(rounds=15, ops=100)
 
     @property
     def ledgers(self) -> tuple[int, ...]:
@@ -44,8 +45,9 @@ class Plan:
         return (20, 200)
 
     @property
-    def process_seconds(self) -> float:
-        return 2.0 if self.quick else 10.0
+    def process_rounds(self) -> tuple[float, int]:
+        """Seconds a side runs in a round, and rounds, for the processes against pgbench."""
+        return (2.0, 1) if self.quick else (4.0, 5)
 
     def targets(self) -> list[StoreTarget]:
         """The named stores, else SQLite and JSON, plus Postgres when the test variable is set."""
@@ -59,29 +61,33 @@ class Plan:
 
 
 class Scratch:
-    """Fresh stores of one backend beside the named one; removed (or dropped) afterwards."""
+    """Fresh stores of one backend beside the named one, each removed (or dropped) after use."""
 
-    def __init__(self, target: StoreTarget, stack: AsyncExitStack) -> None:
+    def __init__(self, target: StoreTarget) -> None:
         self.target = target
-        self.stack = stack
 
-    async def fresh(self, label: str) -> str:
-        """A new, migrated store's URL."""
+    @asynccontextmanager
+    async def fresh(self, label: str) -> AsyncIterator[str]:
+        """A new, migrated store's URL, for the length of the block."""
         if self.target.backend == "postgres":
-            return await self._database(label)
+            async with self._database(label) as url:
+                yield url
+            return
         if self.target.backend == "memory":
-            return self.target.display  # each open is a new store already
+            yield self.target.display  # each open is a new store already
+            return
         assert self.target.path is not None
         parent = self.target.path.parent if self.target.backend == "sqlite" else self.target.path
         parent.mkdir(parents=True, exist_ok=True)
-        directory = Path(
-            self.stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-", dir=parent))
-        )
-        if self.target.backend == "sqlite":
-            return f"sqlite:///{directory / f'{label}.db'}"
-        return f"json://{directory / label}"
+        with tempfile.TemporaryDirectory(prefix="bench-", dir=parent) as scratch:
+            directory = Path(scratch)
+            if self.target.backend == "sqlite":
+                yield f"sqlite:///{directory / f'{label}.db'}"
+            else:
+                yield f"json://{directory / label}"
 
-    async def _database(self, label: str) -> str:
+    @asynccontextmanager
+    async def _database(self, label: str) -> AsyncIterator[str]:
         import asyncpg
 
         url = self.target.sqlalchemy_url
@@ -92,18 +98,16 @@ class Scratch:
             await conn.execute(f'CREATE DATABASE "{name}"')
         finally:
             await conn.close()
-
-        async def drop() -> None:
+        try:
+            address = url.set(database=name).render_as_string(hide_password=False)
+            await migrate.upgrade(address)
+            yield address
+        finally:
             conn = await asyncpg.connect(admin, timeout=10)
             try:
                 await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             finally:
                 await conn.close()
-
-        self.stack.push_async_callback(drop)
-        address = url.set(database=name).render_as_string(hide_password=False)
-        await migrate.upgrade(address)
-        return address
 
 
 @asynccontextmanager
@@ -123,41 +127,63 @@ async def raw_for(url: str) -> AsyncIterator[Raw | None]:
             await raw.close()
 
 
-async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
-    """Every workload on one backend."""
-    async with AsyncExitStack() as stack:
-        scratch = Scratch(target, stack)
-        url = await scratch.fresh("workloads")
-        plan.say(f"{target.backend}: store workloads on {resolve(url).display}")
+async def single(plan: Plan, scratch: Scratch, name: str) -> dict[str, Any]:
+    """A workload without a ledger, on a fresh store beside the raw driver."""
+    async with scratch.fresh(name) as url:
+        plan.say(f"{scratch.target.backend}: {name} on {resolve(url).display}")
         async with open_store(url) as store, raw_for(url) as raw:
-            subject = workloads.Subject(store, raw, plan.rounds)
-            results = await workloads.measure(subject, plan.ledgers)
-        processes = None
-        if target.backend == "postgres":
-            plan.say(f"{target.backend}: {pgbench.PROCESSES} processes allocating revisions")
+            figures = await workloads.SINGLE[name](workloads.Subject(store, raw, plan.rounds))
+    return {"name": name, "ledger": None, **figures}
+
+
+async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
+    """Every workload on one backend, each on a fresh store."""
+    scratch = Scratch(target)
+    results: list[dict[str, Any]] = []
+    curves: dict[str, Any] = {}
+    for name in ("allocate_revisions", "profile_identity"):
+        results.append(await single(plan, scratch, name))
+    for name, sized in workloads.LEDGER.items():
+        plan.say(f"{target.backend}: {name} at {', '.join(f'{n:,}' for n in plan.ledgers)}")
+        async with AsyncExitStack() as stack:
+            subjects = {}
+            for size in plan.ledgers:
+                url = await stack.enter_async_context(scratch.fresh(f"{name}{size}"))
+                store = await stack.enter_async_context(open_store(url))
+                raw = await stack.enter_async_context(raw_for(url))
+                subjects[size] = workloads.Subject(store, raw, plan.rounds)
+            figures, curves[name] = await workloads.ledger(name, sized, subjects)
+        results += figures
+    results.append(await single(plan, scratch, "outbox_enqueue_ack"))
+    processes = None
+    if target.backend == "postgres":
+        plan.say(f"{target.backend}: {pgbench.PROCESSES} processes allocating revisions")
+        async with scratch.fresh("processes") as url:
             processes = await asyncio.to_thread(
-                pgbench.compare_processes, url, plan.process_seconds
+                pgbench.compare_processes, url, *plan.process_rounds
             )
-        passes: list[dict[str, Any]] = []
+    plan.say(f"{target.backend}: publisher passes, S={', '.join(map(str, plan.sessions))}")
+    async with AsyncExitStack() as stack:
+        stores = {}
         for sessions in plan.sessions:
-            plan.say(f"{target.backend}: publisher passes, S={sessions}")
-            async with open_store(await scratch.fresh(f"publisher{sessions}")) as store:
-                passes += await publisher.passes(store, sessions, plan.rounds.rounds)
+            url = await stack.enter_async_context(scratch.fresh(f"publisher{sessions}"))
+            stores[sessions] = await stack.enter_async_context(open_store(url))
+        passes = await publisher.passes(stores, plan.rounds.rounds)
     return {
         "backend": target.backend,
-        "url": resolve(url).display,
+        "url": target.display,
         "workloads": results,
-        "ledger_curve": ledger_curves(results),
+        "ledger_curve": curves,
         "processes": processes,
         "publisher": passes,
+        "publisher_shape": publisher.shape(passes),
     }
 
 
 async def run(plan: Plan) -> dict[str, Any]:
     """The whole bench: one document with every figure."""
-    targets = plan.targets()
-    stores = [await measure_store(plan, target) for target in targets]
-    return {
+    stores = [await measure_store(plan, target) for target in plan.targets()]
+    document: dict[str, Any] = {
         "version": 1,
         "quick": plan.quick,
         "machine": {
@@ -172,3 +198,5 @@ async def run(plan: Plan) -> dict[str, Any]:
         },
         "stores": stores,
     }
+    document["targets"] = targets.check(document)
+    return document

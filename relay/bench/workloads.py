@@ -1,19 +1,22 @@
 """The store-side workloads, each paired with its raw-driver equivalent on the same data.
 
-Ledger workloads run on one scope filled to the ledger size with sent entries that start far in
-the future, so no prune ever removes them. Each batch of operations runs at a `now` one day and
-an hour past the previous batch's, so the store's own 24 h prune removes what the previous batch
-added and the ledger stays at its size plus one batch.
+Each workload runs on a store of its own, so a ledger's size is the whole store's. A ledger
+workload runs at every size at once, a store per size, on one scope filled to the size with sent
+entries that start far in the future, so no prune ever removes them. Each batch of operations
+runs at a `now` one day and an hour past the previous batch's, so the store's own 24 h prune
+removes what the previous batch on that store added and the ledger stays at its size plus one
+batch.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from relay.bench.raw import Raw
-from relay.bench.rounds import Rounds, compare
+from relay.bench.rounds import Rounds, Side, compare, figures, interleave
 from relay.store import RelayStore, StartedEntry, StartedScope, StateBatch
 
 T0 = 1_800_000_000_000
@@ -55,12 +58,12 @@ async def fill_ledger(subject: Subject, scope: str, size: int) -> None:
 async def allocate_revisions(subject: Subject) -> dict[str, Any]:
     store, raw = subject.store, subject.raw
 
-    async def on_store(i: int) -> object:
-        return await store.allocate_revisions(1, T0 + i)
+    async def on_store(batch: int, i: int) -> object:
+        return await store.allocate_revisions(1, batch_now(batch) + i)
 
-    async def on_raw(i: int) -> object:
+    async def on_raw(batch: int, i: int) -> object:
         assert raw is not None
-        return await raw.allocate(1, T0 + i)
+        return await raw.allocate(1, batch_now(batch) + i)
 
     return await compare(subject.plan, on_store, on_raw if raw else None)
 
@@ -70,89 +73,114 @@ async def profile_identity(subject: Subject) -> dict[str, Any]:
     profile = "bench-identity"
     await store.profile_identity(profile)  # minted once: the workload reads an existing one
 
-    async def on_store(_i: int) -> object:
+    async def on_store(_batch: int, _i: int) -> object:
         return await store.profile_identity(profile)
 
-    async def on_raw(_i: int) -> object:
+    async def on_raw(_batch: int, _i: int) -> object:
         assert raw is not None
         return await raw.identity(profile)
 
     return await compare(subject.plan, on_store, on_raw if raw else None)
 
 
-async def record_started(subject: Subject, ledger: int) -> dict[str, Any]:
+async def outbox(subject: Subject) -> dict[str, Any]:
+    """Enqueue a deleted session and acknowledge it: the outbox stays empty."""
+    store, raw = subject.store, subject.raw
+
+    async def on_store(batch: int, i: int) -> object:
+        now = batch_now(batch) + i
+        view = await store.enqueue_deleted(
+            f"del-{batch}-{i}", "bench", now, session_live=True, identity=None, scope=None
+        )
+        return await store.ack_deleted(view.id, view.through)
+
+    async def on_raw(batch: int, i: int) -> object:
+        assert raw is not None
+        now = batch_now(batch) + i
+        return await raw.enqueue_ack(str(uuid.uuid4()), f"raw-del-{batch}-{i}", "bench", now)
+
+    return await compare(subject.plan, on_store, on_raw if raw else None)
+
+
+Pair = tuple[Side, Side | None]
+
+
+async def record_started(subject: Subject, ledger: int) -> Pair:
     """One new session per operation into a scope of `ledger` entries."""
-    store, raw, plan = subject.store, subject.raw, subject.scaled(ledger)
+    store, raw, ops = subject.store, subject.raw, subject.scaled(ledger).ops
     scope = f"bench-record-{ledger}"
     await fill_ledger(subject, scope, ledger)
 
-    async def on_store(i: int) -> object:
-        now = batch_now(i // plan.ops)
-        await store.record_started(scope, [(f"new-{i}", now)], now)
+    async def on_store(batch: int, i: int) -> object:
+        now = batch_now(batch)
+        await store.record_started(scope, [(f"new-{batch}-{i}", now)], now)
         return None
 
-    async def on_raw(i: int) -> object:
+    async def on_raw(batch: int, i: int) -> object:
         assert raw is not None
-        now = batch_now(i // plan.ops)
-        await raw.record_started(scope, f"new-{i}", now, now)
+        now = batch_now(batch)
+        await raw.record_started(scope, f"new-{batch}-{i}", now, now)
         return None
 
-    return await compare(plan, on_store, on_raw if raw else None)
+    return Side(on_store, ops), Side(on_raw, ops) if raw else None
 
 
-async def claim_mark(subject: Subject, ledger: int) -> dict[str, Any]:
+async def claim_mark(subject: Subject, ledger: int) -> Pair:
     """Claim one unsent entry and mark it sent, in a scope of `ledger` entries."""
-    store, raw, plan = subject.store, subject.raw, subject.scaled(ledger)
+    store, raw, ops = subject.store, subject.raw, subject.scaled(ledger).ops
     scope = f"bench-claim-{ledger}"
     await fill_ledger(subject, scope, ledger)
 
     async def prepare(batch: int) -> object:
         # Untimed: the batch's unsent entries; the store's prune drops the previous batch's.
         now = batch_now(batch)
-        seen = [(f"claim-{batch}-{j}", now) for j in range(plan.ops)]
-        await store.record_started(scope, seen, now)
+        await store.record_started(scope, [(f"claim-{batch}-{j}", now) for j in range(ops)], now)
         return None
 
-    async def on_store(i: int) -> object:
-        now = batch_now(i // plan.ops)
+    async def on_store(batch: int, _i: int) -> object:
+        now = batch_now(batch)
         for entry in await store.claim_started(scope, OWNER, now, LEASE_MS, 1):
             await store.mark_started_sent(scope, entry.session_id)
         return None
 
-    async def on_raw(i: int) -> object:
+    async def on_raw(batch: int, _i: int) -> object:
         assert raw is not None
-        return await raw.claim_mark(scope, OWNER, batch_now(i // plan.ops), LEASE_MS)
+        return await raw.claim_mark(scope, OWNER, batch_now(batch), LEASE_MS)
 
-    return await compare(plan, on_store, on_raw if raw else None, prepare)
-
-
-async def outbox(subject: Subject) -> dict[str, Any]:
-    """Enqueue a deleted session and acknowledge it: the outbox stays empty."""
-    store, raw = subject.store, subject.raw
-
-    async def on_store(i: int) -> object:
-        view = await store.enqueue_deleted(
-            f"del-{i}", "bench", T0 + i, session_live=True, identity=None, scope=None
-        )
-        return await store.ack_deleted(view.id, view.through)
-
-    async def on_raw(i: int) -> object:
-        assert raw is not None
-        return await raw.enqueue_ack(str(uuid.uuid4()), f"raw-del-{i}", "bench", T0 + i)
-
-    return await compare(subject.plan, on_store, on_raw if raw else None)
+    return Side(on_store, ops, prepare), Side(on_raw, ops, prepare) if raw else None
 
 
-async def measure(subject: Subject, ledgers: tuple[int, ...]) -> list[dict[str, Any]]:
-    """Every store workload, in the documented order."""
+async def ledger(
+    name: str, sized: Callable[[Subject, int], Awaitable[Pair]], subjects: dict[int, Subject]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A ledger workload at every size (a store each), all sizes and both sides interleaved in
+    the same rounds: each size's figures, and the curve of store ops/s over the sizes."""
+    sides: dict[str, Side] = {}
+    for size, subject in subjects.items():
+        on_store, on_raw = await sized(subject, size)
+        sides[f"store@{size}"] = on_store
+        if on_raw is not None:
+            sides[f"raw@{size}"] = on_raw
+    measured = await interleave(next(iter(subjects.values())).plan.rounds, sides)
     results = [
-        {"name": "allocate_revisions", "ledger": None, **await allocate_revisions(subject)},
-        {"name": "profile_identity", "ledger": None, **await profile_identity(subject)},
+        {"name": name, "ledger": size, **figures(measured, f"store@{size}", f"raw@{size}")}
+        for size in subjects
     ]
-    for size in ledgers:
-        figures = await record_started(subject, size)
-        results.append({"name": "record_started", "ledger": size, **figures})
-    for size in ledgers:
-        results.append({"name": "claim_mark", "ledger": size, **await claim_mark(subject, size)})
-    results.append({"name": "outbox_enqueue_ack", "ledger": None, **await outbox(subject)})
-    return results
+    smallest, largest = min(subjects), max(subjects)
+    curve = {
+        "ops_per_s": {str(r["ledger"]): r["store"]["ops_per_s"] for r in results},
+        "largest_vs_smallest": measured.ratio(f"store@{largest}", f"store@{smallest}"),
+    }
+    return results, curve
+
+
+Workload = Callable[[Subject], Awaitable[dict[str, Any]]]
+SINGLE: dict[str, Workload] = {
+    "allocate_revisions": allocate_revisions,
+    "profile_identity": profile_identity,
+    "outbox_enqueue_ack": outbox,
+}
+LEDGER: dict[str, Callable[[Subject, int], Awaitable[Pair]]] = {
+    "record_started": record_started,
+    "claim_mark": claim_mark,
+}

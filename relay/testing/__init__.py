@@ -2,10 +2,12 @@
 
 `DevRelay` is the relay (state and ASGI app): use it in process with `httpx.ASGITransport`, or over
 real HTTP on loopback with `serve`. `MemoryHost` is a web app in memory that drives the publisher.
+`Clock` stands still until told to move.
 """
 
 from __future__ import annotations
 
+from relay.testing.clock import Clock
 from relay.testing.devrelay import ROUTES, DevRelay, RecordedRequest, route_of
 from relay.testing.memory import MemoryHost, MemorySession
 from relay.testing.records import Completion, KeyInfo, SessionRow, StartedEvent, ViewedAck
@@ -13,6 +15,7 @@ from relay.testing.server import run, serve
 
 __all__ = [
     "ROUTES",
+    "Clock",
     "Completion",
     "DevRelay",
     "KeyInfo",

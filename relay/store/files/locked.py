@@ -8,6 +8,7 @@ import errno
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -20,6 +21,9 @@ D = TypeVar("D")
 R = TypeVar("R")
 LOCK = ".talaria-relay.lock"
 _PASSING = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EAGAIN, errno.EBUSY}
+# As SQLite's busy timeout: a process that holds the dir longer has hung, and a caller that
+# waited for ever would hang with it (a publisher pass would never end, nor back off).
+LOCK_TIMEOUT_S = 30.0
 
 
 class LockedDir:
@@ -27,6 +31,7 @@ class LockedDir:
 
     _dir: Path
     _mutex: threading.Lock
+    lock_timeout_s: float = LOCK_TIMEOUT_S
 
     async def _call(self, work: Callable[[], R]) -> R:
         """Run blocking file work in a thread, reporting OS failures as `StoreError`."""
@@ -44,13 +49,33 @@ class LockedDir:
     @contextlib.contextmanager
     def _locked(self, *, exclusive: bool) -> Iterator[None]:
         # A sidecar lock file: a lock on a file that gets replaced would hold only its old inode.
-        with self._mutex:
+        deadline = time.monotonic() + self.lock_timeout_s
+        if not self._mutex.acquire(timeout=self.lock_timeout_s):
+            raise self._busy()
+        try:
             fd = os.open(self._dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+                self._flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
                 yield
             finally:
                 os.close(fd)
+        finally:
+            self._mutex.release()
+
+    def _flock(self, fd: int, mode: int, deadline: float) -> None:
+        """Take the lock, polling (flock has no timeout) a little less often the longer it takes."""
+        pause = 0.001
+        while not _try_flock(fd, mode):
+            if time.monotonic() >= deadline:
+                raise self._busy()
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def _busy(self) -> StoreUnavailableError:
+        return StoreUnavailableError(
+            f"relay state in {self._dir} is locked by another process "
+            f"for more than {self.lock_timeout_s:g} s"
+        )
 
     async def _load(self, doc: _Document[D], path: Path | None = None) -> D:
         def work() -> D:
@@ -113,3 +138,11 @@ class LockedDir:
                 raise StoreError(f"relay state dir {self._dir} is not a directory") from None
             return
         os.chmod(self._dir, 0o700)  # mkdir's mode went through the umask
+
+
+def _try_flock(fd: int, mode: int) -> bool:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True

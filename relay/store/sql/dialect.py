@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Executable, Table, bindparam, func
+from sqlalchemy import BindParameter, ColumnElement, Executable, Table, bindparam, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.sql.compiler import Compiled as SaCompiled
@@ -63,13 +63,16 @@ class Dialect:
     def compile(self, statement: Executable) -> Compiled:
         compiled: SaCompiled = statement.compile(dialect=_sa_dialect(self.name))  # type: ignore[attr-defined]
         binds = compiled.binds  # type: ignore[attr-defined]
-        defaults = {name: bind.value for name, bind in binds.items() if not bind.required}
+        # `binds` lists an anonymous parameter under its template key too; the driver sees only
+        # the rendered name, so only that goes in (it keeps the per-call merge small).
+        rendered = compiled.bind_names  # type: ignore[attr-defined]
+        defaults = {rendered[bind]: bind.value for bind in binds.values() if not bind.required}
         names = tuple(compiled.positiontup) if self.postgres else None  # type: ignore[attr-defined]
         return Compiled(str(compiled), names, defaults)
 
 
-def bound(column: Any, name: str | None = None) -> Any:
-    """A bind parameter typed as `column`, named after it unless `name` is given."""
+def bind(column: Any, name: str | None = None) -> BindParameter[Any]:
+    """A parameter for `column`'s values, named after it unless `name` says otherwise."""
     return bindparam(name or column.key, type_=column.type)
 
 

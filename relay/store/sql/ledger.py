@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import bindparam, delete, false, or_, select, update
+from sqlalchemy import delete, false, select, update
 
 from relay.protocol import STARTED_WINDOW_MS
 from relay.store import schema as t
 from relay.store.records import StartedEntry, StartedScope
-from relay.store.sql.dialect import Compiled, Dialect, Row
+from relay.store.sql.claims import claim, claim_params
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, scalar
 
 
 @dataclass(frozen=True, slots=True)
-class _Sql:
+class Statements:
     add_scope: Compiled
     scope_floor: Compiled
     prune: Compiled
@@ -31,61 +31,42 @@ class _Sql:
     ledger: Compiled
 
 
-def _bind(column: Any, name: str | None = None) -> Any:
-    return bindparam(name or column.key, type_=column.type)
-
-
 @functools.cache
-def _sql(d: Dialect) -> _Sql:
+def statements(d: Dialect) -> Statements:
+    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
     s, scopes = t.started.c, t.started_scopes.c
-    in_scope = s.profile_id == _bind(s.profile_id)
-    owner, now = _bind(s.claimed_by, "owner"), _bind(s.claimed_until, "now")
-    claimable = (
-        select(s.session_id)
-        .where(
-            in_scope,
-            s.sent == false(),
-            or_(s.claimed_until.is_(None), s.claimed_until <= now, s.claimed_by == owner),
-        )
-        .order_by(s.started_at, s.session_id)
-        .limit(bindparam("limit"))
-        # Concurrent claimers pass over each other's rows instead of queueing (no-op on SQLite).
-        .with_for_update(skip_locked=True)
-        # Chosen once: as a plain subquery Postgres may rescan it per row, past the limit.
-        .cte("claimable")
-        .prefix_with("MATERIALIZED")
-    )
-    return _Sql(
+    in_scope = s.profile_id == bind(s.profile_id)
+    unsent_first = (s.started_at, s.session_id)
+    return Statements(
         add_scope=d.compile(
             d.insert(t.started_scopes)
-            .values(profile_id=_bind(scopes.profile_id), floor=_bind(scopes.floor))
+            .values(profile_id=bind(scopes.profile_id), floor=bind(scopes.floor))
             .on_conflict_do_nothing(index_elements=[scopes.profile_id])
         ),
         scope_floor=d.compile(
-            select(scopes.floor).where(scopes.profile_id == _bind(scopes.profile_id))
+            select(scopes.floor).where(scopes.profile_id == bind(scopes.profile_id))
         ),
         prune=d.compile(
-            delete(t.started).where(in_scope, s.started_at < _bind(s.started_at, "cutoff"))
+            delete(t.started).where(in_scope, s.started_at < bind(s.started_at, "cutoff"))
         ),
         add_entry=d.compile(
             d.insert(t.started)
             .values(
-                profile_id=_bind(s.profile_id),
-                session_id=_bind(s.session_id),
-                started_at=_bind(s.started_at),
+                profile_id=bind(s.profile_id),
+                session_id=bind(s.session_id),
+                started_at=bind(s.started_at),
                 sent=False,
             )
             .on_conflict_do_nothing(index_elements=[s.profile_id, s.session_id])
         ),
         claim=d.compile(
-            update(t.started)
-            .where(in_scope, s.session_id.in_(select(claimable.c.session_id)))
-            .values(claimed_by=owner, claimed_until=_bind(s.claimed_until, "until"))
-            .returning(*t.started.c)
+            claim(
+                t.started, s.session_id, in_scope, s.sent == false(), order_by=unsent_first
+            ).returning(*t.started.c)
         ),
         mark_sent=d.compile(
             update(t.started)
-            .where(in_scope, s.session_id == _bind(s.session_id))
+            .where(in_scope, s.session_id == bind(s.session_id))
             .values(sent=True, claimed_by=None, claimed_until=None)
         ),
         ledger=d.compile(
@@ -106,7 +87,7 @@ class LedgerSql(SqlPart):
     """The started-ledger hooks of `StoreGate`."""
 
     async def _track_started(self, profile_ids: list[str], now_ms: int) -> None:
-        q = _sql(self._db.dialect).add_scope
+        q = statements(self._db.dialect).add_scope
 
         async def body(tx: Tx) -> None:
             await tx.many(q, [{"profile_id": p, "floor": now_ms} for p in profile_ids])
@@ -114,7 +95,7 @@ class LedgerSql(SqlPart):
         await self._db.write(body, single=True)
 
     async def _record_started(self, profile_id: str, seen: dict[str, int], now_ms: int) -> None:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
         scope = {"profile_id": profile_id}
 
         async def body(tx: Tx) -> None:
@@ -137,15 +118,10 @@ class LedgerSql(SqlPart):
     async def _claim_started(
         self, profile_id: str, owner: str, now_ms: int, until: int, limit: int | None
     ) -> list[StartedEntry]:
-        q = _sql(self._db.dialect).claim
-        # No limit: NULL on Postgres, a negative one on SQLite.
-        unlimited = None if self._db.dialect.postgres else -1
+        q = statements(self._db.dialect).claim
         params = {
             "profile_id": profile_id,
-            "owner": owner,
-            "now": now_ms,
-            "until": until,
-            "limit": unlimited if limit is None else limit,
+            **claim_params(self._db.dialect, owner, now_ms, until, limit),
         }
 
         async def body(tx: Tx) -> list[StartedEntry]:
@@ -155,7 +131,7 @@ class LedgerSql(SqlPart):
         return sorted(claimed, key=lambda e: (e.started_at, e.session_id))
 
     async def _mark_started_sent(self, profile_id: str, session_ids: list[str]) -> None:
-        q = _sql(self._db.dialect).mark_sent
+        q = statements(self._db.dialect).mark_sent
         rows = [{"profile_id": profile_id, "session_id": sid} for sid in session_ids]
 
         async def body(tx: Tx) -> None:
@@ -164,7 +140,7 @@ class LedgerSql(SqlPart):
         await self._db.write(body, single=len(rows) == 1)
 
     async def _started_ledger(self) -> list[StartedScope]:
-        q = _sql(self._db.dialect).ledger
+        q = statements(self._db.dialect).ledger
 
         async def body(tx: Tx) -> list[Row]:
             return await tx.rows(q)

@@ -6,11 +6,12 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import bindparam, delete, or_, select, update
+from sqlalchemy import delete, or_, select, update
 
 from relay.store import schema as t
 from relay.store.records import DeletedScope, DeletedView
-from relay.store.sql.dialect import Compiled, Dialect, Row, bound
+from relay.store.sql.claims import claim, claim_params
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx
 
@@ -27,7 +28,7 @@ VIEW_COLUMNS = (
 
 
 @dataclass(frozen=True, slots=True)
-class _Sql:
+class Statements:
     enqueue_live: Compiled
     enqueue_gone: Compiled
     bind: Compiled
@@ -37,11 +38,12 @@ class _Sql:
 
 
 @functools.cache
-def _sql(d: Dialect) -> _Sql:
+def statements(d: Dialect) -> Statements:
+    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
     c = t.deleted.c
     # The record's columns; the claim columns are the outbox's own bookkeeping.
     record = [c[name] for name in VIEW_COLUMNS]
-    insert = d.insert(t.deleted).values({column: bound(column) for column in record})
+    insert = d.insert(t.deleted).values({column: bind(column) for column in record})
 
     def enqueue(through: Any) -> Compiled:
         # A queued entry keeps its id and binding; only `through` may move.
@@ -51,18 +53,7 @@ def _sql(d: Dialect) -> _Sql:
             ).returning(*record)
         )
 
-    owner, now = bound(c.claimed_by, "owner"), bound(c.claimed_until, "now")
-    claimable = (
-        select(c.id)
-        .where(or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner))
-        .order_by(c.through, c.id)
-        .limit(bindparam("limit"))
-        # As the ledger's claim: claimers pass over each other's rows; chosen once.
-        .with_for_update(skip_locked=True)
-        .cte("claimable")
-        .prefix_with("MATERIALIZED")
-    )
-    return _Sql(
+    return Statements(
         # A session that still has data pushes `through` forward, so the acknowledgement
         # covers runs that finished since.
         enqueue_live=enqueue(d.greatest(c.through, insert.excluded.through)),
@@ -70,25 +61,20 @@ def _sql(d: Dialect) -> _Sql:
         bind=d.compile(
             update(t.deleted)
             .where(
-                c.profile == bound(c.profile),
+                c.profile == bind(c.profile),
                 c.scope_url.is_(None),
-                or_(c.identity.is_(None), c.identity == bound(c.identity)),
+                or_(c.identity.is_(None), c.identity == bind(c.identity)),
             )
             .values(
-                identity=bound(c.identity),
-                scope_url=bound(c.scope_url),
-                scope_publisher_id=bound(c.scope_publisher_id),
-                scope_profile_id=bound(c.scope_profile_id),
+                identity=bind(c.identity),
+                scope_url=bind(c.scope_url),
+                scope_publisher_id=bind(c.scope_publisher_id),
+                scope_profile_id=bind(c.scope_profile_id),
             )
         ),
         pending=d.compile(select(*record).order_by(c.through, c.id)),
-        claim=d.compile(
-            update(t.deleted)
-            .where(c.id.in_(select(claimable.c.id)))
-            .values(claimed_by=owner, claimed_until=bound(c.claimed_until, "until"))
-            .returning(*record)
-        ),
-        ack=d.compile(delete(t.deleted).where(c.id == bound(c.id), c.through == bound(c.through))),
+        claim=d.compile(claim(t.deleted, c.id, order_by=(c.through, c.id)).returning(*record)),
+        ack=d.compile(delete(t.deleted).where(c.id == bind(c.id), c.through == bind(c.through))),
     )
 
 
@@ -118,7 +104,7 @@ class OutboxSql(SqlPart):
     """The deleted-outbox hooks of `StoreGate`."""
 
     async def _enqueue_deleted(self, new: DeletedView, session_live: bool) -> DeletedView:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
         statement = q.enqueue_live if session_live else q.enqueue_gone
 
         async def body(tx: Tx) -> DeletedView:
@@ -127,7 +113,7 @@ class OutboxSql(SqlPart):
         return await self._db.write(body, single=True)
 
     async def _bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
-        q = _sql(self._db.dialect).bind
+        q = statements(self._db.dialect).bind
         params = {
             "profile": profile,
             "identity": identity,
@@ -142,7 +128,7 @@ class OutboxSql(SqlPart):
         return await self._db.write(body, single=True)
 
     async def _pending_deleted(self) -> list[DeletedView]:
-        q = _sql(self._db.dialect).pending
+        q = statements(self._db.dialect).pending
 
         async def body(tx: Tx) -> list[DeletedView]:
             return [view(row) for row in await tx.rows(q)]
@@ -152,14 +138,8 @@ class OutboxSql(SqlPart):
     async def _claim_deleted(
         self, owner: str, now_ms: int, until: int, limit: int | None
     ) -> list[DeletedView]:
-        q = _sql(self._db.dialect).claim
-        params = {
-            "owner": owner,
-            "now": now_ms,
-            "until": until,
-            # No limit: NULL on Postgres, a negative one on SQLite.
-            "limit": limit if limit is not None else (None if self._db.dialect.postgres else -1),
-        }
+        q = statements(self._db.dialect).claim
+        params = claim_params(self._db.dialect, owner, now_ms, until, limit)
 
         async def body(tx: Tx) -> list[DeletedView]:
             return [view(row) for row in await tx.rows(q, params)]
@@ -168,7 +148,7 @@ class OutboxSql(SqlPart):
         return sorted(claimed, key=lambda v: (v.through, v.id))
 
     async def _ack_deleted(self, view_id: str, through: int) -> bool:
-        q = _sql(self._db.dialect).ack
+        q = statements(self._db.dialect).ack
 
         async def body(tx: Tx) -> int:
             return await tx.run(q, {"id": view_id, "through": through})

@@ -1,10 +1,10 @@
-"""The Postgres runner: an asyncpg pool; statements prepared once per connection by asyncpg.
+"""The Postgres runner: asyncpg connections in a pool; statements prepared once per connection.
 
 A body of one statement runs in autocommit: one round trip, no BEGIN/COMMIT. A task cancelled
 mid-transaction leaves the server holding its row locks until the connection ends, so such a
 connection is terminated, never handed back to the pool (sqlalchemy/sqlalchemy#12099 is the same
 trap). Nothing here needs session state, so transaction-mode PgBouncer works with
-`?prepared_statement_cache_size=0`.
+`?prepared_statement_cache_size=0`, and a connection goes back to the pool as it is (`pgpool`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from sqlalchemy import URL
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
+from relay.store.sql.pgpool import Pool
 from relay.store.sql.runner import NO_PARAMS, Body, Stats
 
 T = TypeVar("T")
@@ -95,16 +96,16 @@ class PostgresRunner:
         self.stats = Stats()
         self._display = display
         self._password = password
-        self._pool: Any = None
+        self._pool: Pool | None = None
 
     @classmethod
     async def open(cls, url: URL, display: str) -> PostgresRunner:
         runner = cls(display, url.password if isinstance(url.password, str) else None)
         options = connect_options(url)
         try:
-            # No floor of idle connections: passes connect on demand, and asyncpg's task that
-            # restores a floor logs a traceback every few seconds through a database outage.
-            runner._pool = await asyncpg.create_pool(min_size=0, max_size=POOL_SIZE, **options)
+            # No floor of idle connections to restore: passes connect on demand, so a database
+            # outage costs a failed call, not a task logging tracebacks every few seconds.
+            runner._pool = await Pool.open(lambda: asyncpg.connect(**options), POOL_SIZE)
         except Exception as error:
             raise runner.translated(error) from error
         return runner
@@ -116,8 +117,8 @@ class PostgresRunner:
         return await self._run(body, transaction=not single)
 
     async def _run(self, body: Body[T], *, transaction: bool) -> T:
-        # The pool this call draws from, to the end: `close` drops `self._pool` at once, then
-        # waits for the connections in use to come back to it.
+        # The pool this call draws from, to the end: `close` drops `self._pool` at once, and
+        # the pool terminates the connections in use as they come back.
         pool = self._pool
         if pool is None:
             raise StoreError(f"the store {self._display} is closed")
@@ -139,7 +140,7 @@ class PostgresRunner:
                 raise self.translated(error, lost=isinstance(error, _LOST)) from error
             raise
         finally:
-            await pool.release(conn)
+            pool.release(conn)
         return result
 
     def translated(self, error: BaseException, *, lost: bool = False) -> StoreError:

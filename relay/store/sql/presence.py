@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import and_, bindparam, delete, exists, func, not_, select, true, tuple_
 
 from relay.store import schema as t
 from relay.store.records import PresenceLease
-from relay.store.sql.dialect import Compiled, Dialect, Row
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, first, scalar
 
 
 @dataclass(frozen=True, slots=True)
-class _Sql:
+class Statements:
     forget_expired: Compiled
     upsert: Compiled
     count: Compiled
@@ -25,25 +24,22 @@ class _Sql:
     leases: Compiled
 
 
-def _bind(column: Any, name: str | None = None) -> Any:
-    return bindparam(name or column.key, type_=column.type)
-
-
 @functools.cache
-def _sql(d: Dialect) -> _Sql:
+def statements(d: Dialect) -> Statements:
+    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
     p = t.presence.c
-    values = {column.key: _bind(column) for column in t.presence.c}
+    values = {column.key: bind(column) for column in t.presence.c}
     insert = d.insert(t.presence).values(values)
-    this_tab = and_(p.profile == _bind(p.profile), p.tab_id == _bind(p.tab_id))
+    this_tab = and_(p.profile == bind(p.profile), p.tab_id == bind(p.tab_id))
     oldest = (
         select(p.profile, p.tab_id)
         .where(not_(this_tab))
         .order_by(p.updated_at, p.profile, p.tab_id)
         .limit(bindparam("excess"))
     )
-    return _Sql(
+    return Statements(
         forget_expired=d.compile(
-            delete(t.presence).where(p.expires_at + bindparam("fence_ms") <= _bind(p.updated_at))
+            delete(t.presence).where(p.expires_at + bindparam("fence_ms") <= bind(p.updated_at))
         ),
         upsert=d.compile(
             insert.on_conflict_do_update(
@@ -58,9 +54,9 @@ def _sql(d: Dialect) -> _Sql:
         active=d.compile(
             select(
                 exists().where(
-                    p.profile == _bind(p.profile),
+                    p.profile == bind(p.profile),
                     p.active == true(),
-                    p.expires_at > _bind(p.expires_at, "now"),
+                    p.expires_at > bind(p.expires_at, "now"),
                 )
             )
         ),
@@ -77,7 +73,7 @@ class PresenceSql(SqlPart):
     """The presence hooks of `StoreGate`."""
 
     async def _apply_presence(self, new: PresenceLease, fence_ms: int, max_tabs: int) -> bool:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
         values = {
             "profile": new.profile,
             "tab_id": new.tab_id,
@@ -100,7 +96,7 @@ class PresenceSql(SqlPart):
         return await self._db.write(body)
 
     async def _presence_active(self, profile: str, now_ms: int) -> bool:
-        q = _sql(self._db.dialect).active
+        q = statements(self._db.dialect).active
 
         async def body(tx: Tx) -> bool:
             return bool(await scalar(tx, q, {"profile": profile, "now": now_ms}))
@@ -108,7 +104,7 @@ class PresenceSql(SqlPart):
         return await self._db.read(body)
 
     async def _presence_leases(self) -> list[PresenceLease]:
-        q = _sql(self._db.dialect).leases
+        q = statements(self._db.dialect).leases
 
         async def body(tx: Tx) -> list[PresenceLease]:
             return [lease(row) for row in await tx.rows(q)]

@@ -20,7 +20,7 @@ from relay.store.sql.runner import Tx, first, scalar
 
 
 @dataclass(frozen=True, slots=True)
-class _Sql:
+class Statements:
     load_config: Compiled
     key_exists: Compiled
     stored_generation: Compiled
@@ -39,7 +39,8 @@ class _Sql:
 
 
 @functools.cache
-def _sql(d: Dialect) -> _Sql:
+def statements(d: Dialect) -> Statements:
+    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
     c, k, i = t.config.c, t.keys.c, t.identities.c
     fields = ("url", "publisher_id", "key_id", "key_ref", "version", "updated_at")
     config_values = {name: bindparam(name, type_=c[name].type) for name in fields}
@@ -49,7 +50,7 @@ def _sql(d: Dialect) -> _Sql:
     )
     mint = d.insert(t.identities).values(profile=bindparam("profile"), identity=bindparam("minted"))
     by_profile = i.profile == bindparam("profile", type_=i.profile.type)
-    return _Sql(
+    return Statements(
         # One statement, so a concurrent save is seen whole or not at all (Postgres reads each
         # statement of a READ COMMITTED transaction at its own snapshot).
         load_config=d.compile(
@@ -114,7 +115,7 @@ class RegistrationSql(SqlPart):
     """The registration hooks of `StoreGate`."""
 
     async def _load_config(self) -> RelayConfig | None:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
 
         async def body(tx: Tx) -> RelayConfig | None:
             rows = await tx.rows(q.load_config)
@@ -127,7 +128,7 @@ class RegistrationSql(SqlPart):
         return await self._db.read(body)
 
     async def _save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
         values = {
             "url": config.url,
             "publisher_id": config.publisher_id,
@@ -159,7 +160,7 @@ class RegistrationSql(SqlPart):
 
     async def _save_key(self, key_id: str, pem: str) -> str:
         ref = hashlib.sha256(key_id.encode()).hexdigest()[:16]
-        q = _sql(self._db.dialect).upsert_key
+        q = statements(self._db.dialect).upsert_key
 
         async def body(tx: Tx) -> None:
             await tx.run(q, {"ref": ref, "pem": pem, "encrypted": pkcs8.is_encrypted(pem)})
@@ -168,7 +169,7 @@ class RegistrationSql(SqlPart):
         return ref
 
     async def _load_key(self, ref: str) -> str | None:
-        q = _sql(self._db.dialect).load_key
+        q = statements(self._db.dialect).load_key
 
         async def body(tx: Tx) -> str | None:
             # The PEM says whether it is encrypted; the column mirrors it for queries.
@@ -192,7 +193,7 @@ class RegistrationSql(SqlPart):
         return await self._db.write(body)
 
     async def _delete_key(self, ref: str) -> bool:
-        q = _sql(self._db.dialect).delete_key
+        q = statements(self._db.dialect).delete_key
 
         async def body(tx: Tx) -> int:
             return await tx.run(q, {"ref": ref})
@@ -200,7 +201,7 @@ class RegistrationSql(SqlPart):
         return bool(await self._db.write(body, single=True))
 
     async def _profile_identity(self, profile: str) -> str | None:
-        q = _sql(self._db.dialect).identity
+        q = statements(self._db.dialect).identity
 
         async def body(tx: Tx) -> str | None:
             return await scalar(tx, q, {"profile": profile})  # type: ignore[no-any-return]
@@ -208,7 +209,7 @@ class RegistrationSql(SqlPart):
         return await self._db.read(body)
 
     async def _mint_identity(self, profile: str, minted: str) -> str:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
 
         async def body(tx: Tx) -> str:
             # The loser of a race inserts nothing and reads the winner's value.
@@ -218,7 +219,7 @@ class RegistrationSql(SqlPart):
         return await self._db.write(body)
 
     async def _forget_identity(self, profile: str) -> None:
-        q = _sql(self._db.dialect).forget_identity
+        q = statements(self._db.dialect).forget_identity
 
         async def body(tx: Tx) -> None:
             await tx.run(q, {"profile": profile})
@@ -226,7 +227,7 @@ class RegistrationSql(SqlPart):
         await self._db.write(body, single=True)
 
     async def _identities(self) -> dict[str, str]:
-        q = _sql(self._db.dialect).identities
+        q = statements(self._db.dialect).identities
 
         async def body(tx: Tx) -> dict[str, str]:
             return {row[0]: row[1] for row in await tx.rows(q)}

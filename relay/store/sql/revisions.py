@@ -15,18 +15,19 @@ from relay.store.sql.runner import Tx, scalar
 
 
 @dataclass(frozen=True, slots=True)
-class _Sql:
+class Statements:
     allocate: Compiled
     floor: Compiled
 
 
 @functools.cache
-def _sql(d: Dialect) -> _Sql:
+def statements(d: Dialect) -> Statements:
+    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
     floor = t.revision.c.floor
     now, count = bindparam("now", type_=BigInteger), bindparam("count", type_=BigInteger)
     raised = d.greatest(floor + 1, now) + count - 1
     insert = d.insert(t.revision).values(id=1, floor=bindparam("first", type_=BigInteger))
-    return _Sql(
+    return Statements(
         allocate=d.compile(
             insert.on_conflict_do_update(
                 index_elements=[t.revision.c.id],
@@ -46,7 +47,7 @@ class RevisionsSql(SqlPart):
         first = max(1, now_ms) + count - 1
         if first > MAX_SAFE_INTEGER:
             return None
-        q = _sql(self._db.dialect).allocate
+        q = statements(self._db.dialect).allocate
 
         async def body(tx: Tx) -> int | None:
             return await scalar(tx, q, {"first": first, "now": now_ms, "count": count})  # type: ignore[no-any-return]
@@ -54,7 +55,7 @@ class RevisionsSql(SqlPart):
         return await self._db.write(body, single=True)
 
     async def _revision_floor(self) -> int:
-        q = _sql(self._db.dialect).floor
+        q = statements(self._db.dialect).floor
 
         async def body(tx: Tx) -> int:
             return (await scalar(tx, q)) or 0

@@ -28,7 +28,7 @@ from sqlalchemy import (
 from relay.protocol import TERMINAL_PHASES
 from relay.store import schema as t
 from relay.store.records import RunState
-from relay.store.sql.dialect import Compiled, Dialect, Row, bound
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, scalar
 
@@ -37,7 +37,7 @@ _RUNS_LOCK = 0x7A1A_2D0C
 
 
 @dataclass(frozen=True, slots=True)
-class _Sql:
+class Statements:
     lock: Compiled | None
     save: Compiled
     drop_live: Compiled
@@ -52,13 +52,13 @@ class _Sql:
 
 
 @functools.cache
-def _sql(d: Dialect) -> _Sql:
+def statements(d: Dialect) -> Statements:
     r = t.runs.c
     # Spelled out: a compiled-once statement cannot expand an IN list per call.
     terminal = or_(*(r.phase == phase for phase in sorted(TERMINAL_PHASES)))
-    owner, now, until = bound(r.owner), bound(r.lease_until, "now"), bound(r.lease_until, "until")
+    owner, now, until = bind(r.owner), bind(r.lease_until, "now"), bind(r.lease_until, "until")
     turn_columns = [c for c in t.runs.c if c.key not in ("sending_by", "sending_until")]
-    insert = d.insert(t.runs).values({column: bound(column) for column in turn_columns})
+    insert = d.insert(t.runs).values({column: bind(column) for column in turn_columns})
     new = insert.excluded
     stream, new_stream = func.coalesce(r.stream_id, ""), func.coalesce(new.stream_id, "")
     newer_turn = or_(
@@ -85,7 +85,7 @@ def _sql(d: Dialect) -> _Sql:
         ),
     ]
     expiries = union_all(*others).subquery()
-    return _Sql(
+    return Statements(
         lock=d.compile(select(func.pg_advisory_xact_lock(_RUNS_LOCK))) if d.postgres else None,
         save=d.compile(save),
         # The owner's live rows are replaced by what it hosts now: a turn it no longer lists is
@@ -106,7 +106,7 @@ def _sql(d: Dialect) -> _Sql:
             )
         ),
         prune=d.compile(
-            delete(t.runs).where(terminal, r.updated_at < bound(r.updated_at, "cutoff"))
+            delete(t.runs).where(terminal, r.updated_at < bind(r.updated_at, "cutoff"))
         ),
         mark_sending=d.compile(
             update(t.runs)
@@ -151,7 +151,7 @@ class RunsSql(SqlPart):
     """The run-state hooks of `StoreGate`."""
 
     async def _save_run(self, run: RunState, until: int) -> bool:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
 
         async def body(tx: Tx) -> int:
             if q.lock is not None:
@@ -163,7 +163,7 @@ class RunsSql(SqlPart):
     async def _sync_runs(
         self, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
     ) -> list[RunState]:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
         mine = {"owner": owner, "now": now_ms, "until": until}
 
         async def body(tx: Tx) -> list[Row]:
@@ -181,7 +181,7 @@ class RunsSql(SqlPart):
         return [run_state(row) for row in await self._db.write(body)]
 
     async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
         mine = {"owner": owner, "now": now_ms, "until": until}
 
         async def body(tx: Tx) -> Any:
@@ -194,7 +194,7 @@ class RunsSql(SqlPart):
         return expiry
 
     async def _release_runs(self, owner: str) -> None:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
 
         async def body(tx: Tx) -> None:
             if q.lock is not None:
@@ -204,7 +204,7 @@ class RunsSql(SqlPart):
         await self._db.write(body)
 
     async def _run_states(self) -> list[RunState]:
-        q = _sql(self._db.dialect).all
+        q = statements(self._db.dialect).all
 
         async def body(tx: Tx) -> list[Row]:
             return await tx.rows(q)

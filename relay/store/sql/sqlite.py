@@ -10,17 +10,16 @@ goes to the writer thread, which waits out the busy timeout.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
 from relay.errors import StoreError, StoreUnavailableError
 from relay.store.sql.dialect import SQLITE, Compiled, Row
 from relay.store.sql.runner import NO_PARAMS, Body, Stats, drive
+from relay.store.sql.worker import Worker
 
 T = TypeVar("T")
 BUSY_TIMEOUT_S = 30.0
@@ -97,10 +96,10 @@ class SqliteRunner:
 
     dialect = SQLITE
 
-    def __init__(self, display: str, thread: ThreadPoolExecutor) -> None:
+    def __init__(self, display: str, thread: Worker) -> None:
         self.stats = Stats()
         self._display = display
-        self._thread: ThreadPoolExecutor | None = thread
+        self._thread: Worker | None = thread
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
 
@@ -113,7 +112,7 @@ class SqliteRunner:
         *,
         read_only: bool = False,
     ) -> SqliteRunner:
-        runner = cls(display, ThreadPoolExecutor(1, thread_name_prefix="relay-sqlite"))
+        runner = cls(display, Worker("relay-sqlite"))
         try:
             if read_only:
                 # One connection that cannot write; a write on it fails as SQLite refuses it.
@@ -165,7 +164,7 @@ class SqliteRunner:
         if self._thread is None:
             raise StoreError(f"the store {self._display} is closed")
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._thread, fn, *args)
+            return await self._thread.run(fn, *args)
         except sqlite3.Error as error:
             raise self._translated(error) from error
 
@@ -187,8 +186,8 @@ class SqliteRunner:
             reader.close()
         if thread is not None:
             if writer is not None:
-                await asyncio.get_running_loop().run_in_executor(thread, writer.close)
-            thread.shutdown(wait=False)
+                await thread.run(writer.close)
+            thread.stop()
 
 
 def _open_pair(path: Path, busy_timeout_s: float) -> tuple[sqlite3.Connection, sqlite3.Connection]:

@@ -10,14 +10,14 @@ from sqlalchemy import and_, bindparam, or_, select, update
 
 from relay.store import schema as t
 from relay.store.records import StateBatch
-from relay.store.sql.dialect import Compiled, Dialect
+from relay.store.sql.dialect import Compiled, Dialect, bind
 from relay.store.sql.outbox import VIEW_COLUMNS, columns
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, first
 
 
 @dataclass(frozen=True, slots=True)
-class _Sql:
+class Statements:
     identity: Compiled
     floor: Compiled
     scope: Compiled
@@ -29,11 +29,12 @@ class _Sql:
 
 
 def _values(table: Any, *keys: str) -> dict[str, Any]:
-    return {key: bindparam(key, type_=table.c[key].type) for key in keys}
+    return {key: bind(table.c[key]) for key in keys}
 
 
 @functools.cache
-def _sql(d: Dialect) -> _Sql:
+def statements(d: Dialect) -> Statements:
+    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
     s, p, r, sc, dl = t.started.c, t.presence.c, t.revision.c, t.started_scopes.c, t.deleted.c
     floor = d.insert(t.revision).values(id=1, **_values(t.revision, "floor"))
     scope = d.insert(t.started_scopes).values(_values(t.started_scopes, "profile_id", "floor"))
@@ -43,7 +44,7 @@ def _sql(d: Dialect) -> _Sql:
     lease = d.insert(t.presence).values(_values(t.presence, *(c.key for c in t.presence.c)))
     same = and_(dl.session_id == bindparam("session_id"), dl.profile == bindparam("profile"))
     changes = ("through", "identity", "scope_url", "scope_publisher_id", "scope_profile_id")
-    return _Sql(
+    return Statements(
         identity=d.compile(
             d.insert(t.identities)
             .values(_values(t.identities, "profile", "identity"))
@@ -85,7 +86,7 @@ class TransferSql(SqlPart):
     """The merge hook of `StoreGate`."""
 
     async def _merge_state(self, batch: StateBatch) -> None:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
         identities = [{"profile": k, "identity": v} for k, v in batch.identities.items()]
         scopes = [{"profile_id": x.profile_id, "floor": x.floor} for x in batch.started]
         entries = [
@@ -126,7 +127,7 @@ class TransferSql(SqlPart):
         await self._db.write(body)
 
     @staticmethod
-    async def _merge_deleted(tx: Tx, q: _Sql, incoming: dict[str, Any]) -> None:
+    async def _merge_deleted(tx: Tx, q: Statements, incoming: dict[str, Any]) -> None:
         existing = await first(tx, q.deleted, incoming)
         if existing is None:
             await tx.run(q.insert_deleted, incoming)

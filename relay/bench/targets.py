@@ -1,0 +1,76 @@
+"""The issue's performance targets, checked against one bench document.
+
+Each check reads figures the document already holds; a check whose figures are missing (no
+Postgres, no pgbench, a JSON store that counts no transactions) is left out rather than passed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Ratios the issue sets: store ÷ raw driver, largest ledger ÷ smallest, store ÷ pgbench.
+LEDGER_FLOOR = 0.8
+POSTGRES_FLOOR = 0.7
+SQLITE_WRITE_FLOOR = 0.5
+SQLITE_READ_FLOOR = 0.25
+PROCESSES_FLOOR = 0.5
+# A first pass's claim and mark per batch of 16 announcements (tests/test_pass_cost.py).
+FIRST_PASS_PER_BATCH = 2.0
+READS = frozenset({"profile_identity"})
+
+
+def _check(
+    target: str, store: str, measured: float | None, bound: float, *, at_most: bool = False
+) -> dict[str, Any]:
+    """`measured` against `bound`: at least it, unless `at_most`."""
+    met = None if measured is None else measured <= bound if at_most else measured >= bound
+    return {
+        "target": target,
+        "store": store,
+        "measured": measured,
+        "bound": f"{'<=' if at_most else '>='} {bound}",
+        "met": met,
+    }
+
+
+def _label(result: dict[str, Any]) -> str:
+    return str(result["name"]) + ("" if result["ledger"] is None else f" @{result['ledger']:,}")
+
+
+def _raw_floor(backend: str, name: str) -> float | None:
+    if backend == "postgres":
+        return POSTGRES_FLOOR
+    if backend == "sqlite":
+        return SQLITE_READ_FLOOR if name in READS else SQLITE_WRITE_FLOOR
+    return None
+
+
+def _store_checks(store: dict[str, Any]) -> list[dict[str, Any]]:
+    backend = store["backend"]
+    checks = []
+    for name, curve in store["ledger_curve"].items():
+        if backend != "json":
+            sizes = [f"@{int(size):,}" for size in curve["ops_per_s"]]
+            target = f"{name} {sizes[-1]} ÷ {sizes[0]}"
+            checks.append(_check(target, backend, curve["largest_vs_smallest"], LEDGER_FLOOR))
+    for result in store["workloads"]:
+        floor = _raw_floor(backend, result["name"])
+        if floor is not None:
+            checks.append(_check(f"{_label(result)} ÷ raw", backend, result["ratio"], floor))
+    processes = store["processes"]
+    if processes is not None and processes["store_vs_pgbench"] is not None:
+        measured = processes["store_vs_pgbench"]
+        checks.append(_check("8 processes ÷ pgbench -c 8", backend, measured, PROCESSES_FLOOR))
+    shape = store["publisher_shape"]
+    if shape["steady_same_cost"] is not None:
+        same = 1.0 if shape["steady_same_cost"] else 0.0
+        checks.append(_check("steady pass: same cost at every S (1 = yes)", backend, same, 1.0))
+        per_batch = shape["first_transactions_per_batch"]
+        target = "first pass: transactions per batch of 16"
+        checks.append(_check(target, backend, per_batch, FIRST_PASS_PER_BATCH, at_most=True))
+    return checks
+
+
+def check(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target that the document's figures decide, met or not."""
+    return [one for store in document["stores"] for one in _store_checks(store)]
