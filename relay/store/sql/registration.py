@@ -178,7 +178,7 @@ class RegistrationSql(SqlPart):
         return await self._db.read(body)
 
     async def _rekey(self, rekeyed: Rekeyed) -> int:
-        q = _sql(self._db.dialect)
+        q = statements(self._db.dialect)
 
         async def body(tx: Tx) -> int:
             rows = await tx.rows(q.all_keys)
