@@ -1,0 +1,196 @@
+"""What the dev relay holds, and what tests set up (invitations, faults) and read back."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from relay.errors import InvalidInputError
+from relay.protocol import b64url
+from relay.testing.devrelay.routes import ROUTES
+from relay.testing.records import (
+    Completion,
+    Grant,
+    KeyInfo,
+    SessionRow,
+    StartedEvent,
+    ViewedAck,
+    wire,
+)
+from relay.testing.validation import b64url_decode
+
+DEFAULT_USER = "usr_dev"
+INVITATION_TTL_MS = 10 * 60_000
+# A fault whose request is handled as usual, only answered late.
+SLOW = 0
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRequest:
+    """One request as the relay received it, and the status it answered."""
+
+    method: str
+    path: str  # the raw path, percent-encoding as sent, no query
+    status: int
+    body: bytes
+    headers: Mapping[str, str]  # names lowercased
+    route: str | None  # one of ROUTES, or None for admin and unknown paths
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass(slots=True)
+class Invitation:
+    user_id: str
+    expires_at: int
+    consumed_at: int | None = None
+
+
+@dataclass(slots=True)
+class Publisher:
+    owner_user_id: str
+    label: str
+    enabled: bool = True
+
+
+@dataclass(slots=True)
+class Fault:
+    route: str
+    status: int  # SLOW, or the status answered instead of handling the request
+    remaining: int
+    delay: float
+    headers: Mapping[str, str]
+
+
+class RelayState:
+    """The relay's records, set-up and fault injection, and the views tests read."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.time,
+        random_bytes: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        self._clock = clock
+        self._random = random_bytes
+        self.requests: list[RecordedRequest] = []
+        self.started_events: list[StartedEvent] = []
+        self.viewed: list[ViewedAck] = []
+        # Routes answered 404 the way an older relay answers them.
+        self.unsupported: set[str] = set()
+        self._faults: list[Fault] = []
+        self._invitations: dict[str, Invitation] = {}
+        self._publishers: dict[str, Publisher] = {}
+        self._keys: dict[str, KeyInfo] = {}
+        self._grants: dict[tuple[str, str], Grant] = {}  # (relay user, publisher)
+        self._nonces: dict[tuple[str, str, str], int] = {}  # (owner, publisher, nonce) -> expiry
+
+    # ── set-up and fault injection ──
+
+    def mint_invitation(self, user_id: str = DEFAULT_USER) -> str:
+        """A one-time invitation of `user_id`, valid ten minutes, to register or to enroll."""
+        if not isinstance(user_id, str) or not user_id:
+            raise InvalidInputError("user_id must be a non-empty string")
+        token = b64url(self._random(32))
+        if token in self._invitations:
+            raise InvalidInputError("random_bytes repeated itself: invitation tokens must differ")
+        self._invitations[token] = Invitation(user_id, self._now_ms() + INVITATION_TTL_MS)
+        return token
+
+    def inject(
+        self,
+        route: str,
+        status: int,
+        *,
+        times: int = 1,
+        delay: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Answer the next `times` requests to `route` with `status` (and `headers`, such as
+        `Retry-After`), after `delay` seconds.
+
+        A faulted request is recorded but changes nothing, whatever the status.
+        """
+        if route not in ROUTES:
+            raise InvalidInputError(f"route must be one of {', '.join(ROUTES)}")
+        if not 100 <= status <= 599 or times < 1 or delay < 0:
+            raise InvalidInputError("status must be 100..599, times >= 1 and delay >= 0")
+        self._faults.append(Fault(route, status, times, delay, dict(headers or {})))
+
+    def slow(self, route: str, delay: float, *, times: int = 1) -> None:
+        """Handle the next `times` requests to `route` as usual, answering `delay` seconds late."""
+        if route not in ROUTES:
+            raise InvalidInputError(f"route must be one of {', '.join(ROUTES)}")
+        if times < 1 or delay < 0:
+            raise InvalidInputError("times must be >= 1 and delay >= 0")
+        self._faults.append(Fault(route, SLOW, times, delay, {}))
+
+    # ── inspection ──
+
+    def rows(
+        self, publisher_id: str, profile_id: str, *, include_expired: bool = False
+    ) -> list[SessionRow]:
+        """The rows of every grant of `profile_id` on `publisher_id`, unexpired unless asked."""
+        now = self._now_ms()
+        return [
+            row
+            for grant in self._grants_of(publisher_id, profile_id)
+            for row in grant.current(now, include_expired=include_expired)
+        ]
+
+    def completions(self, publisher_id: str, profile_id: str) -> list[Completion]:
+        return [
+            completion
+            for grant in self._grants_of(publisher_id, profile_id)
+            for completion in grant.completions.values()
+        ]
+
+    def keys(self, publisher_id: str | None = None) -> list[KeyInfo]:
+        return [k for k in self._keys.values() if publisher_id in (None, k.publisher_id)]
+
+    def public_key(self, key_id: str) -> Ed25519PublicKey:
+        """The registered key `key_id`, to verify what a publisher signed; KeyError if none."""
+        return Ed25519PublicKey.from_public_bytes(b64url_decode(self._keys[key_id].public_key))
+
+    def state(self) -> dict[str, Any]:
+        """Everything the relay holds, as `GET /admin/state` answers it; never private material."""
+        now = self._now_ms()
+        return {
+            "publishers": [
+                {"publisherId": pid, "ownerUserId": p.owner_user_id, "label": p.label,
+                 "enabled": p.enabled}
+                for pid, p in self._publishers.items()
+            ],
+            "keys": [
+                {"keyId": k.key_id, "publisherId": k.publisher_id, "ownerUserId": k.owner_user_id,
+                 "activated": k.activated_at is not None, "revoked": k.revoked_at is not None,
+                 "activatedAt": k.activated_at, "revokedAt": k.revoked_at}
+                for k in self._keys.values()
+            ],
+            "grants": [
+                {"userId": g.user_id, "publisherOwnerUserId": g.owner_user_id,
+                 "publisherId": g.publisher_id, "profileId": g.profile_id,
+                 "rows": [wire(row) for row in g.current(now)], "stale": g.stale,
+                 "completions": [wire(c) for c in g.completions.values()]}
+                for g in self._grants.values()
+            ],
+            "viewed": [wire(ack) for ack in self.viewed],
+            "started": [wire(event) for event in self.started_events],
+        }  # fmt: skip
+
+    def _now_ms(self) -> int:
+        return math.floor(self._clock() * 1000)
+
+    def _grants_of(self, publisher_id: str, profile_id: str) -> list[Grant]:
+        return [
+            grant
+            for grant in self._grants.values()
+            if (grant.publisher_id, grant.profile_id) == (publisher_id, profile_id)
+        ]
