@@ -80,19 +80,24 @@ def validated_origin(raw: str, https_only: bool = False) -> str:
         or parsed.password is not None
         or parsed.path not in ("", "/")
         or not _is_host(parsed.hostname, bracketed=parsed.netloc.startswith("["))
+        # `urlsplit` reads the host up to `]` and lets anything after it through, not only a port.
+        or (parsed.netloc.startswith("[") and not _BRACKETED_NETLOC.fullmatch(parsed.netloc))
     ):
         raise error
     return value
+
+
+_BRACKETED_NETLOC = re.compile(r"\[[^\]]*\](:[0-9]*)?")
 
 
 def _is_host(host: str, *, bracketed: bool) -> bool:
     """Whether a URL parser reads `host` (lowercased by `urlsplit`) as the host it is."""
     if bracketed:  # an IPv6 literal; `urlsplit` lets a zone id or an IPvFuture form through
         try:
-            ipaddress.IPv6Address(host)
+            address = ipaddress.IPv6Address(host)
         except ValueError:
             return False
-        return True
+        return address.scope_id is None  # a zone id (`%eth0`) is no host a browser reads
     if not _NOT_IN_HOSTS.isdisjoint(host):
         return False
     try:

@@ -105,6 +105,7 @@ def test_validated_origin_returns_an_origin_as_typed(
     st.text(st.characters(exclude_characters="/ \t\n\r\x0b\x0c"), min_size=1, max_size=8),
     st.booleans(),
 )
+@example("http://[::]", "@", "\\{}", "0", False)  # once taken for an origin
 def test_validated_origin_refuses_credentials_paths_queries_and_fragments(
     origin: str, userinfo: str, suffix: str, word: str, credentials: bool
 ) -> None:

@@ -77,6 +77,12 @@ def test_validated_origin_https_only_refuses_http() -> None:
         "https://:pw@relay.example",
         "https://relay.example:99999",
         "https://relay.example:port",
+        # After an IPv6 literal's `]`, `urlsplit` lets anything through: only a port may follow.
+        "https://[::1]a",
+        "https://[::]\\0",
+        "https://[::1]:80a",
+        "https://[fe80::1%eth0]",
+        "https://[fe80::1%25eth0]",
     ],
 )
 def test_validated_origin_rejects(raw: str) -> None:
