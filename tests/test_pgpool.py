@@ -93,3 +93,19 @@ async def test_closing_waits_for_the_connections_in_use_then_closes_all() -> Non
     pool.release(out)
     await closing
     assert all(conn.closed and not conn.terminated for conn in connect.made)
+
+
+async def test_a_close_cancelled_while_it_waits_leaves_no_caller_waiting_for_ever() -> None:
+    """A caller queued for a slot when close is cancelled gets the closed pool's error."""
+    connect = Connector()
+    pool = await Pool.open(connect, 1)
+    out = await pool.acquire()
+    queued = asyncio.ensure_future(pool.acquire())
+    closing = asyncio.ensure_future(pool.close())
+    await asyncio.sleep(0)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    pool.release(out)
+    with pytest.raises(RuntimeError):
+        await asyncio.wait_for(queued, 1)

@@ -67,14 +67,19 @@ class Pool:
     async def close(self) -> None:
         """Refuse new calls, wait for the connections in use to come back, then close all."""
         self._closed = True
-        for _ in range(self._size):
-            await self._slots.acquire()
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            try:
-                await conn.close()
-            except Exception:
-                conn.terminate()  # the server is gone; nothing to say goodbye to
-        # Callers that were already waiting for a slot wake, see the pool closed, and raise.
-        for _ in range(self._size):
-            self._slots.release()
+        taken = 0
+        try:
+            for _ in range(self._size):
+                await self._slots.acquire()
+                taken += 1
+            idle, self._idle = self._idle, []
+            for conn in idle:
+                try:
+                    await conn.close()
+                except Exception:
+                    conn.terminate()  # the server is gone; nothing to say goodbye to
+        finally:
+            # Callers already waiting for a slot wake, see the pool closed, and raise; so do
+            # they if this close is cancelled while it waits.
+            for _ in range(taken):
+                self._slots.release()
