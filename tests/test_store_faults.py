@@ -217,16 +217,9 @@ async def impatient_sqlite(path: Path) -> AsyncIterator[RelayStore]:
 
 
 @contextlib.asynccontextmanager
-async def locked_by_another_process(path: Path) -> AsyncIterator[None]:
-    """Another process holds the SQLite write lock (`BEGIN EXCLUSIVE`) until the block ends."""
-    script = (
-        "import sqlite3, sys\n"
-        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
-        "db.execute('BEGIN EXCLUSIVE')\n"
-        "print('locked', flush=True)\n"
-        "sys.stdin.readline()\n"
-        "db.execute('ROLLBACK')\n"
-    )
+async def held_by_another_process(script: str, path: Path) -> AsyncIterator[None]:
+    """Run `script` on `path` in another process: it takes a lock, prints `locked`, and holds
+    the lock until the block ends (a line on its stdin)."""
     holder = await asyncio.create_subprocess_exec(
         sys.executable, "-c", script, str(path),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
@@ -240,6 +233,19 @@ async def locked_by_another_process(path: Path) -> AsyncIterator[None]:
         holder.stdin.write(b"\n")
         await holder.stdin.drain()
         assert await holder.wait() == 0
+
+
+def locked_by_another_process(path: Path) -> contextlib.AbstractAsyncContextManager[None]:
+    """Another process holds the SQLite write lock (`BEGIN EXCLUSIVE`) until the block ends."""
+    script = (
+        "import sqlite3, sys\n"
+        "db = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "db.execute('BEGIN EXCLUSIVE')\n"
+        "print('locked', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "db.execute('ROLLBACK')\n"
+    )
+    return held_by_another_process(script, path)
 
 
 @pytest.mark.sqlite
@@ -277,8 +283,7 @@ async def test_a_read_only_sqlite_file_backs_off_until_writable(tmp_path: Path) 
         await recovered(env, before, env.publish)
 
 
-@contextlib.asynccontextmanager
-async def json_dir_locked_by_another_process(state: Path) -> AsyncIterator[None]:
+def json_dir_locked_by_another_process(state: Path) -> contextlib.AbstractAsyncContextManager[None]:
     """Another process holds the state dir's lock (a hung writer) until the block ends."""
     script = (
         "import fcntl, os, sys\n"
@@ -287,19 +292,7 @@ async def json_dir_locked_by_another_process(state: Path) -> AsyncIterator[None]
         "print('locked', flush=True)\n"
         "sys.stdin.readline()\n"
     )
-    holder = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", script, str(state / LOCK),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert holder.stdin is not None
-    assert holder.stdout is not None
-    try:
-        assert await holder.stdout.readline() == b"locked\n"
-        yield
-    finally:
-        holder.stdin.write(b"\n")
-        await holder.stdin.drain()
-        assert await holder.wait() == 0
+    return held_by_another_process(script, state / LOCK)
 
 
 @pytest.mark.json
