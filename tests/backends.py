@@ -28,3 +28,14 @@ def on(*names: str) -> pytest.MarkDecorator:
 def params(names: tuple[str, ...]) -> list[Any]:
     """One parameter a backend, carrying that backend's marker."""
     return [pytest.param(name, marks=getattr(pytest.mark, name)) for name in names]
+
+
+def kill_runs(short: int, long: int) -> pytest.MarkDecorator:
+    """A crash test's `kills`: `short` in the suite, `long` only with `-m kills`."""
+    return pytest.mark.parametrize(
+        "kills",
+        [
+            pytest.param(short, id="short"),
+            pytest.param(long, id="long", marks=pytest.mark.kills),
+        ],
+    )

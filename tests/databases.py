@@ -31,6 +31,29 @@ async def admin_execute(url: str, *statements: str) -> None:
         await conn.close()
 
 
+async def sessions_ended(url: str, timeout_s: float) -> bool:
+    """Whether every other session on the database at `url` ends within `timeout_s`.
+
+    A COMMIT that a killed process sent just before it died still commits if the server read it:
+    until its session ends, a read could see the database before that commit and after it both.
+    """
+    import asyncpg
+
+    conn = await asyncpg.connect(_asyncpg_dsn(url), timeout=5)
+    try:
+        for _ in range(int(timeout_s / 0.02)):
+            others = await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            if others == 0:
+                return True
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()
+    return False
+
+
 def pg_store_url(admin_url: str, database: str) -> str:
     return (
         make_url(admin_url)

@@ -33,13 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import asyncpg
-import pytest
-from backends import REAL, on
+from backends import REAL, kill_runs, on
 from crash_model import Model, differences, matches, observe
 from crash_writer import BASE, KEY_IDS, ROUND_MS, SCOPES, clock, encoded, invocation, pem
 from crash_writer import registration as registration_data
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
+from databases import sessions_ended
 
 from relay.errors import RelayError
 from relay.store import open_store
@@ -249,25 +248,9 @@ class CrashRun:
     # ── Postgres ──────────────────────────────────────────────────────────────
 
     async def writer_gone(self, round_: int) -> None:
-        """Wait until the server is done with the killed writer's sessions.
-
-        A COMMIT the writer sent just before the kill still commits if the server read it: until
-        its session ends, a read could see the store before that commit and after it both.
-        """
-        dsn = self.url.replace("postgresql+asyncpg://", "postgresql://")
-        conn = await asyncpg.connect(dsn)
-        try:
-            for _ in range(int(TIMEOUT_S / 0.02)):
-                others = await conn.fetchval(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                )
-                if others == 0:
-                    return
-                await asyncio.sleep(0.02)
-        finally:
-            await conn.close()
-        self.violations.append(f"round {round_}: the killed writer's sessions never ended")
+        """Wait until the server is done with the killed writer's sessions."""
+        if not await sessions_ended(self.url, TIMEOUT_S):
+            self.violations.append(f"round {round_}: the killed writer's sessions never ended")
 
     def report(self, seconds: float) -> str:
         t = self.tally
@@ -305,13 +288,7 @@ def _damage(path: Path) -> str | None:
 
 # A memory store lives and dies with its process: there is nothing to crash into.
 @on(*REAL)
-@pytest.mark.parametrize(
-    "kills",
-    [
-        pytest.param(SHORT_KILLS, id="short"),
-        pytest.param(LONG_KILLS, id="long", marks=pytest.mark.kills),
-    ],
-)
+@kill_runs(SHORT_KILLS, LONG_KILLS)
 async def test_a_killed_writer_loses_nothing_acknowledged(
     store_url: str, backend: str, kills: int
 ) -> None:
