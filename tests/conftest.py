@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from backends import ALL, MEMORY, params
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from databases import FreshStores, admin_execute, pg_store_url
 from hypothesis import HealthCheck, settings
 from secrets_support import SecretWatch
@@ -173,3 +174,11 @@ def no_secret_leaks(
     # Formatted, a record carries its traceback too.
     watch.assert_clean(*map(caplog.handler.format, records), where="log records")
     watch.assert_clean(*watch.lines, where="reported lines and error messages")
+
+
+@pytest.fixture
+def signing_key(no_secret_leaks: SecretWatch) -> Ed25519PrivateKey:
+    """A key a test signs with itself, outside pairing; the secret watch knows it too."""
+    key = Ed25519PrivateKey.generate()
+    no_secret_leaks.add_key(key)
+    return key

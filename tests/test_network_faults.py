@@ -29,7 +29,6 @@ from faultserver import (
 )
 from harness import RELAY_URL, Env, relay_env
 from intact import failed_pass, log_lines, prepared, recovered
-from secrets_support import SecretWatch
 
 from relay.client import RelayClient
 from relay.errors import (
@@ -42,14 +41,11 @@ from relay.protocol import compact
 from relay.store import RelayStore
 
 UNREACHABLE = "snapshot failed for profile default (Could not reach Talaria Relay: "
-KEY = Ed25519PrivateKey.generate()
 
 
-@pytest.fixture(autouse=True)
-def _no_secret_leaks(no_secret_leaks: SecretWatch) -> None:
-    """Each case also proves that no key (this module's too), invitation or signature reached a
-    log record, a reported line or an error message."""
-    no_secret_leaks.add_key(KEY)
+# Each case also proves that no key (the tests' own too), invitation or signature reached a log
+# record, a reported line or an error message.
+pytestmark = pytest.mark.usefixtures("no_secret_leaks")
 
 
 @pytest.fixture
@@ -104,7 +100,9 @@ async def test_a_registration_reset_mid_answer_saves_nothing(store: RelayStore) 
         await registration_fault(env, server.origin, "Could not reach Talaria Relay")
 
 
-async def test_a_put_is_judged_by_its_status_even_if_the_body_is_cut() -> None:
+async def test_a_put_is_judged_by_its_status_even_if_the_body_is_cut(
+    signing_key: Ed25519PrivateKey,
+) -> None:
     """A PUT never reads the answer's body: a 200 cut off mid-body is a success, a 503 cut off
     mid-body is a 503; neither waits for the rest."""
     for status in (200, 503):
@@ -114,10 +112,10 @@ async def test_a_put_is_judged_by_its_status_even_if_the_body_is_cut() -> None:
         ):
             began = time.monotonic()
             if status == 200:
-                await client.put("/v1/x", b"{}", key=KEY, key_id="key_x")
+                await client.put("/v1/x", b"{}", key=signing_key, key_id="key_x")
             else:
                 with pytest.raises(RelayHttpError, match="HTTP 503"):
-                    await client.put("/v1/x", b"{}", key=KEY, key_id="key_x")
+                    await client.put("/v1/x", b"{}", key=signing_key, key_id="key_x")
             assert time.monotonic() - began < 1
 
 
@@ -170,12 +168,12 @@ async def test_a_post_answer_that_never_ends_or_is_too_large_is_abandoned(
     ids=["endless", "300KiB"],
 )
 async def test_a_put_answer_that_never_ends_or_is_too_large_is_not_read(
-    behaviour: Behaviour,
+    behaviour: Behaviour, signing_key: Ed25519PrivateKey
 ) -> None:
     """A PUT returns at the status line: an endless or oversized 200 body holds nothing up."""
     async with fault_server(behaviour) as server, RelayClient(server.origin) as client:
         began = time.monotonic()
-        await client.put("/v1/x", b"{}", key=KEY, key_id="key_x")
+        await client.put("/v1/x", b"{}", key=signing_key, key_id="key_x")
         assert time.monotonic() - began < 1
 
 

@@ -18,7 +18,6 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from harness import Env, relay_env, restarted
 from intact import failed_pass, log_lines, prepared, recovered
-from secrets_support import SecretWatch
 
 from relay.client import RelayClient
 from relay.errors import RelayHttpError
@@ -26,14 +25,11 @@ from relay.publishing.loop import retry_delay
 from relay.store import RelayStore
 
 NOW = 1_800_000_000.0
-KEY = Ed25519PrivateKey.generate()
 
 
-@pytest.fixture(autouse=True)
-def _no_secret_leaks(no_secret_leaks: SecretWatch) -> None:
-    """Each case also proves that no key (this module's too), invitation or signature reached a
-    log record, a reported line or an error message."""
-    no_secret_leaks.add_key(KEY)
+# Each case also proves that no key (the tests' own too), invitation or signature reached a log
+# record, a reported line or an error message.
+pytestmark = pytest.mark.usefixtures("no_secret_leaks")
 
 
 @pytest.fixture
@@ -166,12 +162,12 @@ async def test_a_skew_within_the_window_is_accepted(store: RelayStore) -> None:
     ],
 )
 async def test_a_401_is_a_clock_problem_only_when_the_relays_date_says_so(
-    date: str | None, retryable: bool
+    date: str | None, retryable: bool, signing_key: Ed25519PrivateKey
 ) -> None:
     """A 401 is retryable (with `clock_skew` set) only when the relay's Date is more than 300 s
     from our clock; otherwise it is the permanent refusal it always was."""
     headers = {} if date is None else {"Date": date}
-    error = await refused(httpx.Response(401, headers=headers))
+    error = await refused(httpx.Response(401, headers=headers), signing_key)
     assert error.retryable is retryable
     assert (error.clock_skew is not None) is retryable
 
@@ -192,25 +188,28 @@ async def test_a_401_is_a_clock_problem_only_when_the_relays_date_says_so(
     ],
 )
 async def test_retry_after_is_read_as_seconds_or_an_http_date(
-    headers: dict[str, str], retry_after: float | None
+    headers: dict[str, str], retry_after: float | None, signing_key: Ed25519PrivateKey
 ) -> None:
     """Retry-After is delta-seconds or an HTTP-date (against the relay's Date when it sends
     one); anything else is ignored."""
-    assert (await refused(httpx.Response(503, headers=headers))).retry_after == retry_after
+    error = await refused(httpx.Response(503, headers=headers), signing_key)
+    assert error.retry_after == retry_after
 
 
-async def test_a_redirect_is_a_retryable_error_that_says_so() -> None:
+async def test_a_redirect_is_a_retryable_error_that_says_so(signing_key: Ed25519PrivateKey) -> None:
     """A 3xx raises `RelayHttpError`, retryable, whose message says it was not followed."""
-    error = await refused(httpx.Response(308, headers={"Location": "https://elsewhere.example/"}))
+    error = await refused(
+        httpx.Response(308, headers={"Location": "https://elsewhere.example/"}), signing_key
+    )
     assert error.retryable
     assert str(error) == "Talaria relay returned HTTP 308 (a redirect, not followed)"
 
 
-async def refused(response: httpx.Response) -> RelayHttpError:
+async def refused(response: httpx.Response, key: Ed25519PrivateKey) -> RelayHttpError:
     """The error a signed PUT raises when the relay answers `response`, at our clock NOW."""
     answer: Callable[[httpx.Request], Any] = lambda _request: response  # noqa: E731
     async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
         client = RelayClient("https://relay.example", http=http, clock=lambda: NOW)
         with pytest.raises(RelayHttpError) as raised:
-            await client.put("/v1/x", b"{}", key=KEY, key_id="key_x")
+            await client.put("/v1/x", b"{}", key=key, key_id="key_x")
     return raised.value
