@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from backends import REAL, on
@@ -14,26 +12,12 @@ from cryptography.hazmat.primitives.serialization import (
     PrivateFormat,
     PublicFormat,
 )
-from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
+from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env, restarted
 
 from relay.protocol import b64url, compact
-from relay.publisher import RelayPublisher
 from relay.store import RelayStore
 
 pytestmark = on(*REAL)
-
-
-@asynccontextmanager
-async def second_replica(env: Env) -> AsyncIterator[RelayPublisher]:
-    """The publisher of another replica on the same store, started; stopped after the block."""
-    replica = env.new_service()
-    assert await replica.start()
-    publisher = replica.current()
-    assert publisher is not None
-    try:
-        yield publisher
-    finally:
-        await replica.stop()
 
 
 async def test_a_replica_follows_an_enrollment_made_on_another(store: RelayStore) -> None:
@@ -58,7 +42,7 @@ async def test_replicas_draw_revisions_from_one_counter(store: RelayStore) -> No
     """Snapshots of two replicas never reuse a revision, so the relay drops none as stale."""
     async with relay_env(store) as env:
         await env.pair()
-        async with second_replica(env) as publisher:
+        async with restarted(env) as publisher:
             env.host.create_session("s1")
             env.host.start_run("s1")
             for _ in range(3):
@@ -77,7 +61,7 @@ async def test_each_session_is_announced_once_across_replicas(store: RelayStore)
     """Both replicas observe the same new sessions; the relay hears of each exactly once."""
     async with relay_env(store) as env:
         await env.pair()
-        async with second_replica(env) as publisher:
+        async with restarted(env) as publisher:
             for n in range(5):
                 env.host.create_session(f"s{n}")
             await env.publish()
@@ -115,7 +99,7 @@ async def test_a_key_rotated_on_another_replica_is_reloaded_not_refused(store: R
     publishes under the new key, disabling nothing."""
     async with relay_env(store) as env:
         await env.pair()
-        async with second_replica(env) as publisher:
+        async with restarted(env) as publisher:
             env.host.create_session("s1")
             env.host.start_run("s1")
             new_key = await reregister(env)
