@@ -14,6 +14,7 @@ for Starlette or FastAPI (the optional extra `web`, imported only on request).
 from importlib.metadata import PackageNotFoundError, version
 
 from relay.errors import (
+    CallTimeoutError,
     CorruptStateError,
     InvalidInputError,
     KeyPassphraseError,
@@ -25,6 +26,7 @@ from relay.errors import (
     RelayTimeoutError,
     RelayUnreachableError,
     SchemaError,
+    ServiceStoppedError,
     StaleConfigError,
     StoreError,
     StoreUnavailableError,
@@ -42,6 +44,7 @@ except PackageNotFoundError:  # a source tree on sys.path, not installed
 __all__ = [
     "ActiveRun",
     "AgentSessionRow",
+    "CallTimeoutError",
     "CorruptStateError",
     "Health",
     "Host",
@@ -58,6 +61,7 @@ __all__ = [
     "RelayTimeoutError",
     "RelayUnreachableError",
     "SchemaError",
+    "ServiceStoppedError",
     "SessionMeta",
     "SessionNotFoundError",
     "StaleConfigError",

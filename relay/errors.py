@@ -10,7 +10,12 @@
     │   ├── StaleConfigError        the registration changed since it was read; nothing was saved
     │   └── StoreUnavailableError   the database cannot be reached, or stayed busy
     ├── RelayPairingError           pairing failed: the `message` and `status` to answer with
-    ├── relay.asgi.Refused          the web app's `identify` refused a request: its 4xx status
+    ├── relay.routes.Refused        the web app's `identify` refused a request: its 4xx status
+    │                               (also as `relay.asgi.Refused` and `relay.wsgi.Refused`)
+    ├── ServiceStoppedError         a blocking call to `relay.threaded` came after, or was cut
+    │                               short by, its `stop()`
+    ├── CallTimeoutError            a blocking call to `relay.threaded` did not finish in time;
+    │                               it was cancelled (also a `TimeoutError`)
     └── RelayRequestError           a request to the relay did not succeed
         ├── RelayHttpError          the relay answered non-2xx; `retryable` for 3xx, 408, 425, 429,
         │                           5xx and a 401 that the relay's clock explains
@@ -57,6 +62,14 @@ class StaleConfigError(StoreError):
 
 class StoreUnavailableError(StoreError):
     """The relay store cannot be reached."""
+
+
+class ServiceStoppedError(RelayError):
+    """The threaded relay service is stopped."""
+
+
+class CallTimeoutError(RelayError, TimeoutError):
+    """The threaded relay service did not answer in time."""
 
 
 class RelayPairingError(RelayError):

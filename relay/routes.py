@@ -1,0 +1,278 @@
+"""The browser-facing routes, once, for every face: `relay.asgi` (async) and `relay.wsgi` (sync).
+
+Each route is a generator that says what it needs as effects it yields (who calls, the body, a
+service call) and returns `(status, json body)`. A face performs the effects its own way (awaiting
+them, or calling the blocking facade) and throws their errors back in, so statuses, limits, the
+content-type rule and the `{"error": …}` bodies are decided here alone.
+
+| route | answers |
+| --- | --- |
+| `POST /relay/pair` | 200 `{"ok": true, "publisher_id"}`; `RelayPairingError.status` |
+| `POST /presence` | 200 `{"ok": true, "lease_seconds"}` (90, 0 on revoke); 400; 403 |
+| `POST /viewed` | 200 `{"ok": true}`; 400; 404 for an unknown session |
+| `GET /relay/health` | 200 `{"ok": true}` when the store answers; 503 when not |
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from relay.errors import (
+    CorruptStateError,
+    InvalidInputError,
+    RelayError,
+    RelayPairingError,
+    RelayRequestError,
+    StaleConfigError,
+    StoreError,
+)
+from relay.health import Health
+from relay.service import SessionNotFoundError
+from relay.store import checks
+
+logger = logging.getLogger("relay.routes")
+
+# The largest pairing request is four short strings (an invitation is at most 256 characters):
+# 64 KiB is far above any honest body and keeps a hostile one from costing memory or parse time.
+MAX_BODY = 64 * 1024
+DEFAULT_PREFIX = "/api/talaria"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: the profile it acts for, and whether it may manage the server."""
+
+    profile: str
+    operator: bool = False
+
+    def __post_init__(self) -> None:
+        # A wrong type here is the app's bug: fail where it is made, not as a client's 400.
+        if type(self.profile) is not str or type(self.operator) is not bool:
+            raise TypeError("Caller(profile: str, operator: bool)")
+
+
+class Refused(RelayError):
+    """Not authorized."""
+
+    def __init__(self, message: str | None = None, status: int = 401) -> None:
+        super().__init__(message)
+        if not 400 <= status <= 499:
+            raise InvalidInputError("a refusal's status must be a 4xx")
+        self.status = status
+
+
+class Answer(Exception):
+    """Stop handling a request and answer `{"error": message}` with `status`."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+# ── effects a route yields; a face performs them ──────────────────────────────
+
+
+@dataclass(frozen=True, slots=True)
+class WhoCalls:
+    """Ask the app's `identify` hook who calls: a `Caller` or None."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBody:
+    """The raw body, no longer than `limit` (longer: raise `Answer(413)`; cut short: 400)."""
+
+    limit: int
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Call the service's method `name` (awaited by the async face, blocking in the sync one)."""
+
+    name: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+Effect: TypeAlias = WhoCalls | ReadBody | Call
+Reply: TypeAlias = tuple[int, dict[str, Any]]
+Flow: TypeAlias = Generator[Effect, Any, Reply]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One route: its method, its path under the prefix, and its flow."""
+
+    name: str
+    method: str
+    path: str
+    flow: Callable[[bool, Mapping[str, str], int], Flow]
+
+
+def check_options(prefix: str, max_body: int) -> None:
+    """A bad prefix or body cap fails where the app makes the routes, not per request."""
+    if prefix and (not prefix.startswith("/") or prefix.endswith("/")):
+        raise InvalidInputError("prefix must be empty, or start with / and not end with /")
+    if type(max_body) is not int or max_body < 1:
+        raise InvalidInputError("max_body must be a positive number of bytes")
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    """JSON that is always encodable: ASCII escapes, so a lone surrogate echoed back is no 500."""
+    return json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+# ── the routes ────────────────────────────────────────────────────────────────
+
+
+def _guarded(
+    action: Callable[[object, Caller], Flow],
+) -> Callable[[bool, Mapping[str, str], int], Flow]:
+    """A route that needs a started service, a caller and a JSON body, with its errors mapped."""
+
+    def flow(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
+        try:
+            if not started:
+                raise Answer(503, "Talaria relay is not started")
+            # Who asks comes before the body: a stranger costs no parsing.
+            caller = yield WhoCalls()
+            if caller is None:
+                raise Refused()
+            if not isinstance(caller, Caller):
+                raise TypeError(f"identify must return a Caller or None, not {caller!r}")
+            body = yield from _read_json(headers, limit)
+            return (yield from action(body, caller))
+        except Answer as answer:
+            return answer.status, {"error": answer.message}
+        except RelayError as error:
+            status, message = status_of(error)
+            return status, {"error": message}
+
+    return flow
+
+
+def _pair(body: object, caller: Caller) -> Flow:
+    # A non-object body is the service's own 400 ("Invalid pairing request").
+    result = yield Call("pair", (body, caller.profile), {"operator": caller.operator})
+    return 200, result
+
+
+def _presence(body: object, caller: Caller) -> Flow:
+    result = yield Call("update_presence", (body, caller.profile))
+    return 200, result
+
+
+def _viewed(body: object, caller: Caller) -> Flow:
+    session_id = body.get("session_id") if isinstance(body, dict) else None
+    # Checked here too: without a publisher the service ignores the id unread.
+    if type(session_id) is not str:
+        raise Answer(400, "Invalid viewed request")
+    yield Call("mark_viewed", (checks.text("session_id", session_id),))
+    return 200, {"ok": True}
+
+
+def _health(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
+    """Ready when the store answers; it needs no caller, so a load balancer can ask."""
+    if not started:
+        return 503, {"ok": False, "error": "Talaria relay is not started"}
+    found: Health = yield Call("health")
+    # Serving needs the store, at head; an unregistered server or a publisher in backoff
+    # still serves its pages, so neither takes it out of the load balancer.
+    if not found.store_reachable or found.schema_at_head is False:
+        return 503, {"ok": False, "error": "The relay store is unavailable"}
+    return 200, {"ok": True}
+
+
+ROUTES: tuple[Route, ...] = (
+    Route("pair", "POST", "/relay/pair", _guarded(_pair)),
+    Route("presence", "POST", "/presence", _guarded(_presence)),
+    Route("viewed", "POST", "/viewed", _guarded(_viewed)),
+    Route("health", "GET", "/relay/health", _health),
+)
+
+
+def status_of(error: RelayError) -> tuple[int, str]:
+    """The answer for an error of the `relay.errors` tree."""
+    if isinstance(error, RelayPairingError | Refused):
+        return error.status, str(error)
+    if isinstance(error, SessionNotFoundError):
+        return 404, "Session not found"
+    if isinstance(error, InvalidInputError):
+        return 400, str(error)
+    if isinstance(error, StaleConfigError):
+        return 409, "The relay registration changed meanwhile; try again"
+    if isinstance(error, CorruptStateError):
+        # Not the client's doing: a stored value is broken. Its details go to the log only.
+        logger.error("[relay] stored relay state is invalid: %s", error)
+        return 500, "Stored relay state is invalid"
+    if isinstance(error, StoreError):
+        logger.warning("[relay] the store did not answer: %s", error)
+        return 503, "The relay store is unavailable"
+    if isinstance(error, RelayRequestError):
+        return 502, "Could not reach Talaria Relay"
+    logger.error("[relay] request failed: %s", error)
+    return 500, "Talaria relay request failed"
+
+
+def _read_json(headers: Mapping[str, str], limit: int) -> Generator[Effect, Any, object]:
+    """The body as JSON, read no further than `limit` bytes; `headers` have lowercase names."""
+    media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise Answer(415, "Content-Type must be application/json")
+    declared = headers.get("content-length")
+    if declared is not None:
+        if not declared.isdigit():  # ASCII digits only: no sign, no spaces, no "١٢"
+            raise Answer(400, "Invalid Content-Length")
+        if int(declared) > limit:
+            raise Answer(413, "Request body too large")
+    body: bytes = yield ReadBody(limit)
+    try:
+        return json.loads(body, parse_constant=_no_constant)
+    # ValueError: not JSON, not UTF-8, an integer over 4300 digits; RecursionError: "[[[[…".
+    except (ValueError, RecursionError) as error:
+        raise Answer(400, "Invalid JSON body") from error
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+# ── drivers: one per face ─────────────────────────────────────────────────────
+
+
+def drive(flow: Flow, perform: Callable[[Effect], Any]) -> Reply:
+    """Run `flow`, performing each effect with a blocking `perform`."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            effect = flow.send(value) if error is None else flow.throw(error)
+        except StopIteration as stop:
+            reply: Reply = stop.value
+            return reply
+        value, error = None, None
+        try:
+            value = perform(effect)
+        except Exception as raised:  # thrown back in: the flow maps what it knows
+            error = raised
+
+
+async def drive_async(flow: Flow, perform: Callable[[Effect], Awaitable[Any]]) -> Reply:
+    """Run `flow`, awaiting each effect's `perform`."""
+    value: Any = None
+    error: Exception | None = None
+    while True:
+        try:
+            effect = flow.send(value) if error is None else flow.throw(error)
+        except StopIteration as stop:
+            reply: Reply = stop.value
+            return reply
+        value, error = None, None
+        try:
+            value = await perform(effect)
+        except Exception as raised:  # thrown back in: the flow maps what it knows
+            error = raised
