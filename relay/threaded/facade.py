@@ -1,0 +1,222 @@
+"""`ThreadedRelayService`: `RelayService` as plain calls, for threaded and WSGI web servers.
+
+    relay = ThreadedRelayService("sqlite:///relay.db", MyHost())   # a SyncHost, or an async Host
+    relay.start()                    # resumes a saved registration; the publisher runs in a thread
+    relay.changed()                  # never blocks
+    relay.update_presence(body, "default")
+    relay.stop()                     # or `with ThreadedRelayService(...) as relay:`; or at exit
+
+The same `RelayService` runs on an event loop in a daemon thread of its own (started on first
+use); every method is safe from any thread and waits at most `timeout` seconds. Errors are the
+async service's own `relay.errors` classes, raised in the calling thread; a call that takes too
+long raises `CallTimeoutError` (and is cancelled), one cut short by `stop()` `ServiceStoppedError`.
+
+Fork: a service used before `os.fork()` (gunicorn `--preload`, multiprocessing's fork) is made
+again in the child on its first call, with a new loop, a new store connection and a new owner
+id, and started again there if it had been started; the parent's connections are left alone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import threading
+import weakref
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from math import isfinite
+from types import TracebackType
+from typing import Any, TypeVar
+
+from relay.errors import InvalidInputError, ServiceStoppedError
+from relay.health import Health
+from relay.host import Host
+from relay.service import RelayService
+from relay.threaded.host import SyncHost
+from relay.threaded.runtime import Runtime
+
+logger = logging.getLogger("relay.threaded")
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_STOP_S = 5.0
+
+# Services of this process, for the fork hook; weak, so one the app dropped is not kept.
+_LIVE: weakref.WeakSet[ThreadedRelayService] = weakref.WeakSet()
+# A child's inherited runtimes: never used, never collected (their finalizers would touch the
+# parent's sockets and files).
+_ABANDONED: list[Runtime] = []
+
+
+class ThreadedRelayService:
+    """A blocking facade over one `RelayService` on an event loop of its own."""
+
+    def __init__(
+        self,
+        store_url: str | None,
+        host: SyncHost | Host,
+        *,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        host_threads: int = 4,
+        **options: Any,
+    ) -> None:
+        """`store_url` as `open_store` takes it (None: `TALARIA_RELAY_STORE_URL`, else the
+        embedded SQLite file); `options` are `RelayService`'s (`relay_url`, `lease_s`, …)."""
+        if not isinstance(timeout, int | float) or not isfinite(timeout) or timeout <= 0:
+            raise InvalidInputError("timeout must be a positive number of seconds")
+        if type(host_threads) is not int or not 1 <= host_threads <= 64:
+            raise InvalidInputError("host_threads must be an integer in 1..64")
+        if "store" in options or "host" in options:
+            raise InvalidInputError("pass the store as a URL and the host positionally")
+        self.timeout = float(timeout)
+        self._url = store_url
+        self._host = host
+        self._host_threads = host_threads
+        self._options = options
+        self._lock = threading.Lock()
+        self._runtime: Runtime | None = None
+        self._stopped = False
+        self._started = False  # start() was called: a forked child starts again
+        _LIVE.add(self)
+
+    # ── the service's methods ─────────────────────────────────────────────────
+
+    def start(self, *, timeout: float | None = None) -> bool:
+        """Resume from stored state (`RelayService.start`): True when a publisher runs."""
+        self._started = True
+        return self._call("start", lambda s: s.start(), timeout)
+
+    def pair(
+        self, body: object, profile: str, *, operator: bool = True, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """`POST /api/talaria/relay/pair`: register the server, or enroll another profile."""
+        self._started = True  # a publisher runs after it: a forked child resumes it
+        return self._call("pair", lambda s: s.pair(body, profile, operator=operator), timeout)
+
+    def update_presence(
+        self, body: object, profile: str, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """`POST /api/talaria/presence`."""
+        return self._call("update_presence", lambda s: s.update_presence(body, profile), timeout)
+
+    def mark_viewed(self, session_id: str, *, timeout: float | None = None) -> None:
+        """A viewed session clears its finished runs on the relay."""
+        self._call("mark_viewed", lambda s: s.mark_viewed(session_id), timeout)
+
+    def clear_deleted(
+        self, session_id: str, profile: str | None, *, timeout: float | None = None
+    ) -> None:
+        """Queue the acknowledgement of a deleted session's runs; call it before answering."""
+        self._call("clear_deleted", lambda s: s.clear_deleted(session_id, profile), timeout)
+
+    def profile_deleted(self, profile: str, *, timeout: float | None = None) -> None:
+        """The web app deleted a profile: one recreated under its name is a new relay scope."""
+        self._call("profile_deleted", lambda s: s.profile_deleted(profile), timeout)
+
+    def note_terminal(self, stream_id: str, phase: str, *, timeout: float | None = None) -> None:
+        """A turn ended: its outcome reaches the relay."""
+        self._call("note_terminal", lambda s: s.note_terminal(stream_id, phase), timeout)
+
+    def health(self, *, timeout: float | None = None) -> Health:
+        """The store's answers and the publisher's loop; never calls the relay."""
+        return self._call("health", lambda s: s.health(), timeout)
+
+    def flush(self, *, timeout: float | None = None) -> None:
+        """Return once a publishing pass that began after this call has finished."""
+        self._call("flush", lambda s: s.flush(), timeout)
+
+    def changed(self) -> None:
+        """The web app's session list changed. Never blocks; before first use, nothing."""
+        runtime = self._runtime
+        if runtime is None or self._stopped or runtime.pid != os.getpid():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed: stopping
+            runtime.loop.call_soon_threadsafe(runtime.changed)
+
+    @property
+    def owner(self) -> str | None:
+        """This process's claim owner in the store, once the service is open."""
+        runtime = self._runtime
+        service = runtime.service if runtime is not None else None
+        return service.owner if service is not None else None
+
+    # ── lifetime ──────────────────────────────────────────────────────────────
+
+    def stop(self, timeout: float = DEFAULT_STOP_S) -> None:
+        """Stop the publisher, close the store, end the thread: once, within about `timeout`.
+
+        Calls in flight raise `ServiceStoppedError`; so does every call after it.
+        """
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            runtime, self._runtime = self._runtime, None
+        atexit.unregister(self.stop)
+        if runtime is not None and runtime.pid == os.getpid():
+            took = runtime.shutdown(timeout)
+            logger.debug("[relay] threaded relay service stopped in %.2fs", took)
+
+    def __enter__(self) -> ThreadedRelayService:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def _runtime_here(self) -> Runtime:
+        with self._lock:
+            if self._stopped:
+                raise ServiceStoppedError()
+            if self._runtime is None or self._runtime.pid != os.getpid():
+                if self._runtime is not None:  # forked without our hook (it always runs)
+                    _ABANDONED.append(self._runtime)
+                options = dict(self._options)
+                self._runtime = Runtime(self._url, self._host, self._host_threads, options)
+                # The app may forget to stop it; a daemon thread would die mid-transaction.
+                atexit.register(self.stop)
+            return self._runtime
+
+    def _call(
+        self, name: str, action: Callable[[RelayService], Awaitable[T]], timeout: float | None
+    ) -> T:
+        wait = self.timeout if timeout is None else timeout
+        if not isinstance(wait, int | float) or not isfinite(wait) or wait <= 0:
+            raise InvalidInputError("timeout must be a positive number of seconds")
+        return self._runtime_here().call(name, action, wait)
+
+    def _after_fork(self) -> None:
+        """In a forked child: the parent's runtime is not ours; make one here, lazily or now."""
+        self._lock = threading.Lock()  # it may have been held by a thread that is not here
+        runtime, self._runtime = self._runtime, None
+        if runtime is None:
+            return
+        _ABANDONED.append(runtime)
+        if self._started and not self._stopped:
+            # Started in the parent, so started here: the child publishes its own sessions.
+            answer, _ = self._runtime_here().submit("start", lambda s: s.start())
+            answer.add_done_callback(_report_restart)
+
+
+def _report_restart(answer: Future[bool]) -> None:
+    error = answer.exception()
+    if error is not None:
+        logger.warning("[relay] the threaded relay service did not restart after fork: %s", error)
+
+
+def _after_fork_in_child() -> None:
+    for service in list(_LIVE):
+        try:
+            service._after_fork()
+        except Exception:  # a child must come up even if one service cannot
+            logger.exception("[relay] restarting the threaded relay service after fork failed")
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
