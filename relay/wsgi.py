@@ -1,0 +1,178 @@
+"""The browser-facing routes as WSGI, over `relay.threaded.ThreadedRelayService`.
+
+    from relay.wsgi import Caller, middleware
+
+    def identify(environ) -> Caller | None:        # the web app's own auth
+        user = my_session(environ)
+        return None if user is None else Caller(user.profile, operator=user.is_owner)
+
+    flask_app.wsgi_app = middleware(flask_app.wsgi_app, relay, identify)   # Flask, Django, …
+    # or: DispatcherMiddleware(flask_app.wsgi_app, {"/api/talaria": app(relay, identify)})
+
+The routes, statuses, body limit, content-type rule and `{"error": …}` bodies are those of
+`relay.asgi`: both serve the one table in `relay.routes`. A server without WSGI
+(`http.server`) calls `Router.dispatch` from its handler. No dependency beyond the standard
+library.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from relay.routes import (
+    DEFAULT_PREFIX,
+    MAX_BODY,
+    ROUTES,
+    Answer,
+    Call,
+    Caller,
+    Effect,
+    ReadBody,
+    Refused,
+    Reply,
+    WhoCalls,
+    check_options,
+    drive,
+    encode,
+)
+from relay.threaded import ThreadedRelayService
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+else:
+    StartResponse = WSGIApplication = WSGIEnvironment = Any
+
+__all__ = [
+    "DEFAULT_PREFIX",
+    "MAX_BODY",
+    "Caller",
+    "Identify",
+    "Refused",
+    "Router",
+    "app",
+    "middleware",
+]
+
+# The web app's auth: a `Caller`, or None (401), or raise `Refused(message, status)`.
+Identify: TypeAlias = Callable[[WSGIEnvironment], Caller | None]
+# A service, or a function that returns it once the app has started (None before: 503).
+ServiceSource: TypeAlias = ThreadedRelayService | Callable[[], ThreadedRelayService | None]
+_CHUNK = 16 * 1024
+
+
+class Router:
+    """The relay routes under `prefix`; a WSGI app that hands other paths to `fallback`."""
+
+    def __init__(
+        self,
+        service: ServiceSource,
+        identify: Identify,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_body: int = MAX_BODY,
+        fallback: WSGIApplication | None = None,
+    ) -> None:
+        check_options(prefix, max_body)
+        self._source = service
+        self._identify = identify
+        self._max_body = max_body
+        self._fallback = fallback
+        self._paths = {f"{prefix}{route.path}": route for route in ROUTES}
+
+    def dispatch(
+        self,
+        method: str,
+        path: str,
+        headers: Mapping[str, str],
+        read: Callable[[int], bytes],
+        who: Callable[[], Caller | None],
+    ) -> Reply | None:
+        """One request (`headers` with lowercase names; `read(limit)` the body, raising `Answer`
+        for one too large or cut short): its status and JSON body, or None for another path."""
+        route = self._paths.get(path)
+        if route is None:
+            return None
+        if method != route.method:
+            return 405, {"error": "Method not allowed"}
+        source = self._source
+        service = source if isinstance(source, ThreadedRelayService) else source()
+
+        def perform(effect: Effect) -> Any:
+            if isinstance(effect, WhoCalls):
+                return who()
+            if isinstance(effect, ReadBody):
+                return read(effect.limit)
+            assert isinstance(effect, Call)
+            assert service is not None
+            return getattr(service, effect.name)(*effect.args, **effect.kwargs)
+
+        return drive(route.flow(service is not None, headers, self._max_body), perform)
+
+    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
+        headers = {"content-type": environ.get("CONTENT_TYPE") or ""}
+        if declared := environ.get("CONTENT_LENGTH"):
+            headers["content-length"] = declared
+        reply = self.dispatch(
+            environ.get("REQUEST_METHOD", "GET").upper(),
+            environ.get("PATH_INFO", ""),
+            headers,
+            lambda limit: _read(environ, limit),
+            lambda: self._identify(environ),
+        )
+        if reply is None:
+            if self._fallback is not None:
+                return self._fallback(environ, start_response)
+            reply = 404, {"error": "Not found"}
+        status, payload = reply
+        body = encode(payload)
+        extra = [("Allow", self._allowed(environ))] if status == 405 else []
+        start_response(
+            f"{status} {HTTPStatus(status).phrase}",
+            [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra],
+        )
+        return [body]
+
+    def _allowed(self, environ: WSGIEnvironment) -> str:
+        return self._paths[environ.get("PATH_INFO", "")].method
+
+
+def app(service: ServiceSource, identify: Identify, *, max_body: int = MAX_BODY) -> Router:
+    """The routes as an app of their own, to mount at `/api/talaria` (a dispatcher)."""
+    return Router(service, identify, prefix="", max_body=max_body)
+
+
+def middleware(
+    wrapped: WSGIApplication,
+    service: ServiceSource,
+    identify: Identify,
+    *,
+    prefix: str = DEFAULT_PREFIX,
+    max_body: int = MAX_BODY,
+) -> Router:
+    """`wrapped` with the relay routes in front of it (`flask_app.wsgi_app = middleware(…)`)."""
+    return Router(service, identify, prefix=prefix, max_body=max_body, fallback=wrapped)
+
+
+def _read(environ: WSGIEnvironment, limit: int) -> bytes:
+    """The body, read no further than `limit` bytes (the flow checked a declared length)."""
+    stream = environ["wsgi.input"]
+    declared = environ.get("CONTENT_LENGTH")
+    if declared:
+        size = int(declared)
+        body = bytearray()
+        while len(body) < size:
+            chunk = stream.read(min(size - len(body), _CHUNK))
+            if not chunk:
+                raise Answer(400, "Request body incomplete")
+            body += chunk
+        return bytes(body)
+    if not environ.get("wsgi.input_terminated"):
+        return b""  # no length and no end-of-input promise: PEP 3333 says read nothing
+    body = bytearray()
+    while chunk := stream.read(_CHUNK):
+        body += chunk
+        if len(body) > limit:  # chunked
+            raise Answer(413, "Request body too large")
+    return bytes(body)
