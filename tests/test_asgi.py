@@ -12,6 +12,7 @@ import httpx
 import pytest
 from backends import MEMORY, on
 from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
+from hostile import HOSTILE, HOSTILE_PATHS
 from starlette.applications import Starlette
 from starlette.requests import Request
 
@@ -226,28 +227,9 @@ async def test_bodies_that_are_not_json_objects(store: RelayStore) -> None:
         assert response.status_code == 415
 
 
-HOSTILE: list[bytes] = [
-    b"",
-    b"null",
-    b"[" * 50_000,
-    b'{"seq": ' + b"9" * 5000 + b"}",
-    b'{"tab_id": "tab-00001", "active": true, "seq": 1e999}',
-    b'{"tab_id": "tab-00001", "active": true, "seq": NaN}',
-    b'{"tab_id": "tab-\\u0000001", "active": true, "seq": 1}',
-    b'{"tab_id": "\\ud800\\ud800\\ud800x", "active": true, "seq": 1}',
-    b'{"session_id": "chat\\u0000", "relay_url": "\\udfff", "publisher_id": "\\ud800",'
-    b' "publisher_invitation": "\\u0000"}',
-    b'{"session_id": "\\ud800"}',
-    b'{"session_id": "' + b"s" * 5000 + b'"}',
-    b"\xff\xfe\x00",
-    '{"session_id": "caf\u00e9"}'.encode("latin-1"),
-    b'{"relay_url": 1, "publisher_id": {}, "publisher_invitation": [], "label": true}',
-]
 
 
-@pytest.mark.parametrize(
-    "path", ["/api/talaria/relay/pair", "/api/talaria/presence", "/api/talaria/viewed"]
-)
+@pytest.mark.parametrize("path", HOSTILE_PATHS)
 async def test_hostile_bodies_never_answer_500(store: RelayStore, path: str) -> None:
     """No body a client can send makes a route answer 5xx or anything but a JSON object."""
     async with relay_env(store) as env, web(env) as client:
