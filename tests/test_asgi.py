@@ -227,8 +227,6 @@ async def test_bodies_that_are_not_json_objects(store: RelayStore) -> None:
         assert response.status_code == 415
 
 
-
-
 @pytest.mark.parametrize("path", HOSTILE_PATHS)
 async def test_hostile_bodies_never_answer_500(store: RelayStore, path: str) -> None:
     """No body a client can send makes a route answer 5xx or anything but a JSON object."""

@@ -201,8 +201,7 @@ class ThreadedRelayService:
         _ABANDONED.append(runtime)
         if self._started and not self._stopped:
             # Started in the parent, so started here: the child publishes its own sessions.
-            answer, _ = self._runtime_here().submit("start", lambda s: s.start())
-            answer.add_done_callback(_report_restart)
+            self._runtime_here().boot(lambda s: s.start()).add_done_callback(_report_restart)
 
 
 def _report_restart(answer: Future[bool]) -> None:

@@ -47,6 +47,9 @@ class Runtime:
         self.service: RelayService | None = None
         self._opening: asyncio.Lock | None = None
         self._calls: set[asyncio.Task[Any]] = set()
+        # Set but while a restart after fork runs: calls wait for it, so they see its publisher.
+        self._booted = asyncio.Event()
+        self._booted.set()
         # Every caller's future not yet settled, so a stop can settle them all.
         self._waiting: set[Future[Any]] = set()
         self._waiting_lock = threading.Lock()
@@ -69,8 +72,9 @@ class Runtime:
                 self.loop.run_until_complete(self.loop.shutdown_asyncgens())
             finally:
                 self.loop.close()
-                # Idle host threads end now; one stuck in a host call ends when the call does.
-                self.pool.shutdown(wait=True, cancel_futures=True)
+                # Idle host threads end at once; one stuck in a host call ends when the call
+                # returns, and a stop does not wait for it.
+                self.pool.shutdown(wait=False, cancel_futures=True)
 
     async def opened(self) -> RelayService:
         """The service, its store opened on first use (a failed open is tried again next time)."""
@@ -94,8 +98,14 @@ class Runtime:
 
     # ── callers' threads ──────────────────────────────────────────────────────
 
+    def boot(self, action: Callable[[RelayService], Awaitable[T]]) -> Future[T]:
+        """Run `action` before any call (a restart after fork); its answer."""
+        self._booted.clear()  # no call is waiting yet: the loop has just been made
+        answer, _ = self.submit("start", action, booting=True)
+        return answer
+
     def submit(
-        self, name: str, action: Callable[[RelayService], Awaitable[T]]
+        self, name: str, action: Callable[[RelayService], Awaitable[T]], *, booting: bool = False
     ) -> tuple[Future[T], Future[None]]:
         """Run `action(service)` on the loop: the answer, always settled, and the call's handle
         (cancel it to cancel the call)."""
@@ -106,6 +116,8 @@ class Runtime:
             assert task is not None
             self._calls.add(task)
             try:
+                if not booting:
+                    await self._booted.wait()
                 _settle(answer, value=await action(await self.opened()))
             except asyncio.CancelledError:
                 _settle(
@@ -116,6 +128,8 @@ class Runtime:
                 _settle(answer, error=error)
             finally:
                 self._calls.discard(task)
+                if booting:
+                    self._booted.set()
 
         with self._waiting_lock:
             self._waiting.add(answer)
