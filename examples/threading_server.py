@@ -40,6 +40,7 @@ class WebServer(ThreadingHTTPServer):
 class Handler(BaseHTTPRequestHandler):
     server: WebServer
     protocol_version = "HTTP/1.1"
+    _unread = False
 
     def do_GET(self) -> None:
         self._handle("GET")
@@ -54,6 +55,8 @@ class Handler(BaseHTTPRequestHandler):
         pass  # quiet; a real app logs its own way
 
     def _handle(self, method: str) -> None:
+        # A body left unread (a refused caller) would be read as the next request: close then.
+        self._unread = bool(self.headers.get("content-length", "0").strip("0"))
         path = self.path.partition("?")[0]
         caller = self.server.hermes.caller(self.headers.get("authorization"))
         if path.startswith("/api/talaria/"):
@@ -94,6 +97,7 @@ class Handler(BaseHTTPRequestHandler):
         if size > limit:
             raise Answer(413, "Request body too large")
         body = self.rfile.read(size)
+        self._unread = False
         if len(body) < size:
             raise Answer(400, "Request body incomplete")
         return body
@@ -103,6 +107,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if self._unread:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
