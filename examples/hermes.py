@@ -36,8 +36,10 @@ class Sessions(SyncHost):
         self.sessions: dict[str, Session] = {}
         self.runs: dict[str, ActiveRun] = {}
 
-    def create(self, session_id: str, profile: str, title: str) -> Session:
-        session = Session(session_id, profile, title, time.time())
+    def create(
+        self, session_id: str, profile: str, title: str, created_at: float | None = None
+    ) -> Session:
+        session = Session(session_id, profile, title, created_at or time.time())
         with self._lock:
             self.sessions[session_id] = session
         return session
