@@ -7,8 +7,10 @@ and enrollment), `publisher` (snapshots, composing the parts in `publishing`: `s
 row builder; `outbox`, viewed and deleted acknowledgements; `announcements`; `loop`, passes and
 backoff; `logs`), `presence`, `client` (signed HTTP), `protocol` (the wire), `host` (the port the
 web app implements), `store` (all state, one repository), `errors`, `health` (what a probe
-asks), `metrics` (OpenTelemetry, a no-op without an SDK); and `asgi`, the browser-facing routes
-for Starlette or FastAPI (the optional extra `web`, imported only on request).
+asks), `metrics` (OpenTelemetry, a no-op without an SDK); `routes`, the browser-facing routes
+once, served by `asgi` for Starlette or FastAPI (the optional extra `web`, imported only on
+request) and by `wsgi` for WSGI apps; and `threaded`, the service behind blocking calls for
+threaded servers.
 """
 
 from importlib.metadata import PackageNotFoundError, version
