@@ -19,7 +19,6 @@ import httpx
 import pytest
 from backends import on
 from replicas import REPLY_TIMEOUT_S, Cluster, Replica
-from test_replica_processes import START, history, rows_of
 from threaded_support import ROOT, RelayThread, relay_thread, until
 
 from examples.hermes import Sessions
@@ -30,6 +29,23 @@ from relay.threaded import ThreadedRelayService
 pytestmark = on("postgres")
 
 PROC = ROOT / "tests" / "threaded_proc.py"
+START = 1_800_000_000.0
+
+
+def rows_of(group: Cluster, session: str) -> list[dict[str, object]]:
+    return [row for row in group.grant_rows() if row["sessionId"] == session]
+
+
+def history(group: Cluster, session: str) -> list[tuple[str | None, str]]:
+    """Each (stream, phase) the session's row went through, republications folded."""
+    seen: list[tuple[str | None, str]] = []
+    for grant in group.relay._grants.values():
+        for sid, stream, phase in grant.history:
+            if sid == session and (not seen or seen[-1] != (stream, phase)):
+                seen.append((stream, phase))
+    return seen
+
+
 OWNER = {"authorization": "Bearer owner-token", "connection": "close"}
 
 

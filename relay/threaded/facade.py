@@ -30,7 +30,7 @@ from math import isfinite
 from types import TracebackType
 from typing import Any, TypeVar
 
-from relay.errors import InvalidInputError, ServiceStoppedError
+from relay.errors import InvalidInputError, RelayError, ServiceStoppedError
 from relay.health import Health
 from relay.host import Host
 from relay.service import RelayService
@@ -149,6 +149,9 @@ class ThreadedRelayService:
 
         Calls in flight raise `ServiceStoppedError`; so does every call after it.
         """
+        runtime = self._runtime
+        if runtime is not None and threading.current_thread() is runtime.thread:
+            raise RelayError("stop() from the relay's own loop would deadlock")
         with self._lock:
             if self._stopped:
                 return
