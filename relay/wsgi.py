@@ -129,7 +129,7 @@ class Router:
         body = encode(payload)
         extra = [("Allow", self._allowed(environ))] if status == 405 else []
         start_response(
-            f"{status} {HTTPStatus(status).phrase}",
+            f"{status} {_phrase(status)}",
             [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra],
         )
         return [body]
@@ -153,6 +153,14 @@ def middleware(
 ) -> Router:
     """`wrapped` with the relay routes in front of it (`flask_app.wsgi_app = middleware(…)`)."""
     return Router(service, identify, prefix=prefix, max_body=max_body, fallback=wrapped)
+
+
+def _phrase(status: int) -> str:
+    """The reason phrase; a 4xx of the app's own (`Refused(…, 499)`) has none of its own."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Client Error" if 400 <= status < 500 else "Error"
 
 
 def _read(environ: WSGIEnvironment, limit: int) -> bytes:

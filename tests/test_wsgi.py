@@ -34,9 +34,12 @@ JSON = {**OWNER, "content-type": "application/json"}
 
 
 def who(headers: dict[str, str]) -> Caller | None:
-    """The test apps' auth, one rule for both faces: headers name the profile and the owner."""
+    """The test apps' auth, one rule for both faces: headers name the profile and the owner;
+    `x-refuse` is a 403, or the status it names."""
     if "x-refuse" in headers:
-        raise Refused(OPERATOR_ONLY, 403)
+        raise Refused(
+            OPERATOR_ONLY, int(headers["x-refuse"]) if headers["x-refuse"] != "1" else 403
+        )
     profile = headers.get("x-profile")
     return None if profile is None else Caller(profile, operator=headers.get("x-operator") == "1")
 
@@ -103,6 +106,7 @@ def requests() -> Iterable[tuple[str, str, dict[str, str], bytes]]:
     yield "POST", "/api/talaria/presence", JSON, presence
     yield "POST", "/api/talaria/presence", {"content-type": "application/json"}, presence
     yield "POST", "/api/talaria/presence", {**JSON, "x-refuse": "1"}, presence
+    yield "POST", "/api/talaria/presence", {**JSON, "x-refuse": "499"}, presence
     yield "POST", "/api/talaria/presence", {**OWNER, "content-type": "text/plain"}, presence
     yield "POST", "/api/talaria/presence", JSON, b'{"pad": "' + b"x" * MAX_BODY + b'"}'
     yield "POST", "/api/talaria/presence", {**JSON, "x-profile": " "}, presence

@@ -12,8 +12,10 @@ async service's own `relay.errors` classes, raised in the calling thread; a call
 long raises `CallTimeoutError` (and is cancelled), one cut short by `stop()` `ServiceStoppedError`.
 
 Fork: a service used before `os.fork()` (gunicorn `--preload`, multiprocessing's fork) is made
-again in the child on its first call, with a new loop, a new store connection and a new owner
-id, and started again there if it had been started; the parent's connections are left alone.
+again in the child, with a new loop, a new store connection and a new owner id: at once and
+started if the parent had started it, else on the child's first call. The parent's connections
+are left alone. SQLite forbids carrying a connection in use across `fork()`: on SQLite, fork
+while the service is idle, or start it after the fork (README "Threaded and WSGI servers").
 """
 
 from __future__ import annotations
