@@ -143,6 +143,8 @@ def run_load(dev: RelayThread, url: str, seconds: float) -> None:
     assert all(count == 1 for count in announced.values()), announced
     loaded = time.monotonic() - began
 
+    runtime = relay._runtime
+    assert runtime is not None
     stopping = time.monotonic()
     relay.stop()
     stop_s = time.monotonic() - stopping
@@ -170,6 +172,7 @@ def run_load(dev: RelayThread, url: str, seconds: float) -> None:
     # Nothing left behind: threads, the loop, the store's connection, file handles.
     until(lambda: set(threading.enumerate()) <= threads_before, within=10)
     assert relay._runtime is None
+    assert runtime.loop.is_closed()
     if url.startswith("sqlite"):
         until(lambda: not [t for t in fd_targets(open_fds()).values() if "relay.db" in t], 10)
     else:  # the pool's connections are closed, not left for the server to time out
