@@ -233,6 +233,8 @@ def _child(relay: ThreadedRelayService, host: Sessions, answers: Any) -> None:
         answers.put(("error", repr(error), None))
 
 
+# Python 3.12 warns of any fork() in a process with threads: forking one is what this proves.
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_gets_a_service_of_its_own(dev: RelayThread, tmp_path: Path) -> None:
     """After `fork()` the child's first call makes it a service of its own (a new owner, started
     again because the parent's was), which publishes; the parent's goes on untouched."""
