@@ -8,7 +8,6 @@ protocol's limits.
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from abc import abstractmethod
 from collections.abc import Iterable
@@ -36,8 +35,15 @@ from relay.store.run_gate import RunGate, lease_end
 T = TypeVar("T")
 
 
+@metrics.timed_methods(RelayStore, skip=("close", "display_url", "backend", "schema_revision"))
 class StoreGate(KeyGate, RunGate, RelayStore):
-    """Every public method of `RelayStore`: check, call the backend's hook, check its answer."""
+    """Every public method of `RelayStore`: check, call the backend's hook, check its answer.
+
+    Each one is timed into `relay.store.transaction.duration` (the decorator above).
+    """
+
+    async def schema_revision(self) -> str | None:
+        return None  # a SQL store overrides it; the others have no schema
 
     # ── registration ──────────────────────────────────────────────────────────
 
@@ -328,16 +334,3 @@ def sightings(seen: object) -> dict[str, int]:
             continue
         fresh[session_id] = started_at
     return fresh
-
-
-def _timed_methods() -> None:
-    """Time every public store method, for every backend, in this one place (`relay.metrics`)."""
-    for name in dir(RelayStore):
-        if name.startswith("_") or name in ("close", "display_url"):
-            continue
-        method = getattr(StoreGate, name)
-        if inspect.iscoroutinefunction(method):
-            setattr(StoreGate, name, metrics.timed(method, name))
-
-
-_timed_methods()
