@@ -352,7 +352,16 @@ STORE_CASES: list[Case] = [
     *text_cases("claim-profile", "profile_id", lambda v: claim(profile_id=v)),
     *text_cases("claim-owner", "owner", lambda v: claim(owner=v)),
     *int_cases("claim-now", "now_ms", lambda v: claim(now_ms=v)),
-    *int_cases("claim-lease", "lease_ms", lambda v: claim(lease_ms=v)),
+    *int_cases("claim-lease", "lease_ms", lambda v: claim(lease_ms=v), minimum=1),
+    Case(
+        "claim-lease-zero", claim(lease_ms=0), InvalidInputError, "lease_ms must be an integer in 1"
+    ),
+    Case(
+        "claim-owner-long",
+        claim(owner="o" * 65),
+        InvalidInputError,
+        "owner must be a non-empty string of at most 64",
+    ),
     Case(
         "claim-lease-past-2^53",
         claim(now_ms=2**53 - 10, lease_ms=11),

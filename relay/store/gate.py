@@ -118,12 +118,7 @@ class StoreGate(KeyGate, RunGate, RelayStore):
         self, profile_id: str, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
     ) -> list[StartedEntry]:
         checks.text("profile_id", profile_id)
-        checks.text("owner", owner)
-        until = checks.until(
-            "lease", checks.time_ms("now_ms", now_ms), checks.time_ms("lease_ms", lease_ms)
-        )
-        if limit is not None and not 1 <= checks.safe_int("limit", limit) <= checks.MAX_BATCH:
-            raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
+        until = claim(owner, now_ms, lease_ms, limit)
         return await read(
             "started entry", self._claim_started(profile_id, owner, now_ms, until, limit)
         )
@@ -176,11 +171,7 @@ class StoreGate(KeyGate, RunGate, RelayStore):
     async def claim_deleted(
         self, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
     ) -> list[DeletedView]:
-        checks.text("owner", owner, OWNER_LIMIT)
-        until = lease_end(now_ms, lease_ms)
-        checks.optional_int("limit", limit, 1)
-        if limit is not None and limit > checks.MAX_BATCH:
-            raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
+        until = claim(owner, now_ms, lease_ms, limit)
         return await read("deleted view", self._claim_deleted(owner, now_ms, until, limit))
 
     async def ack_deleted(self, view_id: str, through: int) -> bool:
@@ -334,3 +325,12 @@ def sightings(seen: object) -> dict[str, int]:
             continue
         fresh[session_id] = started_at
     return fresh
+
+
+def claim(owner: str, now_ms: int, lease_ms: int, limit: int | None) -> int:
+    """The one rule for every leased claim's arguments; when the lease ends."""
+    checks.text("owner", owner, OWNER_LIMIT)
+    until = lease_end(now_ms, lease_ms)
+    if limit is not None and not 1 <= checks.safe_int("limit", limit) <= checks.MAX_BATCH:
+        raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
+    return until
