@@ -46,10 +46,11 @@ from relay.errors import (
     RelayError,
     RelayPairingError,
     RelayRequestError,
+    SessionNotFoundError,
     StaleConfigError,
     StoreError,
 )
-from relay.service import RelayService, SessionNotFoundError
+from relay.service import RelayService
 from relay.store import checks
 
 logger = logging.getLogger("relay.asgi")

@@ -22,6 +22,7 @@ from relay.errors import (
     KeyPassphraseError,
     RelayError,
     RelayPairingError,
+    SessionNotFoundError,
     StoreUnavailableError,
 )
 from relay.health import Health, store_health
@@ -36,10 +37,6 @@ from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 
 logger = logging.getLogger("relay.service")
 RELAY_URL_ENV = "TALARIA_RELAY_URL"
-
-
-class SessionNotFoundError(RelayError, LookupError):
-    """No such session."""
 
 
 class RelayService:
