@@ -29,13 +29,15 @@ from relay.errors import (
     RelayUnreachableError,
     SchemaError,
     ServiceStoppedError,
+    SessionNotFoundError,
     StaleConfigError,
     StoreError,
     StoreUnavailableError,
+    TransferConflictError,
 )
 from relay.health import Health
 from relay.host import ActiveRun, AgentSessionRow, Host, IndexRow, SessionMeta
-from relay.service import RelayService, SessionNotFoundError
+from relay.service import RelayService
 from relay.store import RelayStore, open_store
 
 try:
@@ -69,5 +71,6 @@ __all__ = [
     "StaleConfigError",
     "StoreError",
     "StoreUnavailableError",
+    "TransferConflictError",
     "open_store",
 ]

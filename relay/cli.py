@@ -28,10 +28,10 @@ from relay.errors import (
     RelayPairingError,
     RelayUnreachableError,
     StoreUnavailableError,
+    TransferConflictError,
 )
 from relay.store import migrate, resolve
 from relay.store.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
-from relay.store.transfer import TransferConflictError
 
 # ── migrate ───────────────────────────────────────────────────────────────────
 

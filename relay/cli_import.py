@@ -7,11 +7,13 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from relay.cli_output import OK, require_existing, say
 from relay.errors import InvalidInputError
 from relay.health import missing
-from relay.store import RelayStore, open_store, resolve
+from relay.store import open_store, resolve
+from relay.store.contract import Handle, Registration
 from relay.store.transfer import transfer
 
 
@@ -45,7 +47,11 @@ def progress_bar(done: int, total: int) -> None:
             print(file=sys.stderr)
 
 
-async def require_identities(source: RelayStore) -> None:
+class Source(Handle, Registration, Protocol):
+    """What the import checks of its source before copying."""
+
+
+async def require_identities(source: Source) -> None:
     """A legacy state dir keeps each profile's identity in its home: without it, enrollments
     would not match after the import, so a missing one stops the import unless allowed."""
     config = await source.load_config()

@@ -2,6 +2,8 @@
 
     RelayError                      root: catch this to catch everything raised here
     ├── InvalidInputError           an argument is out of its domain; nothing was stored
+    │   └── TransferConflictError   an import's target holds other relay state (use --force)
+    ├── SessionNotFoundError        the web app has no such session (also a `LookupError`)
     ├── StoreError                  relay state could not be read or written
     │   ├── CorruptStateError       a stored value exists but is invalid; it was left as it was
     │   ├── KeyPassphraseError      a stored key is encrypted and no passphrase, or a wrong one,
@@ -38,6 +40,14 @@ class RelayError(Exception):
 
 class InvalidInputError(RelayError, ValueError):
     """Invalid input."""
+
+
+class TransferConflictError(InvalidInputError):
+    """The target holds different relay state; copying over it needs --force."""
+
+
+class SessionNotFoundError(RelayError, LookupError):
+    """No such session."""
 
 
 class StoreError(RelayError):

@@ -8,10 +8,11 @@ neither ever calls the relay, so a probe cannot add load to it or fail because o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from relay.errors import RelayError, StoreUnavailableError
-from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
+from relay.store import StoreTarget, migrate, open_store, resolve
+from relay.store.contract import Handle, Registration, Revisions
 
 # `talaria-relay check` exit codes, the CLI's own: ready, not ready, store unreachable.
 READY, NOT_READY, UNREACHABLE = 0, 1, 3
@@ -55,7 +56,11 @@ class Health:
         return self.store_reachable and at_head and self.registered and not self.stopped
 
 
-async def store_health(store: RelayStore) -> StoreHealth:
+class Probed(Handle, Registration, Revisions, Protocol):
+    """What a health check reads."""
+
+
+async def store_health(store: Probed) -> StoreHealth:
     """Two cheap reads (the revision floor, the registration) and the schema revision if SQL."""
     try:
         await store.revision_floor()
@@ -66,11 +71,9 @@ async def store_health(store: RelayStore) -> StoreHealth:
     except RelayError:
         registered = False  # unreadable registration: the publisher would not start either
     at_head = None
-    # Only SQL stores have a schema; the others have no such method (memory, JSON).
-    revision = getattr(store, "schema_revision", None)
-    if revision is not None:
+    if store.backend in ("sqlite", "postgres"):  # only SQL stores have a schema
         try:
-            at_head = await revision() == migrate.head_revision()
+            at_head = await store.schema_revision() == migrate.head_revision()
         except RelayError:
             return StoreHealth(reachable=False, schema_at_head=None, registered=registered)
     return StoreHealth(reachable=True, schema_at_head=at_head, registered=registered)

@@ -12,6 +12,7 @@ The names and attributes are documented in README.md ("Metrics").
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -27,6 +28,7 @@ except ImportError:  # the optional extra is not installed: every measurement is
 
 METER_NAME = "talaria-relay"
 T = TypeVar("T")
+C = TypeVar("C")
 # What the API hands out before an SDK is installed: recording through them would be wasted work.
 _NO_SDK = ("NoOpMeterProvider", "_ProxyMeterProvider", "ProxyMeterProvider")
 _LOOK_UP = object()
@@ -138,7 +140,7 @@ def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Await
         try:
             return await method(store, *args, **kwargs)
         finally:
-            attributes = {"method": name, "backend": getattr(store, "backend", "unknown")}
+            attributes = {"method": name, "backend": store.backend}
             found.store_duration.record(time.perf_counter() - start, attributes)
 
     @wraps(method)
@@ -149,6 +151,20 @@ def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Await
         return measured(found, store, *args, **kwargs)
 
     return wrapper
+
+
+def timed_methods(protocol: type, *, skip: tuple[str, ...]) -> Callable[[type[C]], type[C]]:
+    """A class decorator: time each coroutine method `protocol` declares, but those in `skip`."""
+
+    def decorate(cls: type[C]) -> type[C]:
+        for name in dir(protocol):
+            method = getattr(cls, name, None)
+            public = not name.startswith("_") and name not in skip
+            if public and inspect.iscoroutinefunction(method):
+                setattr(cls, name, timed(method, name))
+        return cls
+
+    return decorate
 
 
 class Gauge:

@@ -36,7 +36,8 @@ from relay.errors import (
 from relay.host import Host
 from relay.protocol import b64url, compact, validated_origin
 from relay.publisher import load_key
-from relay.store import ProfileGrant, RelayConfig, RelayStore, checks
+from relay.store import ProfileGrant, RelayConfig, checks
+from relay.store.contract import Registration
 
 PUBLISHER_REDEEM = "/v1/pairings/publisher/redeem"
 PROFILE_REDEEM = "/v1/pairings/profile/redeem"
@@ -52,7 +53,7 @@ class Pairing:
 
     def __init__(
         self,
-        store: RelayStore,
+        store: Registration,
         host: Host,
         *,
         trusted: str,

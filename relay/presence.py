@@ -19,7 +19,8 @@ from relay.protocol import (
     PRESENCE_MAX_TABS,
     PRESENCE_TAB_PATTERN,
 )
-from relay.store import RelayStore, checks
+from relay.store import checks
+from relay.store.contract import PresenceLeases
 
 # Upstream admits 2^53 itself; one less keeps every stored sequence a safe integer.
 MAX_SEQ = MAX_SAFE_INTEGER
@@ -28,7 +29,7 @@ MAX_SEQ = MAX_SAFE_INTEGER
 class Presence:
     """Presence leases of every profile, on the shared store."""
 
-    def __init__(self, store: RelayStore, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: PresenceLeases, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._clock = clock
 

@@ -19,6 +19,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
+from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
@@ -44,14 +45,21 @@ from relay.protocol import (
 from relay.publishing import states
 from relay.publishing.announcements import Announcements
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
-from relay.publishing.levels import Levels
+from relay.publishing.levels import Backlog, Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
 from relay.publishing.loop import LoopHealth, PassLoop
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.states import Terminal
-from relay.store import ProfileGrant, RelayConfig, RelayStore, RunState
+from relay.store import ProfileGrant, RelayConfig, RunState
+from relay.store.contract import LeaseWatch, Registration, Revisions, RunStates
 
 logger = logging.getLogger("relay.publisher")
+
+
+class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Backlog, Protocol):
+    """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
+
+
 # How often a replica looks whether another one has finished sending a row it took over.
 SENDING_POLL_S = 0.05
 
@@ -75,7 +83,7 @@ class RelayPublisher:
         self,
         config: RelayConfig,
         *,
-        store: RelayStore,
+        store: PublisherStore,
         host: Host,
         client: RelayClient,
         presence: Presence,

@@ -27,11 +27,11 @@ from relay.errors import (
     RelayError,
     RelayPairingError,
     RelayRequestError,
+    SessionNotFoundError,
     StaleConfigError,
     StoreError,
 )
 from relay.health import Health
-from relay.service import SessionNotFoundError
 from relay.store import checks
 
 logger = logging.getLogger("relay.routes")

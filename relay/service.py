@@ -22,6 +22,7 @@ from relay.errors import (
     KeyPassphraseError,
     RelayError,
     RelayPairingError,
+    SessionNotFoundError,
     StoreUnavailableError,
 )
 from relay.health import Health, store_health
@@ -36,10 +37,6 @@ from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 
 logger = logging.getLogger("relay.service")
 RELAY_URL_ENV = "TALARIA_RELAY_URL"
-
-
-class SessionNotFoundError(RelayError, LookupError):
-    """No such session."""
 
 
 class RelayService:
@@ -188,7 +185,7 @@ class RelayService:
         """
         checks.text("session_id", session_id)
         checks.optional_text("profile", profile)
-        name = self.host.canonical_profile(profile or "default")
+        name = self._canonical(profile or "default")
         live = await self.host.session_exists(session_id)
         if not live and (name, session_id) in self._cleared:
             return  # a later lookup of the same deleted id does not queue it again
@@ -225,7 +222,14 @@ class RelayService:
     async def profile_deleted(self, profile: str) -> None:
         """The web app deleted a profile: one recreated under its name is a new relay scope."""
         checks.text("profile", profile)
-        await self.store.forget_profile_identity(self.host.canonical_profile(profile))
+        await self.store.forget_profile_identity(self._canonical(profile))
+
+    def _canonical(self, profile: str) -> str:
+        """The host's name for `profile`; one the host cannot name is bad input, not a crash."""
+        try:
+            return self.host.canonical_profile(profile)
+        except (ValueError, LookupError) as error:
+            raise InvalidInputError(f"profile {profile!r} has no canonical name here") from error
 
     async def note_terminal(self, stream_id: str, phase: str) -> None:
         """A turn ended: its outcome reaches the relay, even in the middle of a swap."""

@@ -352,7 +352,16 @@ STORE_CASES: list[Case] = [
     *text_cases("claim-profile", "profile_id", lambda v: claim(profile_id=v)),
     *text_cases("claim-owner", "owner", lambda v: claim(owner=v)),
     *int_cases("claim-now", "now_ms", lambda v: claim(now_ms=v)),
-    *int_cases("claim-lease", "lease_ms", lambda v: claim(lease_ms=v)),
+    *int_cases("claim-lease", "lease_ms", lambda v: claim(lease_ms=v), minimum=1),
+    Case(
+        "claim-lease-zero", claim(lease_ms=0), InvalidInputError, "lease_ms must be an integer in 1"
+    ),
+    Case(
+        "claim-owner-long",
+        claim(owner="o" * 65),
+        InvalidInputError,
+        "owner must be a non-empty string of at most 64",
+    ),
     Case(
         "claim-lease-past-2^53",
         claim(now_ms=2**53 - 10, lease_ms=11),
@@ -977,6 +986,18 @@ SERVICE_CASES: list[ServiceCase] = [
         "profile must not contain NUL",
     ),
     ServiceCase(
+        "deleted-profile-blank",
+        lambda e: e.service.clear_deleted("s", "   "),
+        InvalidInputError,
+        "profile '   ' has no canonical name here",
+    ),
+    ServiceCase(
+        "profile-deleted-blank",
+        lambda e: e.service.profile_deleted(" "),
+        InvalidInputError,
+        "profile ' ' has no canonical name here",
+    ),
+    ServiceCase(
         "profile-deleted-none",
         lambda e: e.service.profile_deleted(None),  # type: ignore[arg-type]
         InvalidInputError,
@@ -1093,6 +1114,11 @@ URL_CASES: dict[str, tuple[object, str]] = {
     "json-empty": ("json://", "json store URL needs a directory"),
     "json-parameter": ("json://{dir}/new?mode=1", "json store URL takes no parameters"),
     "json-file": ("json://{dir}/file", "exists and is not a directory"),
+    "sqlite-name-too-long": ("sqlite:///{dir}/new/" + "a" * 256 + ".db", "longer than the file"),
+    "sqlite-path-too-long": ("sqlite:///{dir}/" + "b/" * 2100 + "x.db", "longer than the file"),
+    "sqlite-under-a-file": ("sqlite:///{dir}/file/x.db", "cannot be used: Not a directory"),
+    "json-name-too-long": ("json://{dir}/" + "a" * 256, "longer than the file system allows"),
+    "json-path-too-long": ("json://{dir}/" + "b/" * 2100, "longer than the file system allows"),
     "memory-path": ("memory://{dir}/relay", "memory store URL takes nothing after 'memory://'"),
     "memory-parameter": ("memory://?shared=1", "memory store URL takes nothing after"),
     "pg-port-range": ("postgresql://u@127.0.0.1:99999/db", "port 99999 is not in 1..65535"),

@@ -24,9 +24,9 @@ from relay.errors import (
     RelayError,
     RelayPairingError,
     ServiceStoppedError,
+    SessionNotFoundError,
 )
 from relay.host import SessionMeta
-from relay.service import SessionNotFoundError
 from relay.threaded import ThreadedRelayService
 
 BEAT = {"tab_id": "tab-00001", "active": True, "seq": 1}

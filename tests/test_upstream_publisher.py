@@ -31,10 +31,10 @@ from cryptography.hazmat.primitives.serialization import (
 )
 from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
 
-from relay.errors import InvalidInputError, RelayHttpError, RelayPairingError
+from relay.errors import InvalidInputError, RelayHttpError, RelayPairingError, SessionNotFoundError
 from relay.host import ActiveRun
 from relay.protocol import canonical_string, validated_origin
-from relay.service import RelayService, SessionNotFoundError
+from relay.service import RelayService
 from relay.store import DeletedScope, ProfileGrant, RelayStore
 from relay.testing import RecordedRequest
 

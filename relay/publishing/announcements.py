@@ -16,7 +16,8 @@ from relay.protocol import STARTED_WINDOW_MS, session_path, started_body
 from relay.publishing import Put
 from relay.publishing.leases import Leases
 from relay.publishing.logs import Refusals, Reporter, Swallowed
-from relay.store import ProfileGrant, RelayConfig, RelayStore
+from relay.store import ProfileGrant, RelayConfig
+from relay.store.contract import StartedLedger
 
 # Announcements are claimed a few at a time; a claim is renewed while its batch is still going out.
 STARTED_BATCH = 16
@@ -27,7 +28,7 @@ class Announcements:
 
     def __init__(
         self,
-        store: RelayStore,
+        store: StartedLedger,
         host: Host,
         put: Put,
         *,

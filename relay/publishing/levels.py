@@ -7,18 +7,23 @@ and at most every `SAMPLE_S` seconds: a steady replica pays nothing for them wit
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 from relay import metrics
 from relay.errors import RelayError
-from relay.store import RelayStore
+from relay.store.contract import DeletedOutbox, StartedLedger
 
 SAMPLE_S = 10.0
+
+
+class Backlog(DeletedOutbox, StartedLedger, Protocol):
+    """The two aggregates whose backlog is sampled."""
 
 
 class Levels:
     """One publisher's view of the backlog, added to `relay.outbox.depth`/`relay.ledger.unsent`."""
 
-    def __init__(self, store: RelayStore) -> None:
+    def __init__(self, store: Backlog) -> None:
         self._store = store
         self._outbox = metrics.Gauge("outbox_depth")
         self._unsent = metrics.Gauge("ledger_unsent")

@@ -15,7 +15,8 @@ from relay.protocol import session_path, viewed_body
 from relay.publishing import Publishes, Put
 from relay.publishing.leases import Leases
 from relay.publishing.logs import Refusals, Reporter
-from relay.store import DeletedScope, DeletedView, ProfileGrant, RelayConfig, RelayStore
+from relay.store import DeletedScope, DeletedView, ProfileGrant, RelayConfig
+from relay.store.contract import DeletedOutbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +38,7 @@ class Outbox:
 
     def __init__(
         self,
-        store: RelayStore,
+        store: DeletedOutbox,
         host: Host,
         put: Put,
         publishes: Publishes,

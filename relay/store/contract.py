@@ -23,11 +23,20 @@ from relay.store.records import (
 
 
 class Handle(Protocol):
-    """What every store is: a named resource to close."""
+    """What every store is: a named resource of one backend, to close."""
 
     @property
     def display_url(self) -> str:
         """The store's URL with any password hidden."""
+        ...
+
+    @property
+    def backend(self) -> str:
+        """`memory`, `json`, `sqlite` or `postgres`."""
+        ...
+
+    async def schema_revision(self) -> str | None:
+        """The Alembic revision the database is at; None for a backend without a schema."""
         ...
 
     async def close(self) -> None:
@@ -249,15 +258,19 @@ class RunStates(Protocol):
         """`owner`'s snapshots are out: rows it was sending may now be sent by whoever owns them."""
         ...
 
+    async def run_states(self) -> list[RunState]:
+        """Every stored run, by session."""
+        ...
+
+
+class LeaseWatch(Protocol):
+    """An idle replica's view of every aggregate's leases: its own renewed, others' next end."""
+
     async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:
         """Renew `owner`'s run leases; when the first lease another owner holds ends, if any.
 
         Leases counted: runs, and claims on unsent announcements and queued deletions.
         """
-        ...
-
-    async def run_states(self) -> list[RunState]:
-        """Every stored run, by session."""
         ...
 
 
@@ -283,6 +296,7 @@ class RelayStore(
     DeletedOutbox,
     PresenceLeases,
     RunStates,
+    LeaseWatch,
     StateTransfer,
     Protocol,
 ):

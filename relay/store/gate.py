@@ -8,7 +8,6 @@ protocol's limits.
 
 from __future__ import annotations
 
-import inspect
 import uuid
 from abc import abstractmethod
 from collections.abc import Iterable
@@ -36,8 +35,15 @@ from relay.store.run_gate import RunGate, lease_end
 T = TypeVar("T")
 
 
+@metrics.timed_methods(RelayStore, skip=("close", "display_url", "backend", "schema_revision"))
 class StoreGate(KeyGate, RunGate, RelayStore):
-    """Every public method of `RelayStore`: check, call the backend's hook, check its answer."""
+    """Every public method of `RelayStore`: check, call the backend's hook, check its answer.
+
+    Each one is timed into `relay.store.transaction.duration` (the decorator above).
+    """
+
+    async def schema_revision(self) -> str | None:
+        return None  # a SQL store overrides it; the others have no schema
 
     # ── registration ──────────────────────────────────────────────────────────
 
@@ -112,12 +118,7 @@ class StoreGate(KeyGate, RunGate, RelayStore):
         self, profile_id: str, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
     ) -> list[StartedEntry]:
         checks.text("profile_id", profile_id)
-        checks.text("owner", owner)
-        until = checks.until(
-            "lease", checks.time_ms("now_ms", now_ms), checks.time_ms("lease_ms", lease_ms)
-        )
-        if limit is not None and not 1 <= checks.safe_int("limit", limit) <= checks.MAX_BATCH:
-            raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
+        until = claim(owner, now_ms, lease_ms, limit)
         return await read(
             "started entry", self._claim_started(profile_id, owner, now_ms, until, limit)
         )
@@ -170,11 +171,7 @@ class StoreGate(KeyGate, RunGate, RelayStore):
     async def claim_deleted(
         self, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
     ) -> list[DeletedView]:
-        checks.text("owner", owner, OWNER_LIMIT)
-        until = lease_end(now_ms, lease_ms)
-        checks.optional_int("limit", limit, 1)
-        if limit is not None and limit > checks.MAX_BATCH:
-            raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
+        until = claim(owner, now_ms, lease_ms, limit)
         return await read("deleted view", self._claim_deleted(owner, now_ms, until, limit))
 
     async def ack_deleted(self, view_id: str, through: int) -> bool:
@@ -330,14 +327,10 @@ def sightings(seen: object) -> dict[str, int]:
     return fresh
 
 
-def _timed_methods() -> None:
-    """Time every public store method, for every backend, in this one place (`relay.metrics`)."""
-    for name in dir(RelayStore):
-        if name.startswith("_") or name in ("close", "display_url"):
-            continue
-        method = getattr(StoreGate, name)
-        if inspect.iscoroutinefunction(method):
-            setattr(StoreGate, name, metrics.timed(method, name))
-
-
-_timed_methods()
+def claim(owner: str, now_ms: int, lease_ms: int, limit: int | None) -> int:
+    """The one rule for every leased claim's arguments; when the lease ends."""
+    checks.text("owner", owner, OWNER_LIMIT)
+    until = lease_end(now_ms, lease_ms)
+    if limit is not None and not 1 <= checks.safe_int("limit", limit) <= checks.MAX_BATCH:
+        raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
+    return until

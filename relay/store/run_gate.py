@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from relay.errors import InvalidInputError
 from relay.store import checks
 from relay.store.checks import read
-from relay.store.contract import RunStates
+from relay.store.contract import LeaseWatch, RunStates
 from relay.store.records import OWNER_LIMIT, RunState
 
 
@@ -17,7 +17,7 @@ def lease_end(now_ms: int, lease_ms: int) -> int:
     return checks.until("lease", now_ms, checks.safe_int("lease_ms", lease_ms, 1))
 
 
-class RunGate(RunStates):
+class RunGate(RunStates, LeaseWatch):
     """Checks what goes into the run-state hooks; records check what comes out."""
 
     async def save_run(self, run: RunState, now_ms: int, lease_ms: int) -> bool:

@@ -10,17 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from relay.errors import InvalidInputError
+from relay.errors import TransferConflictError
 from relay.store.contract import RelayStore
 from relay.store.records import RelayConfig, StartedScope, StateBatch
 
 BATCH_ENTRIES = 1000
 
 Progress = Callable[[int, int], None]
-
-
-class TransferConflictError(InvalidInputError):
-    """The target holds different relay state; copying over it needs --force."""
 
 
 @dataclass(frozen=True, slots=True)

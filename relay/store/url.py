@@ -150,7 +150,7 @@ def _json_path(directory: str) -> Path:
     path, query = directory.partition("?")[::2]
     if query:
         raise InvalidInputError(f"json store URL takes no parameters, got {query!r}")
-    resolved = Path(path).expanduser().absolute()
+    resolved = _usable_path("json store directory", Path(path).expanduser().absolute())
     if resolved.exists() and not resolved.is_dir():
         raise InvalidInputError(f"json store directory {resolved} exists and is not a directory")
     return Path(path).expanduser()
@@ -171,7 +171,7 @@ def _sqlite_path(url: URL) -> Path:
             f"sqlite store URL takes no parameters, got {', '.join(sorted(url.query))}"
         )
     path = Path(database).expanduser()
-    resolved = path.absolute()
+    resolved = _usable_path("sqlite store path", path.absolute())
     if resolved.is_dir():
         raise InvalidInputError(f"sqlite store path {resolved} is a directory, not a file")
     if resolved.parent.exists() and not resolved.parent.is_dir():
@@ -179,6 +179,44 @@ def _sqlite_path(url: URL) -> Path:
             f"sqlite store path {resolved}: {resolved.parent} is not a directory"
         )
     return path
+
+
+def _usable_path(kind: str, path: Path) -> Path:
+    """`path` if the file system can name it: no component or whole path over its limits.
+
+    Checked here so that a name too long is bad input at once, not an `OSError` from a stat or
+    an "unavailable" store once the first directory is made.
+    """
+    ancestor = next((p for p in (path, *path.parents) if _exists(p)), Path("/"))
+    name_max, path_max = _limit(ancestor, "PC_NAME_MAX", 255), _limit(ancestor, "PC_PATH_MAX", 4096)
+    if len(os.fsencode(path)) >= path_max:
+        raise InvalidInputError(f"{kind} is longer than the file system allows ({path_max} bytes)")
+    if any(len(os.fsencode(part)) > name_max for part in path.parts):
+        raise InvalidInputError(
+            f"{kind} has a name longer than the file system allows ({name_max} bytes)"
+        )
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise InvalidInputError(f"{kind} {path} cannot be used: {exc.strerror}") from None
+    return path
+
+
+def _exists(path: Path) -> bool:
+    try:
+        path.stat()
+    except OSError:
+        return False
+    return True
+
+
+def _limit(path: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(path, name)
+    except (OSError, ValueError):
+        return default
 
 
 def _sqlite_url(path: Path) -> URL:

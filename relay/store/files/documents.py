@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
 from types import UnionType
 from typing import Any, Generic, TypeGuard, TypeVar
 
@@ -22,15 +22,15 @@ from relay.store.records import (
     StartedEntry,
     StartedScope,
 )
+from relay.store.rules.ledger import Ledger, oldest_first
+from relay.store.rules.outbox import Outbox
+from relay.store.rules.presence import Leases
 
 D = TypeVar("D")
 R = TypeVar("R")
 
 CONFIG = "talaria-relay.json"
 PROFILE_ID = ".talaria-relay-profile-id"
-
-Ledger = dict[str, StartedScope]  # by profile_id
-Leases = dict[tuple[str, str], PresenceLease]  # by (profile, tab_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +195,7 @@ def _parse_started(raw: bytes | None) -> Ledger:
             entry = _record(StartedEntry, profile_id, *values, *claim)
             if entry := entry or _record(StartedEntry, profile_id, *values):
                 entries[values[0]] = entry
-        scope = _record(StartedScope, profile_id, floor, _oldest_first(entries.values()))
+        scope = _record(StartedScope, profile_id, floor, oldest_first(entries.values()))
         if scope is not None:
             ledger[profile_id] = scope
     return ledger
@@ -217,60 +217,20 @@ def _dump_started(ledger: Ledger) -> str:
     return _json_text({"version": 1, "profiles": scopes})
 
 
-def _oldest_first(entries: Iterable[StartedEntry]) -> tuple[StartedEntry, ...]:
-    return tuple(sorted(entries, key=lambda e: (e.started_at, e.session_id)))
-
-
-def _merge_started(ledger: Ledger, scopes: Iterable[StartedScope]) -> Ledger:
-    for scope in scopes:
-        mine = ledger.get(scope.profile_id)
-        floor = scope.floor if mine is None else min(mine.floor, scope.floor)
-        entries = {e.session_id: e for e in (mine.entries if mine else ())}
-        for entry in scope.entries:
-            kept = entries.get(entry.session_id)
-            if kept is None:
-                entries[entry.session_id] = replace(entry, claimed_by=None, claimed_until=None)
-            elif entry.sent and not kept.sent:
-                entries[entry.session_id] = replace(kept, sent=True)
-        ledger[scope.profile_id] = StartedScope(
-            scope.profile_id, floor, _oldest_first(entries.values())
-        )
-    return ledger
-
-
-def _merge_deleted(views: list[DeletedView], incoming: Iterable[DeletedView]) -> list[DeletedView]:
-    for view in incoming:
-        key = (view.session_id, view.profile)
-        index = next((i for i, v in enumerate(views) if (v.session_id, v.profile) == key), None)
-        if index is None:
-            views.append(view)
-            continue
-        kept = views[index]
-        kept = replace(kept, through=max(kept.through, view.through))
-        if kept.scope is None and view.scope is not None:
-            kept = replace(kept, identity=view.identity, scope=view.scope)
-        views[index] = kept
-    return views
-
-
-def _merge_presence(leases: Leases, incoming: Iterable[PresenceLease]) -> Leases:
-    for lease in incoming:
-        key = (lease.profile, lease.tab_id)
-        if key not in leases or leases[key].seq < lease.seq:
-            leases[key] = lease
-    return leases
-
-
-def _parse_deleted(raw: bytes | None) -> list[DeletedView]:
+def _parse_deleted(raw: bytes | None) -> Outbox:
     """Strict: a deletion must never be dropped silently, so a bad outbox raises instead."""
     problem = "relay deleted-session outbox is invalid"
     if (data := _json(raw, problem)) is None:
-        return []
+        return {}
     items = _member(data, "views", list)
     views = [_deleted_view(item) for item in items] if items is not None else [None]
     if None in views:
         raise CorruptStateError(problem)
-    return [v for v in views if v is not None]
+    outbox: Outbox = {}
+    for view in views:
+        assert view is not None
+        outbox.setdefault((view.session_id, view.profile), view)
+    return outbox
 
 
 def _deleted_view(item: Any) -> DeletedView | None:
@@ -283,8 +243,8 @@ def _deleted_view(item: Any) -> DeletedView | None:
     return None if bound is None else _record(DeletedView, *values, scope=bound)
 
 
-def _dump_deleted(views: list[DeletedView]) -> str:
-    return _json_text({"version": 1, "views": [_camel(asdict(v)) for v in views]})
+def _dump_deleted(outbox: Outbox) -> str:
+    return _json_text({"version": 1, "views": [_camel(asdict(v)) for v in outbox.values()]})
 
 
 def _parse_presence(raw: bytes | None) -> Leases:

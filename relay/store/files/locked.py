@@ -104,6 +104,14 @@ class LockedDir:
 
         return await self._call(work)
 
+    async def _change(self, doc: _Document[D], edit: Callable[[D], R]) -> R:
+        """`_update` for an `edit` that changes the document's value in place (a rule's way)."""
+
+        def in_place(value: D) -> tuple[D, R]:
+            return value, edit(value)
+
+        return await self._update(doc, in_place)
+
     def _sweep(self) -> int:
         """Remove the temp files that killed writers left in the state dir; how many."""
         if not stale_temps(self._dir):

@@ -16,7 +16,6 @@ from relay.store.files.documents import (
     _DELETED,
     _STARTED,
     Check,
-    Ledger,
     _count,
     _Document,
     _is,
@@ -29,9 +28,9 @@ from relay.store.files.documents import (
 from relay.store.files.io import _read, _write
 from relay.store.files.locked import LockedDir
 from relay.store.records import DeletedView, RunState
+from relay.store.rules import ledger, outbox
 
 R = TypeVar("R")
-Claims = dict[str, tuple[str, int]]  # deletion id -> (owner, until)
 
 _RUN: dict[str, Check] = {
     "sessionId": _text,
@@ -65,15 +64,15 @@ def _dump_runs(runs: run_rules.Runs) -> str:
     return _json_text({"version": 1, "runs": items})
 
 
-def _parse_claims(raw: bytes | None) -> Claims:
-    claims: Claims = {}
+def _parse_claims(raw: bytes | None) -> outbox.Claims:
+    claims: outbox.Claims = {}
     for view_id, item in (_member(_json(raw), "deleted", dict) or {}).items():
         if (values := _values(item, {"owner": _text, "until": _count})) is not None:
             claims[view_id] = (values[0], values[1])
     return claims
 
 
-def _dump_claims(claims: Claims) -> str:
+def _dump_claims(claims: outbox.Claims) -> str:
     deleted = {k: {"owner": o, "until": u} for k, (o, u) in sorted(claims.items())}
     return _json_text({"version": 1, "deleted": deleted})
 
@@ -112,10 +111,10 @@ class RunFiles(LockedDir):
         return await self._together((_RUNS,), edit)
 
     async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None:
-        def edit(runs: run_rules.Runs, ledger: Ledger, claims: Claims) -> int | None:
+        def edit(runs: run_rules.Runs, led: ledger.Ledger, claims: outbox.Claims) -> int | None:
             run_rules.renew(runs, owner, until)
-            started = (e for scope in ledger.values() for e in scope.entries)
-            return run_rules.next_lease_end(owner, now_ms, runs, started, claims.values())
+            unsent = ledger.unsent(led)
+            return run_rules.next_lease_end(owner, now_ms, runs, unsent, claims.values())
 
         return await self._together((_RUNS, _STARTED, _CLAIMS), edit)
 
@@ -129,18 +128,7 @@ class RunFiles(LockedDir):
     async def _claim_deleted(
         self, owner: str, now_ms: int, until: int, limit: int | None
     ) -> list[DeletedView]:
-        def edit(views: list[DeletedView], claims: Claims) -> list[DeletedView]:
-            live = {view.id for view in views}
-            for view_id in [k for k in claims if k not in live]:
-                del claims[view_id]  # acknowledged since
-            free = [
-                view
-                for view in sorted(views, key=lambda v: (v.through, v.id))
-                if view.id not in claims
-                or claims[view.id][1] <= now_ms
-                or claims[view.id][0] == owner
-            ][:limit]
-            claims.update((view.id, (owner, until)) for view in free)
-            return free
+        def edit(views: outbox.Outbox, claims: outbox.Claims) -> list[DeletedView]:
+            return outbox.claim(views, claims, owner, now_ms, until, limit)
 
         return await self._together((_DELETED, _CLAIMS), edit)

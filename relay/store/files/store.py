@@ -13,12 +13,10 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
 from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError, StoreError
-from relay.protocol import MAX_SAFE_INTEGER, STARTED_WINDOW_MS
 from relay.store.files.documents import (
     _DELETED,
     _IDENTITIES,
@@ -28,13 +26,7 @@ from relay.store.files.documents import (
     _STARTED,
     CONFIG,
     PROFILE_ID,
-    Leases,
-    Ledger,
     _dump_config,
-    _merge_deleted,
-    _merge_presence,
-    _merge_started,
-    _oldest_first,
     _parse_config,
 )
 from relay.store.files.io import _fsync_dir, _read, _write
@@ -50,6 +42,7 @@ from relay.store.records import (
     StartedScope,
     StateBatch,
 )
+from relay.store.rules import ledger, outbox, presence, revisions
 
 D = TypeVar("D")
 R = TypeVar("R")
@@ -168,9 +161,8 @@ class FileStore(KeyFiles, RunFiles, StoreGate):
 
     async def _allocate_revisions(self, count: int, now_ms: int) -> int | None:
         def edit(floor: int) -> tuple[int, int | None]:
-            last = max(floor + 1, now_ms) + count - 1
-            # Past 2^53-1 a revision is no longer exact on the wire: hand out none.
-            return (floor, None) if last > MAX_SAFE_INTEGER else (last, last)
+            last = revisions.allocate(floor, count, now_ms)
+            return (floor if last is None else last), last
 
         return await self._update(_REVISION, edit)
 
@@ -180,137 +172,51 @@ class FileStore(KeyFiles, RunFiles, StoreGate):
     # ── started ledger ────────────────────────────────────────────────────────
 
     async def _track_started(self, scopes: list[str], now_ms: int) -> None:
-
-        def edit(ledger: Ledger) -> tuple[Ledger, None]:
-            for scope in scopes:
-                ledger.setdefault(scope, StartedScope(scope, now_ms))
-            return ledger, None
-
-        await self._update(_STARTED, edit)
+        await self._change(_STARTED, lambda led: ledger.track(led, scopes, now_ms))
 
     async def _record_started(self, profile_id: str, seen: dict[str, int], now_ms: int) -> None:
-
-        def edit(ledger: Ledger) -> tuple[Ledger, None]:
-            scope = ledger.get(profile_id) or StartedScope(profile_id, now_ms)
-            cutoff = max(scope.floor, now_ms - STARTED_WINDOW_MS)
-            kept = {e.session_id: e for e in scope.entries if e.started_at >= cutoff}
-            for sid, started_at in seen.items():
-                if started_at >= cutoff:
-                    kept.setdefault(sid, StartedEntry(profile_id, sid, started_at))
-            ledger[profile_id] = replace(scope, entries=_oldest_first(kept.values()))
-            return ledger, None
-
-        await self._update(_STARTED, edit)
+        await self._change(_STARTED, lambda led: ledger.record(led, profile_id, seen, now_ms))
 
     async def _claim_started(
         self, profile_id: str, owner: str, now_ms: int, until: int, limit: int | None
     ) -> list[StartedEntry]:
+        def edit(led: ledger.Ledger) -> list[StartedEntry]:
+            return ledger.claim(led, profile_id, owner, now_ms, until, limit)
 
-        def claimable(entry: StartedEntry) -> bool:
-            expired = entry.claimed_until is None or entry.claimed_until <= now_ms
-            return not entry.sent and (entry.claimed_by in (None, owner) or expired)
-
-        def edit(ledger: Ledger) -> tuple[Ledger, list[StartedEntry]]:
-            scope = ledger.get(profile_id)
-            if scope is None:
-                return ledger, []
-            claims = {
-                e.session_id: replace(e, claimed_by=owner, claimed_until=until)
-                for e in _oldest_first(filter(claimable, scope.entries))[:limit]
-            }
-            entries = tuple(claims.get(e.session_id, e) for e in scope.entries)
-            ledger[profile_id] = replace(scope, entries=entries)
-            return ledger, list(claims.values())
-
-        return await self._update(_STARTED, edit)
+        return await self._change(_STARTED, edit)
 
     async def _mark_started_sent(self, profile_id: str, session_ids: list[str]) -> None:
-        marked = set(session_ids)
-
-        def edit(ledger: Ledger) -> tuple[Ledger, None]:
-            if (scope := ledger.get(profile_id)) is not None:
-                sent = (
-                    replace(e, sent=True, claimed_by=None, claimed_until=None)
-                    if e.session_id in marked
-                    else e
-                    for e in scope.entries
-                )
-                ledger[profile_id] = replace(scope, entries=tuple(sent))
-            return ledger, None
-
-        await self._update(_STARTED, edit)
+        await self._change(_STARTED, lambda led: ledger.mark_sent(led, profile_id, session_ids))
 
     async def _started_ledger(self) -> list[StartedScope]:
-        ledger = await self._load(_STARTED)
-        return [ledger[profile_id] for profile_id in sorted(ledger)]
+        return ledger.scopes(await self._load(_STARTED))
 
     # ── deleted-session outbox ────────────────────────────────────────────────
 
     async def _enqueue_deleted(self, new: DeletedView, session_live: bool) -> DeletedView:
-        def edit(views: list[DeletedView]) -> tuple[list[DeletedView], DeletedView]:
-            for index, view in enumerate(views):
-                if (view.session_id, view.profile) == (new.session_id, new.profile):
-                    # A session that still has data pushes `through` on, to cover newer runs.
-                    if session_live and new.through > view.through:
-                        views[index] = replace(view, through=new.through)
-                    return views, views[index]
-            return [*views, new], new
-
-        return await self._update(_DELETED, edit)
+        return await self._change(_DELETED, lambda box: outbox.enqueue(box, new, session_live))
 
     async def _bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
-
-        def edit(views: list[DeletedView]) -> tuple[list[DeletedView], int]:
-            unbound = [
-                v.profile == profile and v.scope is None and v.identity in (None, identity)
-                for v in views
-            ]
-            views = [
-                replace(v, identity=identity, scope=scope) if free else v
-                for v, free in zip(views, unbound, strict=True)
-            ]
-            return views, sum(unbound)
-
-        return await self._update(_DELETED, edit)
+        return await self._change(_DELETED, lambda box: outbox.bind(box, profile, identity, scope))
 
     async def _pending_deleted(self) -> list[DeletedView]:
-        views = await self._load(_DELETED)
-        return sorted(views, key=lambda v: (v.through, v.id))
+        return outbox.pending(await self._load(_DELETED))
 
     async def _ack_deleted(self, view_id: str, through: int) -> bool:
-
-        def edit(views: list[DeletedView]) -> tuple[list[DeletedView], bool]:
-            kept = [v for v in views if (v.id, v.through) != (view_id, through)]
-            return kept, len(kept) < len(views)
-
-        return await self._update(_DELETED, edit)
+        return await self._change(_DELETED, lambda box: outbox.ack(box, view_id, through))
 
     # ── presence leases ───────────────────────────────────────────────────────
 
     async def _apply_presence(self, new: PresenceLease, fence_ms: int, max_tabs: int) -> bool:
-        key, now_ms = (new.profile, new.tab_id), new.updated_at
-
-        def edit(leases: Leases) -> tuple[Leases, bool]:
-            leases = {k: v for k, v in leases.items() if v.expires_at + fence_ms > now_ms}
-            stored = leases.get(key)
-            # The sequence fence: a stale or replayed update changes nothing.
-            if stored is not None and stored.seq >= new.seq:
-                return leases, False
-            leases[key] = new
-            while len(leases) > max_tabs:
-                others = (k for k in leases if k != key)
-                del leases[min(others, key=lambda k: (leases[k].updated_at, k))]
-            return leases, True
-
-        return await self._update(_PRESENCE, edit)
+        return await self._change(
+            _PRESENCE, lambda tabs: presence.apply(tabs, new, fence_ms, max_tabs)
+        )
 
     async def _presence_active(self, profile: str, now_ms: int) -> bool:
-        leases = (await self._load(_PRESENCE)).values()
-        return any(v.profile == profile and v.active and v.expires_at > now_ms for v in leases)
+        return presence.active(await self._load(_PRESENCE), profile, now_ms)
 
     async def _presence_leases(self) -> list[PresenceLease]:
-        leases = (await self._load(_PRESENCE)).values()
-        return sorted(leases, key=lambda v: (-v.updated_at, v.profile, v.tab_id))
+        return presence.newest_first(await self._load(_PRESENCE))
 
     # ── copying between stores ────────────────────────────────────────────────
 
@@ -331,15 +237,11 @@ class FileStore(KeyFiles, RunFiles, StoreGate):
             await self._merge_identity(profile, identity)
         await self._update(_REVISION, lambda floor: (max(floor, batch.revision_floor), None))
         if batch.started:
-            await self._update(
-                _STARTED, lambda ledger: (_merge_started(ledger, batch.started), None)
-            )
+            await self._change(_STARTED, lambda led: ledger.merge(led, batch.started))
         if batch.deleted:
-            await self._update(_DELETED, lambda views: (_merge_deleted(views, batch.deleted), None))
+            await self._change(_DELETED, lambda box: outbox.merge(box, batch.deleted))
         if batch.presence:
-            await self._update(
-                _PRESENCE, lambda leases: (_merge_presence(leases, batch.presence), None)
-            )
+            await self._change(_PRESENCE, lambda tabs: presence.merge(tabs, batch.presence))
 
     async def _merge_identity(self, profile: str, identity: str) -> None:
         if self._profile_home is None:

@@ -33,7 +33,6 @@ class SqlStore(
     def __init__(self, runner: Runner, display_url: str) -> None:
         self._db = runner
         self._display_url = display_url
-        self.backend = runner.dialect.name
 
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlStore:
@@ -68,8 +67,11 @@ class SqlStore(
     def display_url(self) -> str:
         return self._display_url
 
+    @property
+    def backend(self) -> str:
+        return self._db.dialect.name
+
     async def schema_revision(self) -> str | None:
-        """The Alembic revision the database is at now (for `relay.health`)."""
         return await schema_revision(self._db)
 
     @property

@@ -1,0 +1,94 @@
+"""The started ledger's rules: per relay scope, a floor and the sessions seen starting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+
+from relay.protocol import STARTED_WINDOW_MS
+from relay.store.records import StartedEntry, StartedScope
+
+Ledger = dict[str, StartedScope]  # by profile_id
+
+
+def oldest_first(entries: Iterable[StartedEntry]) -> tuple[StartedEntry, ...]:
+    return tuple(sorted(entries, key=lambda e: (e.started_at, e.session_id)))
+
+
+def track(ledger: Ledger, profile_ids: Iterable[str], now_ms: int) -> None:
+    """A scope without a ledger gets a floor of now: earlier sessions are never announced."""
+    for profile_id in profile_ids:
+        ledger.setdefault(profile_id, StartedScope(profile_id, now_ms))
+
+
+def record(ledger: Ledger, profile_id: str, seen: dict[str, int], now_ms: int) -> None:
+    """Drop entries older than max(floor, now - 24 h); add the unseen sessions not older."""
+    scope = ledger.get(profile_id) or StartedScope(profile_id, now_ms)
+    cutoff = max(scope.floor, now_ms - STARTED_WINDOW_MS)
+    kept = {e.session_id: e for e in scope.entries if e.started_at >= cutoff}
+    for session_id, started_at in seen.items():
+        if started_at >= cutoff:
+            kept.setdefault(session_id, StartedEntry(profile_id, session_id, started_at))
+    ledger[profile_id] = replace(scope, entries=oldest_first(kept.values()))
+
+
+def claim(
+    ledger: Ledger, profile_id: str, owner: str, now_ms: int, until: int, limit: int | None
+) -> list[StartedEntry]:
+    """Lease the scope's unsent entries, oldest first: free ones, expired ones and the owner's."""
+    scope = ledger.get(profile_id)
+    if scope is None:
+        return []
+
+    def claimable(entry: StartedEntry) -> bool:
+        expired = entry.claimed_until is None or entry.claimed_until <= now_ms
+        return not entry.sent and (entry.claimed_by in (None, owner) or expired)
+
+    claims = {
+        e.session_id: replace(e, claimed_by=owner, claimed_until=until)
+        for e in [e for e in scope.entries if claimable(e)][:limit]
+    }
+    entries = tuple(claims.get(e.session_id, e) for e in scope.entries)
+    ledger[profile_id] = replace(scope, entries=entries)
+    return list(claims.values())
+
+
+def mark_sent(ledger: Ledger, profile_id: str, session_ids: Iterable[str]) -> None:
+    """These sessions' starts were announced: sent, and no longer claimed."""
+    if (scope := ledger.get(profile_id)) is None:
+        return
+    marked = set(session_ids)
+    entries = tuple(
+        replace(e, sent=True, claimed_by=None, claimed_until=None) if e.session_id in marked else e
+        for e in scope.entries
+    )
+    ledger[profile_id] = replace(scope, entries=entries)
+
+
+def scopes(ledger: Ledger) -> list[StartedScope]:
+    """Every scope, ordered by its id."""
+    return [ledger[profile_id] for profile_id in sorted(ledger)]
+
+
+def unsent(ledger: Ledger) -> Iterator[StartedEntry]:
+    return (e for scope in ledger.values() for e in scope.entries if not e.sent)
+
+
+def merge(ledger: Ledger, incoming: Iterable[StartedScope]) -> None:
+    """A scope keeps the lower floor; an entry stays sent once either side sent it.
+
+    Claims are not copied: the other store's claimers do not work here.
+    """
+    for scope in incoming:
+        mine = ledger.get(scope.profile_id)
+        floor = scope.floor if mine is None else min(mine.floor, scope.floor)
+        entries = {e.session_id: e for e in (mine.entries if mine else ())}
+        for entry in scope.entries:
+            kept = entries.get(entry.session_id)
+            if kept is None:
+                entries[entry.session_id] = replace(entry, claimed_by=None, claimed_until=None)
+            elif entry.sent and not kept.sent:
+                entries[entry.session_id] = replace(kept, sent=True)
+        ledger[scope.profile_id] = StartedScope(
+            scope.profile_id, floor, oldest_first(entries.values())
+        )

@@ -1,0 +1,79 @@
+"""The deleted-session outbox's rules: one queued acknowledgement per (session, profile)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+
+from relay.store.records import DeletedScope, DeletedView
+
+Outbox = dict[tuple[str, str], DeletedView]  # by (session_id, profile), in the order queued
+Claims = dict[str, tuple[str, int]]  # view id -> (owner, until)
+
+
+def enqueue(outbox: Outbox, new: DeletedView, session_live: bool) -> DeletedView:
+    """Queue `new` once; a queued entry keeps its id, and its `through` rises only while the
+    session still has data (to cover its newer runs)."""
+    key = (new.session_id, new.profile)
+    queued = outbox.setdefault(key, new)
+    if session_live and new.through > queued.through:
+        queued = outbox[key] = replace(queued, through=new.through)
+    return queued
+
+
+def bind(outbox: Outbox, profile: str, identity: str, scope: DeletedScope) -> int:
+    """Bind the profile's unbound entries (no identity, or this one) to a relay scope."""
+    unbound = [
+        key
+        for key, view in outbox.items()
+        if view.profile == profile and view.scope is None and view.identity in (None, identity)
+    ]
+    for key in unbound:
+        outbox[key] = replace(outbox[key], identity=identity, scope=scope)
+    return len(unbound)
+
+
+def pending(outbox: Outbox) -> list[DeletedView]:
+    """Every queued entry, oldest `through` first."""
+    return sorted(outbox.values(), key=lambda v: (v.through, v.id))
+
+
+def claim(
+    outbox: Outbox, claims: Claims, owner: str, now_ms: int, until: int, limit: int | None
+) -> list[DeletedView]:
+    """Lease queued entries, oldest `through` first: free ones, expired ones and the owner's.
+
+    A claim whose entry was acknowledged since is forgotten here.
+    """
+    for view_id in claims.keys() - {view.id for view in outbox.values()}:
+        del claims[view_id]
+    free = [
+        view
+        for view in pending(outbox)
+        if (held := claims.get(view.id)) is None or held[0] == owner or held[1] <= now_ms
+    ][:limit]
+    claims.update((view.id, (owner, until)) for view in free)
+    return free
+
+
+def ack(outbox: Outbox, view_id: str, through: int) -> bool:
+    """Remove the entry only if it is still the one acknowledged (same id and `through`)."""
+    for key, view in outbox.items():
+        if (view.id, view.through) == (view_id, through):
+            del outbox[key]
+            return True
+    return False
+
+
+def merge(outbox: Outbox, incoming: Iterable[DeletedView]) -> None:
+    """A queued entry keeps its id, the later `through` and whichever binding it has."""
+    for view in incoming:
+        key = (view.session_id, view.profile)
+        kept = outbox.get(key)
+        if kept is None:
+            outbox[key] = view
+            continue
+        kept = replace(kept, through=max(kept.through, view.through))
+        if kept.scope is None and view.scope is not None:
+            kept = replace(kept, identity=view.identity, scope=view.scope)
+        outbox[key] = kept
