@@ -46,4 +46,8 @@ def test_quick_bench_prints_every_figure_of_every_store(tmp_path: Path) -> None:
         }
         assert {"wall_ms", "transactions", "statements"} <= set(store["publisher"][0])
     assert stores["sqlite"]["publisher_shape"]["steady_same_cost"] is not None
+    relay_rows = stores["sqlite"]["distance"]["relay"]
+    assert [row["relay_rtt_ms"] for row in relay_rows] == [0.0, 50.0]
+    assert all(row["profiles"] == 10 and row["round_trips"] >= 10 for row in relay_rows)
+    assert stores["json"]["distance"] == {"store": [], "relay": []}
     assert {check["store"] for check in document["targets"]} == {"sqlite"}

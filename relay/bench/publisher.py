@@ -9,10 +9,11 @@ from typing import Any
 
 import httpx
 
+from relay.bench.proxy import Counts, latency_proxy
 from relay.publishing.announcements import STARTED_BATCH
 from relay.service import RelayService
 from relay.store import RelayStore
-from relay.testing import Clock, DevRelay, MemoryHost
+from relay.testing import Clock, DevRelay, MemoryHost, serve
 
 RELAY_URL = "https://relay.example"
 PUBLISHER_ID = "https://bench.example"
@@ -49,13 +50,26 @@ async def timed_pass(service: RelayService, store: RelayStore) -> dict[str, Any]
 
 
 class Publishing:
-    """One store, a dev relay and a host whose P profiles are paired; `async with` it."""
+    """One store, a dev relay and a host whose P profiles are paired; `async with` it.
 
-    def __init__(self, store: RelayStore, sessions: int) -> None:
-        self.store, self.sessions = store, sessions
+    The relay is called in process, or with `relay_rtt_ms` served over loopback HTTP behind a
+    proxy that adds that round-trip time (`relay.bench.proxy`).
+    """
+
+    def __init__(
+        self,
+        store: RelayStore,
+        sessions: int,
+        *,
+        profiles: tuple[str, ...] = PROFILES,
+        relay_rtt_ms: float | None = None,
+    ) -> None:
+        self.store, self.sessions, self.profiles = store, sessions, profiles
+        self.relay_rtt_ms = relay_rtt_ms
+        self.relay_counts: Counts | None = None  # round trips to the relay, when proxied
         self.clock = Clock()
         self.relay = DevRelay(clock=self.clock)
-        self.host = MemoryHost(PROFILES, clock=self.clock)
+        self.host = MemoryHost(profiles, clock=self.clock)
         self._stack = AsyncExitStack()
 
     async def __aenter__(self) -> Publishing:
@@ -67,12 +81,20 @@ class Publishing:
         return self
 
     async def _start(self) -> None:
-        transport = httpx.ASGITransport(app=self.relay)
+        relay_url = RELAY_URL
+        transport: httpx.AsyncBaseTransport | None = httpx.ASGITransport(app=self.relay)
+        if self.relay_rtt_ms is not None:
+            served = await self._stack.enter_async_context(serve(self.relay))
+            port, self.relay_counts = await self._stack.enter_async_context(
+                latency_proxy("127.0.0.1", int(served.rsplit(":", 1)[1]), self.relay_rtt_ms)
+            )
+            relay_url, transport = f"http://127.0.0.1:{port}", None
         http = await self._stack.enter_async_context(httpx.AsyncClient(transport=transport))
         self.service = RelayService(
             self.store,
             self.host,
-            relay_url=RELAY_URL,
+            relay_url=relay_url,
+            allow_insecure_loopback=self.relay_rtt_ms is not None,
             http=http,
             clock=self.clock,
             log=lambda _line: None,
@@ -80,9 +102,9 @@ class Publishing:
         )
         self._stack.push_async_callback(self.service.stop)
         await self.service.start()
-        for index, profile in enumerate(PROFILES):
+        for index, profile in enumerate(self.profiles):
             body = {
-                "relay_url": RELAY_URL,
+                "relay_url": relay_url,
                 "publisher_id": PUBLISHER_ID,
                 "publisher_invitation": self.relay.mint_invitation(f"usr_{profile}"),
             }
@@ -96,7 +118,7 @@ class Publishing:
         """The pass after `sessions` new sessions appear, spread over the profiles in turn."""
         self.clock.advance(10)
         for n in range(self.sessions):
-            session = self.host.create_session(f"s-{n}", PROFILES[n % len(PROFILES)])
+            session = self.host.create_session(f"s-{n}", self.profiles[n % len(self.profiles)])
             session.created_at = self.clock.now - 1
         figures = await timed_pass(self.service, self.store)
         return {**figures, "announced": len(self.relay.started_events)}
@@ -125,7 +147,7 @@ async def passes(stores: dict[int, RelayStore], steady_rounds: int) -> list[dict
         middle = sorted(steady, key=lambda p: float(p["wall_ms"]))[len(steady) // 2]
         middle = {**middle, "wall_ms": statistics.median(float(p["wall_ms"]) for p in steady)}
         middle["announced"] = len(bench.relay.started_events) - first["announced"]
-        common = {"profiles": len(PROFILES), "sessions": bench.sessions}
+        common = {"profiles": len(bench.profiles), "sessions": bench.sessions}
         document += [{**common, "pass": "first", **first}, {**common, "pass": "steady", **middle}]
     return document
 

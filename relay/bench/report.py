@@ -65,7 +65,21 @@ def render(document: dict[str, Any]) -> list[str]:
             f"first pass: {_number(shape['first_transactions_per_profile'], 2)} transactions "
             f"per profile + {_number(shape['first_transactions_per_batch'], 2)} per batch of 16"
         )
+        lines += _distance(store.get("distance") or {})
     return lines + _targets(document["targets"])
+
+
+def _distance(distance: dict[str, Any]) -> list[str]:
+    lines = []
+    for side, key in (("store", "store_rtt_ms"), ("relay", "relay_rtt_ms")):
+        for row in distance.get(side, []):
+            lines.append(
+                f"  steady pass P={row['profiles']}, {side} {row[key]:g} ms away: "
+                f"{_number(row['wall_ms'], 2)} ms, {_number(row['round_trips'], 0)} round trips "
+                f"to the {side}, {_number(row['transactions'], 0)} transactions "
+                f"({_number(row['writes'], 1)} writes), {_number(row['statements'], 0)} statements"
+            )
+    return lines
 
 
 def _targets(checks: list[dict[str, Any]]) -> list[str]:

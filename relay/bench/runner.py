@@ -14,11 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from relay.bench import pgbench, publisher, targets, workloads
+from relay.bench.distance import RELAY_RTTS_MS, STORE_RTTS_MS, relay_distance, store_distance
 from relay.bench.raw import PostgresRaw, Raw, SqliteRaw
 from relay.bench.rounds import Rounds
 from relay.store import StoreTarget, migrate, open_store, resolve
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
+STORE_RTTS = ", ".join(f"{rtt:g}" for rtt in STORE_RTTS_MS) + " ms"
+RELAY_RTTS = ", ".join(f"{rtt:g}" for rtt in RELAY_RTTS_MS) + " ms"
 Say = Callable[[str], None]
 
 
@@ -169,6 +172,13 @@ async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
             url = await stack.enter_async_context(scratch.fresh(f"publisher{sessions}"))
             stores[sessions] = await stack.enter_async_context(open_store(url))
         passes = await publisher.passes(stores, plan.rounds.rounds)
+    distance: dict[str, Any] = {"store": [], "relay": []}
+    if target.backend == "postgres":
+        plan.say(f"{target.backend}: steady passes with the store {STORE_RTTS} away")
+        distance["store"] = await store_distance(scratch.fresh, plan.rounds.rounds)
+    if target.backend in ("sqlite", "postgres"):
+        plan.say(f"{target.backend}: steady passes with the relay {RELAY_RTTS} away")
+        distance["relay"] = await relay_distance(scratch.fresh, plan.rounds.rounds)
     return {
         "backend": target.backend,
         "url": target.display,
@@ -177,6 +187,7 @@ async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
         "processes": processes,
         "publisher": passes,
         "publisher_shape": publisher.shape(passes),
+        "distance": distance,
     }
 
 

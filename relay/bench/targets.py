@@ -17,6 +17,9 @@ PROCESSES_FLOOR = 0.5
 # A first pass's claim and mark per batch of 16 announcements (tests/test_pass_cost.py).
 FIRST_PASS_PER_BATCH = 2.0
 READS = frozenset({"profile_identity"})
+# A steady pass at distance: at most this many round trips' worth of time over the pass at 0 ms.
+STORE_RTT_BUDGET = 4  # with the store 5 ms away
+RELAY_RTT_BUDGET = 3  # with the relay 50 ms away, P = 10
 
 
 def _check(
@@ -68,6 +71,21 @@ def _store_checks(store: dict[str, Any]) -> list[dict[str, Any]]:
         per_batch = shape["first_transactions_per_batch"]
         target = "first pass: transactions per batch of 16"
         checks.append(_check(target, backend, per_batch, FIRST_PASS_PER_BATCH, at_most=True))
+    return checks + _distance_checks(backend, store.get("distance") or {})
+
+
+def _distance_checks(backend: str, distance: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pass at distance: its wall time over the pass at 0 ms, in round trips of the link."""
+    checks = []
+    for side, rtt, budget, key in (
+        ("store", 5.0, STORE_RTT_BUDGET, "store_rtt_ms"),
+        ("relay", 50.0, RELAY_RTT_BUDGET, "relay_rtt_ms"),
+    ):
+        rows = {float(row[key]): row for row in distance.get(side, [])}
+        if 0.0 in rows and rtt in rows:
+            extra = (float(rows[rtt]["wall_ms"]) - float(rows[0.0]["wall_ms"])) / rtt
+            target = f"steady pass, {side} {rtt:g} ms away: round trips' worth of time added"
+            checks.append(_check(target, backend, round(extra, 2), budget, at_most=True))
     return checks
 
 

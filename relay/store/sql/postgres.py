@@ -114,6 +114,7 @@ class PostgresRunner:
         return await self._run(body, transaction=False)
 
     async def write(self, body: Body[T], *, single: bool = False) -> T:
+        self.stats.writes += 1
         return await self._run(body, transaction=not single)
 
     async def _run(self, body: Body[T], *, transaction: bool) -> T:

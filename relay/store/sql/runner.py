@@ -40,6 +40,8 @@ class Stats:
 
     transactions: int = 0
     statements: int = 0
+    # Write transactions: on SQLite each commit is an fsync.
+    writes: int = 0
 
 
 class Runner(Protocol):

@@ -150,6 +150,7 @@ class SqliteRunner:
         conn = self._writer
         assert conn is not None
         self.stats.transactions += 1
+        self.stats.writes += 1
         conn.execute("BEGIN IMMEDIATE")
         try:
             result = drive(body(SqliteTx(conn, self.stats)))
