@@ -23,7 +23,7 @@ from relay import testing as relay_testing
 from relay.errors import InvalidInputError
 from relay.protocol import b64url, canonical_string, compact, session_path, snapshot_path
 from relay.testing import Clock, DevRelay, serve
-from relay.testing.validation import canonical_origin
+from relay.testing.devrelay.validation import canonical_origin
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NOW = 1_800_000_000  # seconds; the fixtures' revision and updatedAt are this in milliseconds

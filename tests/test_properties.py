@@ -37,7 +37,7 @@ from relay.errors import CorruptStateError, InvalidInputError
 from relay.protocol import MAX_TITLE, canonical_string, capped_title, validated_origin
 from relay.store import DeletedView, PresenceLease, RelayConfig, StartedScope
 from relay.store.files import documents
-from relay.testing.validation import utf16_len
+from relay.testing.devrelay.validation import utf16_len
 
 # ── validated_origin ──────────────────────────────────────────────────────────
 

@@ -32,7 +32,7 @@ from relay.store import RelayStore, resolve
 from relay.store import schema as tables
 from relay.testing import RecordedRequest, route_of
 from relay.testing.clock import START
-from relay.testing.validation import b64url_decode
+from relay.testing.devrelay.validation import b64url_decode
 
 pytestmark = on(MEMORY)
 

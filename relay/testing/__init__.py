@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from relay.testing.clock import Clock
 from relay.testing.devrelay import ROUTES, DevRelay, RecordedRequest, route_of
+from relay.testing.devrelay.records import Completion, KeyInfo, SessionRow, StartedEvent, ViewedAck
 from relay.testing.memory import MemoryHost, MemorySession
-from relay.testing.records import Completion, KeyInfo, SessionRow, StartedEvent, ViewedAck
 from relay.testing.server import run, serve
 
 __all__ = [

@@ -7,11 +7,11 @@ from collections.abc import Mapping
 
 from relay.errors import InvalidInputError
 from relay.protocol import MAX_ID, b64url
+from relay.testing.devrelay.records import Grant, KeyInfo
 from relay.testing.devrelay.routes import UNAUTHORIZED, Reply
 from relay.testing.devrelay.signed import SignedRequests
 from relay.testing.devrelay.state import DEFAULT_USER, Invitation, Publisher
-from relay.testing.records import Grant, KeyInfo
-from relay.testing.validation import (
+from relay.testing.devrelay.validation import (
     MAX_BODY_CHARS,
     b64url_decode,
     body_text,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from relay.testing.devrelay.records import StartedEvent, ViewedAck
 from relay.testing.devrelay.routes import NOT_FOUND, UNAUTHORIZED, Reply, route_of
 from relay.testing.devrelay.signed import Auth, SignedRequests
-from relay.testing.records import StartedEvent, ViewedAck
-from relay.testing.validation import (
+from relay.testing.devrelay.validation import (
     MAX_BODY_CHARS,
     JsonObject,
     body_text,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from relay.testing.validation import path_parts
+from relay.testing.devrelay.validation import path_parts
 
 ROUTES = ("publisher_redeem", "profile_redeem", "snapshot", "viewed", "started")
 

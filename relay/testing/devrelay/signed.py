@@ -10,9 +10,9 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from relay.protocol import JS_WHITESPACE, canonical_string
+from relay.testing.devrelay.records import Grant
 from relay.testing.devrelay.state import RelayState
-from relay.testing.records import Grant
-from relay.testing.validation import b64url_decode, header_integer, utf16_len
+from relay.testing.devrelay.validation import b64url_decode, header_integer, utf16_len
 
 NONCE_WINDOW_MS = 10 * 60_000
 TIMESTAMP_SKEW_S = 5 * 60

@@ -14,8 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from relay.errors import InvalidInputError
 from relay.protocol import b64url
-from relay.testing.devrelay.routes import ROUTES
-from relay.testing.records import (
+from relay.testing.devrelay.records import (
     Completion,
     Grant,
     KeyInfo,
@@ -24,7 +23,8 @@ from relay.testing.records import (
     ViewedAck,
     wire,
 )
-from relay.testing.validation import b64url_decode
+from relay.testing.devrelay.routes import ROUTES
+from relay.testing.devrelay.validation import b64url_decode
 
 DEFAULT_USER = "usr_dev"
 INVITATION_TTL_MS = 10 * 60_000

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from relay.protocol import TERMINAL_PHASES
-from relay.testing.validation import StateInput
+from relay.testing.devrelay.validation import StateInput
 
 LEASE_MS = 3 * 60_000
 TERMINAL_MS = 15 * 60_000
