@@ -30,9 +30,9 @@ from relay.host import Host
 from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
-from relay.publisher import RelayPublisher
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S
 from relay.publishing.logs import Log, Reporter
+from relay.publishing.publisher import RelayPublisher
 from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 
 logger = logging.getLogger("relay.service")

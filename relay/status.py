@@ -13,7 +13,7 @@ from typing import Any
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from relay.errors import RelayError
-from relay.publisher import load_key
+from relay.publishing.publisher import load_key
 from relay.store import RelayStore, RunState, StoreTarget, migrate, pkcs8
 from relay.store.keyring import PASSPHRASE_ENV
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from relay.client import RelayClient
-from relay.publisher import RelayPublisher
+from relay.publishing.publisher import RelayPublisher
 from relay.service import RelayService
 from relay.store import RelayConfig, RelayStore
 from relay.testing import Clock, DevRelay, MemoryHost, RecordedRequest, route_of

@@ -57,7 +57,7 @@ from rekey_command import (
 )
 
 from relay.errors import CorruptStateError, KeyPassphraseError, RelayError
-from relay.publisher import load_key
+from relay.publishing.publisher import load_key
 from relay.store import open_store, pkcs8
 from relay.store.files.keys import KEY_FILE
 from relay.store.files.locked import LOCK

@@ -17,7 +17,7 @@ from harness import RELAY_URL, Env, relay_env
 from relay.client import RelayClient
 from relay.errors import RelayHttpError, RelayPairingError
 from relay.protocol import compact, snapshot_path
-from relay.publisher import load_key
+from relay.publishing.publisher import load_key
 from relay.service import RelayService
 from relay.store import RelayStore
 

@@ -25,8 +25,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from relay.errors import RelayHttpError, RelayPairingError
 from relay.host import ActiveRun
 from relay.protocol import REQUEST_TIMEOUT_S, canonical_string
-from relay.publisher import load_key
 from relay.publishing.loop import backoff_delay
+from relay.publishing.publisher import load_key
 from relay.service import RelayService
 from relay.store import RelayStore, resolve
 from relay.store import schema as tables

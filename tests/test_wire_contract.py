@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from relay.client import RelayClient
 from relay.presence import Presence
 from relay.protocol import PRESENCE_FENCE_MS, PRESENCE_LEASE_MS, PRESENCE_MAX_TABS
-from relay.publisher import RelayPublisher
+from relay.publishing.publisher import RelayPublisher
 from relay.store import ProfileGrant, RelayConfig, RelayStore
 from relay.testing.memory import MemoryHost
 

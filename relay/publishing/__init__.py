@@ -1,4 +1,4 @@
-"""The parts `relay.publisher.RelayPublisher` is composed of, each one concept.
+"""The publisher (`publisher.RelayPublisher`) and the parts it is made of, each one concept.
 
 `states` builds a profile's rows from records (pure), `announcements` sends session-started
 events, `outbox` sends viewed and deleted acknowledgements, `loop` runs coalesced passes with

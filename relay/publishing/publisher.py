@@ -53,6 +53,7 @@ from relay.publishing.states import Terminal
 from relay.store import ProfileGrant, RelayConfig, RunState
 from relay.store.contract import LeaseWatch, Registration, Revisions, RunStates
 
+# The name predates this module's move into `publishing/`; operators filter on it (README).
 logger = logging.getLogger("relay.publisher")
 
 
