@@ -31,7 +31,7 @@ from relay.errors import (
     TransferConflictError,
 )
 from relay.store import migrate, resolve
-from relay.store.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
+from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
 
 # ── migrate ───────────────────────────────────────────────────────────────────
 

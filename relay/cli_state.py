@@ -7,7 +7,7 @@ import json
 
 from relay.cli_output import FAILED, OK, fail, require_existing, say
 from relay.store import migrate, open_store, resolve
-from relay.store.keyring import Passphrase, passphrase_from_env, passphrase_from_file
+from relay.store.keys.keyring import Passphrase, passphrase_from_env, passphrase_from_file
 
 # ── status ────────────────────────────────────────────────────────────────────
 

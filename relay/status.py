@@ -14,8 +14,9 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from relay.errors import RelayError
 from relay.publishing.publisher import load_key
-from relay.store import RelayStore, RunState, StoreTarget, migrate, pkcs8
-from relay.store.keyring import PASSPHRASE_ENV
+from relay.store import RelayStore, RunState, StoreTarget, migrate
+from relay.store.keys import pkcs8
+from relay.store.keys.keyring import PASSPHRASE_ENV
 
 
 def fingerprint(pem: str) -> str:

@@ -27,7 +27,8 @@ from hypothesis import HealthCheck, settings
 from secrets_support import SecretWatch
 from sqlalchemy import make_url
 
-from relay.store import RelayStore, open_store, pkcs8
+from relay.store import RelayStore, open_store
+from relay.store.keys import pkcs8
 from relay.store.migrate import upgrade
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"

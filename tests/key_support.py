@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from sqlalchemy import make_url
 
-from relay.store.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
+from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
 
 # Made-up passphrases that must never show in any output.
 PASSPHRASE = "correct horse battery staple 7f3a"  # noqa: S105

@@ -22,9 +22,9 @@ import asyncpg
 from cli_support import ROOT, Result, asyncpg_dsn, child_env, command, run
 from key_support import OTHER, PASSPHRASE
 
-from relay.store import pkcs8
 from relay.store.files.io import TEMP
-from relay.store.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
+from relay.store.keys import pkcs8
+from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
 
 PLAIN = "plain"
 SECRETS = {"A": PASSPHRASE, "B": OTHER}  # each encrypted side's passphrase

@@ -28,7 +28,7 @@ from key_support import (
 
 from relay.status import fingerprint
 from relay.store import ProfileGrant, RelayConfig, open_store
-from relay.store.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
+from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
 
 # Keys sealed in this process cost little; the command runs at the real cost. Each command is a
 # process of its own, so it sees only a real store.

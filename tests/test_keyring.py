@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 from key_support import PASSPHRASE, WRONG, ed25519_pem, pem_body
 
 from relay.errors import InvalidInputError, KeyPassphraseError
-from relay.store import pkcs8
-from relay.store.keyring import (
+from relay.store.keys import pkcs8
+from relay.store.keys.keyring import (
     PASSPHRASE_ENV,
     PASSPHRASE_FILE_ENV,
     Keyring,
@@ -21,7 +21,7 @@ from relay.store.keyring import (
     configured_passphrase,
     passphrase_from_file,
 )
-from relay.store.pkcs8 import _element
+from relay.store.keys.pkcs8 import _element
 
 SECRET = PASSPHRASE.encode()
 

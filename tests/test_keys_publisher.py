@@ -12,7 +12,7 @@ from key_support import ENCRYPTED, PASSPHRASE, WRONG, pem_body, raw_keys, use_pa
 
 from relay.service import RelayService
 from relay.store import RelayStore, open_store
-from relay.store.keyring import PASSPHRASE_ENV
+from relay.store.keys.keyring import PASSPHRASE_ENV
 
 # A restart reopens the store, and the stored key is read past it: the real backends.
 pytestmark = [pytest.mark.usefixtures("fast_scrypt"), on(*REAL)]

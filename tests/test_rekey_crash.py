@@ -58,10 +58,11 @@ from rekey_command import (
 
 from relay.errors import CorruptStateError, KeyPassphraseError, RelayError
 from relay.publishing.publisher import load_key
-from relay.store import open_store, pkcs8
+from relay.store import open_store
 from relay.store.files.keys import KEY_FILE
 from relay.store.files.locked import LOCK
-from relay.store.keyring import Keyring, Passphrase
+from relay.store.keys import pkcs8
+from relay.store.keys.keyring import Keyring, Passphrase
 
 SHORT_KILLS = 3  # one of each move: a round runs the command twice at the real scrypt cost
 LONG_KILLS = int(os.environ.get("TALARIA_RELAY_REKEY_KILLS", "50"))

@@ -43,7 +43,7 @@ from relay.errors import InvalidInputError, RelayPairingError
 from relay.protocol import session_path, snapshot_path, validated_origin
 from relay.service import RelayService
 from relay.store import open_store
-from relay.store.keyring import PASSPHRASE_ENV
+from relay.store.keys.keyring import PASSPHRASE_ENV
 from relay.testing import DevRelay, MemoryHost, serve
 
 INVITATION = "inv-AbC123_never-printed-4d9e"

@@ -26,7 +26,7 @@ from key_support import (
 
 from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
 from relay.store import RelayStore, open_store
-from relay.store.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV, Keyring, Passphrase
+from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV, Keyring, Passphrase
 
 pytestmark = [pytest.mark.usefixtures("fast_scrypt"), on(*REAL)]
 

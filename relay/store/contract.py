@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Protocol
 
-from relay.store.keyring import Passphrase
+from relay.store.keys.keyring import Passphrase
 from relay.store.records import (
     DeletedScope,
     DeletedView,

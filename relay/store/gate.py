@@ -19,7 +19,7 @@ from relay.protocol import MAX_SAFE_INTEGER
 from relay.store import checks
 from relay.store.checks import read
 from relay.store.contract import RelayStore
-from relay.store.key_gate import KeyGate
+from relay.store.keys.gate import KeyGate
 from relay.store.records import (
     OWNER_LIMIT,
     DeletedScope,

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from relay.errors import InvalidInputError, StaleConfigError, StoreError
 from relay.store import run_rules
 from relay.store.gate import StoreGate
-from relay.store.key_gate import Rekeyed
+from relay.store.keys.gate import Rekeyed
 from relay.store.records import (
     DeletedScope,
     DeletedView,

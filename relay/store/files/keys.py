@@ -10,7 +10,7 @@ from relay.errors import CorruptStateError
 from relay.store.files.documents import CONFIG, _parse_config
 from relay.store.files.io import _fsync_dir, _read, _write, _write_all
 from relay.store.files.locked import LockedDir
-from relay.store.key_gate import Rekeyed
+from relay.store.keys.gate import Rekeyed
 
 # What `save_key` names a key file; `load_key` reads no other file.
 KEY_FILE = re.compile(r"talaria-relay-publisher-[0-9a-f]{16}\.pem")

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, delete, exists, select, true, update
 
 from relay.errors import InvalidInputError, StaleConfigError
-from relay.store import pkcs8
 from relay.store import schema as t
-from relay.store.key_gate import Rekeyed
+from relay.store.keys import pkcs8
+from relay.store.keys.gate import Rekeyed
 from relay.store.records import CONFIG_VERSION, ProfileGrant, RelayConfig
 from relay.store.sql.dialect import Compiled, Dialect
 from relay.store.sql.part import SqlPart

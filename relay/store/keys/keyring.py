@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
-from relay.store import pkcs8
+from relay.store.keys import pkcs8
 
 PASSPHRASE_ENV = "TALARIA_RELAY_KEY_PASSPHRASE"  # noqa: S105 (a variable name, not a secret)
 PASSPHRASE_FILE_ENV = "TALARIA_RELAY_KEY_PASSPHRASE_FILE"  # noqa: S105 (likewise)

@@ -14,8 +14,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
-from relay.store import checks, pkcs8
-from relay.store.keyring import Keyring, Passphrase, configured_passphrase
+from relay.store import checks
+from relay.store.keys import pkcs8
+from relay.store.keys.keyring import Keyring, Passphrase, configured_passphrase
 
 # (ref, stored PEM) -> the PEM to store instead; raising leaves every key as it was.
 Rekeyed = Callable[[str, str], str]
