@@ -112,6 +112,8 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     from relay.bench import Plan, run
     from relay.bench.report import render
 
+    if args.replicas is not None:
+        return await _bench_replicas(args)
     # Progress goes to stderr so `--json` keeps stdout one document.
     plan = Plan(stores=tuple(args.stores), quick=args.quick, say=progress if args.json else say)
     document = await run(plan)
@@ -120,6 +122,23 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     else:
         for line in ["", *render(document)]:
             say(line)
+    return OK
+
+
+async def _bench_replicas(args: argparse.Namespace) -> int:
+    from relay.bench.replicas import measure
+    from relay.bench.runner import PG_ENV, Scratch
+
+    urls = [*args.stores, *([os.environ[PG_ENV]] if PG_ENV in os.environ else [])]
+    targets = [target for target in map(resolve, urls) if target.backend == "postgres"]
+    if not targets:
+        raise InvalidInputError(f"--replicas needs a Postgres server: --store URL or ${PG_ENV}")
+    if not (args.replicas >= 1 and args.profiles >= 1 and args.sessions >= 1 < args.seconds):
+        raise InvalidInputError("--replicas, --profiles and --sessions must be >= 1, --seconds > 1")
+    async with Scratch(targets[0]).fresh("replicas") as url:
+        progress(f"{args.replicas} replicas, {args.profiles} profiles, {args.sessions} sessions")
+        figures = await measure(url, args.replicas, args.profiles, args.sessions, args.seconds)
+    say(json.dumps(figures, indent=2 if args.json else None))
     return OK
 
 
@@ -280,6 +299,15 @@ def parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("--quick", action="store_true", help="few ops, small ledgers, same shape")
     sub.add_argument("--json", action="store_true", help="one JSON document with every figure")
+    scale = sub.add_argument_group(
+        "at scale",
+        "with --replicas: only N replica processes on one Postgres (--store or "
+        "$TALARIA_RELAY_TEST_POSTGRES_URL), a turn starting or ending every 100 ms",
+    )
+    scale.add_argument("--replicas", type=int, metavar="N", help="replica processes")
+    scale.add_argument("--profiles", type=int, default=10, metavar="P", help="(default 10)")
+    scale.add_argument("--sessions", type=int, default=2000, metavar="S", help="(default 2000)")
+    scale.add_argument("--seconds", type=float, default=60.0, help="(default 60)")
     return root
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def test_quick_bench_prints_every_figure_of_every_store(tmp_path: Path) -> None:
     """The quick run exits 0 and prints one document: every workload at every ledger size with
@@ -51,3 +53,24 @@ def test_quick_bench_prints_every_figure_of_every_store(tmp_path: Path) -> None:
     assert all(row["profiles"] == 10 and row["round_trips"] >= 10 for row in relay_rows)
     assert stores["json"]["distance"] == {"store": [], "relay": []}
     assert {check["store"] for check in document["targets"]} == {"sqlite"}
+
+
+def test_bench_at_scale_reports_freshness_commits_connections_and_cpu(tmp_path: Path) -> None:
+    """`bench --replicas 2` runs two replica processes on a scratch Postgres database and
+    reports every event's freshness on the relay, commits per second, connections and CPU."""
+    url = os.environ.get("TALARIA_RELAY_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("needs TALARIA_RELAY_TEST_POSTGRES_URL")
+    done = subprocess.run(
+        [sys.executable, "-m", "relay", "bench", "--replicas", "2", "--profiles", "2",
+         "--sessions", "10", "--seconds", "3", "--store", url],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["events"] >= 20
+    assert figures["events_not_shown"] == 0
+    assert 0 < figures["freshness_p50_ms"] <= figures["freshness_p99_ms"]
+    assert figures["commits_per_s"] > 0
+    assert figures["connections_per_replica"] >= 1
+    assert figures["cpu_per_replica"] > 0

@@ -145,6 +145,17 @@ class RelayState:
             for row in grant.current(now, include_expired=include_expired)
         ]
 
+    def history(self, cursor: dict[int, int] | None = None) -> list[tuple[str, str | None, str]]:
+        """Every (session, stream, phase) the grants' rows went through, in each grant's order;
+        with `cursor` (start with `{}`; this call keeps it up to date) only those since the last
+        call with it."""
+        cursor = {} if cursor is None else cursor
+        entries = []
+        for number, grant in enumerate(self._grants.values()):
+            entries += grant.history[cursor.get(number, 0) :]
+            cursor[number] = len(grant.history)
+        return entries
+
     def completions(self, publisher_id: str, profile_id: str) -> list[Completion]:
         return [
             completion
