@@ -9,7 +9,6 @@ primary, streaming from a replication slot.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import socket
@@ -201,29 +200,23 @@ def create_cluster(
     return cluster
 
 
-def create_standby(
-    primary: PgCluster, hosts: Sequence[str] = ("127.0.0.1",), *, port: int | None = None
-) -> PgCluster:
-    """A streaming standby of `primary` (`pg_basebackup -R` through a slot of its own), started."""
-    standby = _create(new_name(), tuple(hosts), port)
-    try:
-        for entry in standby.data.iterdir():  # the directory itself stays, owned by postgres
-            if entry.is_dir():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
-        source = ("-h", primary.host, "-p", str(primary.port), "-U", SUPERUSER)
-        slot = ("-C", "-S", standby.name)
-        sh(
-            *as_postgres(
-                "pg_basebackup", *source, "-D", str(standby.data), "-R", "-X", "stream", *slot
-            )
-        )
-        standby.start()
-    except BaseException:
-        standby.drop()
-        raise
-    return standby
+def new_cluster(hosts: Sequence[str] = ("127.0.0.1",), *, port: int | None = None) -> PgCluster:
+    """A new cluster, configured but not started (a standby's files replace its data)."""
+    return _create(new_name(), tuple(hosts), port)
+
+
+def start_standby(primary: PgCluster, standby: PgCluster) -> None:
+    """Make the unstarted `standby` a streaming copy of `primary` (`pg_basebackup -R` through a
+    slot of its own) and start it."""
+    for entry in standby.data.iterdir():  # the directory itself stays, owned by postgres
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    source = ("-h", primary.host, "-p", str(primary.port), "-U", SUPERUSER)
+    into = ("-D", str(standby.data), "-R", "-X", "stream", "-C", "-S", standby.name)
+    sh(*as_postgres("pg_basebackup", *source, *into))
+    standby.start()
 
 
 def drop_all(clusters: Sequence[PgCluster]) -> None:
@@ -256,9 +249,9 @@ class FailoverPair:
         return f"postgresql://postgres@{hosts}/{database}?target_session_attrs=read-write"
 
 
-def migrated_database(cluster: PgCluster) -> str:
+async def migrated_database(cluster: PgCluster) -> str:
     """A new database on `cluster`, migrated to head; its name."""
     name = f"relay_{uuid.uuid4().hex[:12]}"
-    asyncio.run(admin_execute(cluster.url(), f'CREATE DATABASE "{name}"'))
-    asyncio.run(upgrade(cluster.url(name)))
+    await admin_execute(cluster.url(), f'CREATE DATABASE "{name}"')
+    await upgrade(cluster.url(name))
     return name

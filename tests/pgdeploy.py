@@ -9,6 +9,7 @@ pair, which a test destroys. What the machine lacks skips, except under CI, wher
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from pgbouncer_proc import Bouncers
@@ -17,10 +18,11 @@ from pgcluster import (
     FailoverPair,
     PgCluster,
     create_cluster,
-    create_standby,
     drop_all,
     free_port,
+    new_cluster,
     require,
+    start_standby,
 )
 from pgtls import TlsCluster, create_tls_cluster
 
@@ -57,10 +59,17 @@ def failover_pair() -> Iterator[FailoverPair]:
     """A fresh primary and standby (a failover test uses them up), dropped after."""
     require(*TOOLS)
     port = free_port(("127.0.0.2", "127.0.0.3"))
-    primary = create_cluster(("127.0.0.2",), port=port)
-    made = [primary]
+    with ThreadPoolExecutor(2) as pool:  # two initdb runs at once
+        making = [
+            pool.submit(create_cluster, ("127.0.0.2",), port=port),
+            pool.submit(new_cluster, ("127.0.0.3",), port=port),
+        ]
+    made = [future.result() for future in making if future.exception() is None]
     try:
-        made.append(create_standby(primary, ("127.0.0.3",), port=port))
-        yield FailoverPair(primary, made[1])
+        for future in making:
+            future.result()
+        primary, standby = made
+        start_standby(primary, standby)
+        yield FailoverPair(primary, standby)
     finally:
         drop_all(made)
