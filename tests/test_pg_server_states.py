@@ -236,3 +236,18 @@ async def test_a_refused_login_is_unavailable_naming_the_cause(store_url: str) -
         await open_store(url)
     assert "refused the login" in str(caught.value)
     assert isinstance(caught.value, StoreError)
+
+
+@pytest.mark.parametrize("command", [["migrate"], ["migrate", "--check"], ["status"], ["check"]])
+def test_a_refused_login_exits_3_in_one_line(
+    store_url: str, tmp_path: Any, command: list[str]
+) -> None:
+    """Every command meeting a refused login (SQLSTATE 28000) exits 3, "cannot be reached",
+    with one line naming the cause, as a TLS failure does."""
+    home = tmp_path / "xdg"
+    home.mkdir()
+    url = make_url(store_url).set(username="relay_no_such_role").render_as_string(False)
+    result = run(home, *command, "--store", url, timeout=60)
+    assert result.code == 3, result.describe()
+    (line,) = (result.stderr + result.stdout).strip().splitlines()
+    assert "refused the login" in line
