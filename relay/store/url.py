@@ -290,8 +290,9 @@ def driver_error(exc: BaseException, target: StoreTarget) -> StoreError:
     state = getattr(orig, "sqlstate", None) or getattr(
         orig.__cause__ if orig else None, "sqlstate", None
     )
-    if isinstance(state, str) and sqlstate.unavailable(state):
+    if isinstance(state, str):
         message = sqlstate.described(state, message)
+    if isinstance(state, str) and sqlstate.unavailable(state):
         return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")
     if isinstance(exc, DBAPIError) and not (
         exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)

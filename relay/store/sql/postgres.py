@@ -169,7 +169,12 @@ class PostgresRunner:
             else:
                 result = await body(PostgresTx(conn, self.stats, timeout))
         except BaseException as error:
-            driver = isinstance(error, _DRIVER_ERRORS)
+            # A statement past its timeout: asyncpg asks the server to cancel it, over a
+            # connection of its own. Terminating this one would strand that statement on the
+            # server, still waiting for its lock, to run later; kept, the connection waits
+            # for the cancel before its next statement. Mid-transaction it goes all the same.
+            timed_out = isinstance(error, TimeoutError)
+            driver = isinstance(error, _DRIVER_ERRORS) and not timed_out
             _discard_unless_clean(conn, error, broken=driver)
             state = _state(error)
             if state and sqlstate.drops_connection(state):
@@ -177,8 +182,8 @@ class PostgresRunner:
                 # the others, which a new connection (a multi-host URL: the new primary) avoids.
                 _terminate(conn)
                 pool.discard_all()
-            if driver or isinstance(error, TimeoutError):
-                raise self.translated(error, lost=isinstance(error, _LOST)) from error
+            if driver or timed_out:
+                raise self.translated(error, lost=driver and isinstance(error, _LOST)) from error
             raise
         finally:
             pool.release(conn)
