@@ -1,4 +1,5 @@
-"""Least privilege: a runtime role with DML only runs the publisher and cannot migrate."""
+"""Least privilege as an operator deploys it, on a cluster of the tests' own: the owner applies
+what `talaria-relay grants ROLE` prints with psql, and a replica runs as the runtime role."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 from cli_support import pg_tables, run
 from databases import admin_execute
-from pgcluster import PgCluster, migrated_database
+from pgcluster import SUPERUSER, PgCluster, migrated_database, sh
 from replicas import cluster
 
 pytest_plugins = ["pgdeploy"]
@@ -17,40 +18,50 @@ pytestmark = pytest.mark.postgres
 START = 1_800_000_000.0
 
 
-def runtime_grants(role: str, database: str) -> list[str]:
-    """What an operator grants the runtime role: connect, the schema, and rows, nothing else."""
-    return [
-        f'GRANT CONNECT ON DATABASE "{database}" TO "{role}"',
-        f'GRANT USAGE ON SCHEMA public TO "{role}"',
-        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO "{role}"',
-    ]
+def apply_grants(server: PgCluster, database: str, role: str, home: Path) -> None:
+    """Print the grants for `database` and run them as the owner with `psql -v ON_ERROR_STOP=1`."""
+    printed = run(home, "grants", role, "--store", server.url(database), timeout=60)
+    assert printed.code == 0, printed.describe()
+    psql = ("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", server.host, "-p", str(server.port))
+    sh(*psql, "-U", SUPERUSER, "-d", database, "-c", printed.stdout)
 
 
-async def test_a_runtime_role_publishes_and_cannot_migrate(
+async def test_a_runtime_role_publishes_while_migrate_with_it_is_refused(
     extra_cluster: PgCluster, tmp_path: Path
 ) -> None:
-    """A role holding CONNECT, USAGE and SELECT/INSERT/UPDATE/DELETE pairs and publishes through
-    a replica and passes `check`; `migrate` with it is refused in one line, creating nothing."""
+    """With only the printed grants, a replica running as the runtime role pairs, publishes and
+    passes `check`; meanwhile `migrate` as that role is refused in one line and creates nothing,
+    and the replica publishes on."""
     role = f"relay_runtime_{uuid.uuid4().hex[:8]}"
-    database = await migrated_database(extra_cluster)
     await admin_execute(extra_cluster.url(), f'CREATE ROLE "{role}" LOGIN')
-    await admin_execute(extra_cluster.url(database), *runtime_grants(role, database))
-    runtime_url = extra_cluster.url(database).replace("postgres@", f"{role}@", 1)
-
-    async with cluster(runtime_url, 1) as group:
-        await group.pair()
-        await group.everywhere("session", id="s0", created_at=START)
-        await group.replicas[0].call("start", session="s0", stream="t0", at=START)
-        await group.everywhere("flush")
-        assert [row["streamId"] for row in group.grant_rows()] == ["t0"]
-    assert run(tmp_path, "check", "--store", runtime_url).code == 0
-
+    database = await migrated_database(extra_cluster)
+    apply_grants(extra_cluster, database, role, tmp_path)
     empty = f"relay_{uuid.uuid4().hex[:12]}"
     await admin_execute(extra_cluster.url(), f'CREATE DATABASE "{empty}"')
-    await admin_execute(extra_cluster.url(empty), *runtime_grants(role, empty))
-    result = run(tmp_path, "migrate", "--store", runtime_url.replace(database, empty))
-    lines = result.output.strip().splitlines()
-    assert result.code == 1, result.describe()
-    assert len(lines) == 1, result.describe()
-    assert "permission denied" in lines[0], result.describe()
-    assert await pg_tables(extra_cluster.url(empty)) == []
+    # No tables to grant on yet: what the runtime role holds on a database before it is migrated.
+    grants = [
+        f'GRANT CONNECT ON DATABASE "{empty}" TO "{role}"',
+        f'GRANT USAGE ON SCHEMA public TO "{role}"',
+    ]
+    await admin_execute(extra_cluster.url(empty), *grants)
+    runtime_url = extra_cluster.url(database).replace(f"{SUPERUSER}@", f"{role}@", 1)
+
+    async with cluster(runtime_url, 1) as group:
+        replica = group.replicas[0]
+        await group.pair()
+        await replica.call("session", id="s0", created_at=START)
+        await replica.call("start", session="s0", stream="t0", at=START)
+        await replica.call("flush")
+        assert [row["streamId"] for row in group.grant_rows()] == ["t0"]
+        assert run(tmp_path, "check", "--store", runtime_url).code == 0
+
+        result = run(tmp_path, "migrate", "--store", runtime_url.replace(database, empty))
+        (line,) = result.output.strip().splitlines()
+        assert result.code == 1, result.describe()
+        assert "permission denied" in line, result.describe()
+        assert await pg_tables(extra_cluster.url(empty)) == []
+
+        await replica.call("start", session="s0", stream="t1", at=START + 1)
+        await replica.call("flush")
+        assert [row["streamId"] for row in group.grant_rows()] == ["t1"]
+        assert group.stale() == 0
