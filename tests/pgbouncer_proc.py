@@ -70,7 +70,7 @@ def start_pgbouncer(mode: Mode, server_host: str = HOST, server_port: int = 5432
         f"auth_type = trust\nauth_file = {directory / 'users.txt'}\npool_mode = {mode}\n"
         # Room for every replica and contract test at once; the server has 100 slots.
         "max_client_conn = 500\ndefault_pool_size = 40\n"
-        "log_connections = 0\nlog_disconnections = 0\n"
+        f"log_connections = 0\nlog_disconnections = 0\npidfile = {directory / 'pgbouncer.pid'}\n"
     )
     for path in directory.iterdir():
         if root:
