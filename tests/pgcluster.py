@@ -34,14 +34,17 @@ READY_S = 60.0
 FAST = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
 
 
-def require(*binaries: str) -> None:
-    """Skip unless every binary is on PATH; under CI a missing one is a failure."""
+def require(*binaries: str, root: bool = False) -> None:
+    """Skip unless every binary is on PATH (and, for `root`, this process is root, as Debian's
+    cluster tools need); under CI either is a failure, never a skip."""
     missing = [name for name in binaries if shutil.which(name) is None]
-    if not missing:
+    reason = f"not installed on this machine: {', '.join(missing)}" if missing else ""
+    if not reason and root and os.geteuid() != 0:
+        reason = "making a Postgres cluster needs root (pg_createcluster writes /etc/postgresql)"
+    if not reason:
         return
-    reason = f"not installed on this machine: {', '.join(missing)}"
     if os.environ.get("CI"):
-        pytest.fail(f"CI requires them: {reason}")
+        pytest.fail(f"CI requires it: {reason}")
     pytest.skip(reason)
 
 

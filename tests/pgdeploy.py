@@ -39,7 +39,7 @@ def bouncers(pg_admin_url: str) -> Iterator[Bouncers]:
 @pytest.fixture(scope="session")
 def extra_cluster() -> Iterator[PgCluster]:
     """A cluster of the tests' own, whose settings a test may change (and must restore)."""
-    require(*TOOLS)
+    require(*TOOLS, root=True)
     cluster = create_cluster()
     yield cluster
     drop_all([cluster])
@@ -48,7 +48,7 @@ def extra_cluster() -> Iterator[PgCluster]:
 @pytest.fixture(scope="session")
 def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster]:
     """A cluster with ssl=on and a certificate from a private CA made for this run."""
-    require(*TOOLS, "openssl")
+    require(*TOOLS, "openssl", root=True)
     made = create_tls_cluster(tmp_path_factory.mktemp("tls"))
     yield made
     drop_all([made.cluster])
@@ -57,7 +57,7 @@ def tls_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsCluster
 @pytest.fixture
 def failover_pair() -> Iterator[FailoverPair]:
     """A fresh primary and standby (a failover test uses them up), dropped after."""
-    require(*TOOLS)
+    require(*TOOLS, root=True)
     port = free_port(("127.0.0.2", "127.0.0.3"))
     with ThreadPoolExecutor(2) as pool:  # two initdb runs at once
         making = [
