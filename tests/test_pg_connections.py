@@ -18,7 +18,7 @@ pytestmark = on("postgres")
 
 START = 1_800_000_000.0
 POOL_SIZE = 1
-BUSY_S = 3.0
+BUSY_S = 1.5
 
 
 async def by_replica(conn: asyncpg.Connection, database: str) -> Counter[str]:

@@ -56,11 +56,11 @@ async def test_replicas_publish_through_pgbouncer_and_leave_no_lock(
     bouncers: Bouncers,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    """Three replicas through PgBouncer pair, publish turns on each, and take over a kill -9'd
+    """Two replicas through PgBouncer pair, publish turns on each, and take over a kill -9'd
     replica's turn within the lease: no command fails and no replica logs a warning, the relay
     sees no stale revision, and no advisory lock is left on the server."""
     database = str(make_url(store_url).database)
-    async with cluster(bouncers(mode).url(database), 3, lease_s=LEASE_S, heartbeat_s=1.0) as group:
+    async with cluster(bouncers(mode).url(database), 2, lease_s=LEASE_S, heartbeat_s=1.0) as group:
         await group.pair()
         for n, replica in enumerate(group.replicas):
             await group.everywhere("session", id=f"s{n}", created_at=START)
@@ -68,11 +68,11 @@ async def test_replicas_publish_through_pgbouncer_and_leave_no_lock(
         await group.everywhere("flush")
         await group.replicas[1].call("end", stream="t1", phase="completed")
         await group.everywhere("flush")
-        assert [phase(group, f"s{n}") for n in range(3)] == ["running", "completed", "running"]
+        assert [phase(group, f"s{n}") for n in range(2)] == ["running", "completed"]
         group.replicas[0].kill()
         await until(lambda: phase(group, "s0") == "failed", 6 * LEASE_S)
         await asyncio.gather(*(replica.call("flush") for replica in group.live()))
-        assert [phase(group, f"s{n}") for n in range(3)] == ["failed", "completed", "running"]
+        assert [phase(group, f"s{n}") for n in range(2)] == ["failed", "completed"]
         assert group.stale() == 0
     logged = [line for line in capfd.readouterr().err.splitlines() if line.startswith(LEVELS)]
     print(f"PgBouncer {mode} mode: {len(logged)} warnings or errors logged by the replicas")
