@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 from backends import on
 from cli_support import run
-from databases import admin_execute
+from databases import set_read_only
 from sqlalchemy import func, make_url, select
 
 from relay.errors import StoreError, StoreUnavailableError
@@ -33,27 +33,6 @@ NOW = 1_800_000_000_000
 def with_params(url: str, **params: object) -> str:
     query = "&".join(f"{name}={value}" for name, value in params.items())
     return f"{url}{'&' if '?' in url else '?'}{query}"
-
-
-def database(url: str) -> str:
-    name = make_url(url).database
-    assert name is not None
-    return name
-
-
-async def set_read_only(url: str, read_only: bool) -> None:
-    """Make the database read-only for new connections, or take that back."""
-    setting = (
-        "SET default_transaction_read_only = on"
-        if read_only
-        else "RESET default_transaction_read_only"
-    )
-    # This session writes whatever its database's default says.
-    await admin_execute(
-        url,
-        "SET default_transaction_read_only = off",
-        f'ALTER DATABASE "{database(url)}" {setting}',
-    )
 
 
 def runner(store: RelayStore) -> PostgresRunner:

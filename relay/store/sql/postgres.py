@@ -177,13 +177,15 @@ class PostgresRunner:
             driver = isinstance(error, _DRIVER_ERRORS) and not timed_out
             _discard_unless_clean(conn, error, broken=driver)
             state = _state(error)
-            if state and sqlstate.drops_connection(state):
-                # The server behind this connection is read-only or leaving: so is it behind
-                # the others, which a new connection (a multi-host URL: the new primary) avoids.
+            lost = driver and isinstance(error, _LOST)
+            if lost or (state and sqlstate.drops_connection(state)):
+                # The server behind this connection is read-only, leaving or gone: so is it
+                # behind the others (a restart ends them all), which a new connection (with a
+                # multi-host URL, to the new primary) avoids.
                 _terminate(conn)
                 pool.discard_all()
             if driver or timed_out:
-                raise self.translated(error, lost=driver and isinstance(error, _LOST)) from error
+                raise self.translated(error, lost=lost) from error
             raise
         finally:
             pool.release(conn)
