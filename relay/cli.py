@@ -2,7 +2,8 @@
 
 Exit codes scripts can rely on: 0 success; 1 the check or job failed (not at head, a conflict,
 invalid stored state, a refused request); 2 bad usage or input; 3 the store or relay could not be
-reached. Passwords in store URLs and key passphrases are never printed.
+reached (down, refused the login, failed TLS, read-only when written to). Passwords in store URLs
+and key passphrases are never printed.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from relay import __version__
+from relay.cli_grants import add_parser as add_grants
 from relay.cli_import import cmd_import
 from relay.cli_output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
 from relay.cli_state import cmd_check, cmd_rekey, cmd_status
@@ -194,6 +196,8 @@ def parser() -> argparse.ArgumentParser:
     sub = add("migrate", cmd_migrate, "upgrade the store's schema to head (safe on replicas)")
     sub.add_argument("--check", action="store_true", help="change nothing; exit 1 if not at head")
     sub.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+
+    add_grants(commands, store)
 
     sub = add("status", cmd_status, "show what the store holds (never the private key)")
     sub.add_argument("--json", action="store_true", help="the stable JSON shape (see README)")

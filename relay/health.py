@@ -7,7 +7,7 @@ neither ever calls the relay, so a probe cannot add load to it or fail because o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from relay.errors import RelayError, StoreUnavailableError
@@ -20,15 +20,18 @@ READY, NOT_READY, UNREACHABLE = 0, 1, 3
 
 @dataclass(frozen=True, slots=True)
 class StoreHealth:
-    """What the store says: reachable, at the schema head (None: no schema), registered."""
+    """What the store says: reachable, at the schema head (None: no schema), registered, and
+    whether its server takes writes (a standby or a read-only server does not)."""
 
     reachable: bool
     schema_at_head: bool | None
     registered: bool
+    writable: bool = True
 
     @property
     def ready(self) -> bool:
-        return self.reachable and self.schema_at_head is not False and self.registered
+        at_head = self.schema_at_head is not False
+        return self.reachable and at_head and self.registered and self.writable
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +131,15 @@ async def probe(url: str | None) -> Probe:
             return Probe(target, unknown, "no store there")
         async with open_store(url) as store:
             found = await store_health(store)
+            # Only SQL stores have a server to ask (memory, JSON: no such method).
+            asked = getattr(store, "unwritable", None)
+            refusal = await asked() if asked is not None and found.reachable else None
     except StoreUnavailableError as error:
         return Probe(target, unknown, str(error))
     if not found.reachable:
         return Probe(target, found, "the store did not answer")
+    if refusal is not None:
+        return Probe(target, replace(found, writable=False), refusal)
     if not found.registered:
         return Probe(target, found, "not registered: pair the server with Talaria Relay")
     return Probe(target, found, None)

@@ -31,6 +31,20 @@ async def admin_execute(url: str, *statements: str) -> None:
         await conn.close()
 
 
+async def set_read_only(url: str, read_only: bool) -> None:
+    """Make the database at `url` read-only for new connections, or take that back."""
+    name = make_url(url).database
+    setting = (
+        "SET default_transaction_read_only = on"
+        if read_only
+        else "RESET default_transaction_read_only"
+    )
+    # The session that changes it writes whatever its database's default says.
+    await admin_execute(
+        url, "SET default_transaction_read_only = off", f'ALTER DATABASE "{name}" {setting}'
+    )
+
+
 async def sessions_ended(url: str, timeout_s: float) -> bool:
     """Whether every other session on the database at `url` ends within `timeout_s`.
 

@@ -1163,6 +1163,19 @@ URL_CASES: dict[str, tuple[object, str]] = {
         "postgresql://u@127.0.0.1/db?prepared_statement_cache_size=none",
         "prepared_statement_cache_size must be",
     ),
+    "pg-pool-size-zero": ("postgresql://u@127.0.0.1/db?pool_size=0", "pool_size must be"),
+    "pg-pool-size-text": ("postgresql://u@127.0.0.1/db?pool_size=ten", "pool_size must be"),
+    "pg-pool-idle-zero": ("postgresql://u@127.0.0.1/db?pool_max_idle=0", "pool_max_idle must be"),
+    "pg-pool-lifetime-huge": (
+        "postgresql://u@127.0.0.1/db?pool_max_lifetime=1e9",
+        "pool_max_lifetime must be",
+    ),
+    "pg-statement-timeout-text": (
+        "postgresql://u@127.0.0.1/db?statement_timeout=soon",
+        "statement_timeout must be",
+    ),
+    "pg-lock-timeout-nan": ("postgresql://u@127.0.0.1/db?lock_timeout=nan", "lock_timeout must be"),
+    "pg-ports-per-host-text": ("postgresql://u:s3cret@h1:1,h2:x/db", "a port is not a number"),
     "pg-cache-huge": (
         f"postgresql://u@127.0.0.1/db?prepared_statement_cache_size={HUGER}",
         "prepared_statement_cache_size must be",

@@ -109,3 +109,73 @@ async def test_a_close_cancelled_while_it_waits_leaves_no_caller_waiting_for_eve
     pool.release(out)
     with pytest.raises(RuntimeError):
         await asyncio.wait_for(queued, 1)
+
+
+class Ticks:
+    """A clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_an_idle_connection_past_its_idle_time_is_closed_not_reused() -> None:
+    """A connection idle longer than `max_idle_s` is terminated and a new one made instead."""
+    connect, ticks = Connector(), Ticks()
+    pool = await Pool.open(connect, 2, max_idle_s=60, clock=ticks)
+    pool.release(await pool.acquire())
+    ticks.now = 59
+    pool.release(await pool.acquire())
+    assert len(connect.made) == 1
+    ticks.now = 59 + 60
+    fresh = await pool.acquire()
+    assert fresh is not connect.made[0]
+    assert connect.made[0].terminated
+    pool.release(fresh)
+
+
+async def test_a_connection_past_its_lifetime_is_closed_however_busy() -> None:
+    """A connection in constant use still ends after `max_lifetime_s`: on its way back."""
+    connect, ticks = Connector(), Ticks()
+    pool = await Pool.open(connect, 1, max_idle_s=60, max_lifetime_s=100, clock=ticks)
+    for second in range(0, 100, 10):
+        ticks.now = second
+        pool.release(await pool.acquire())
+    assert len(connect.made) == 1
+    held = await pool.acquire()
+    ticks.now = 100
+    pool.release(held)
+    assert held.terminated
+    assert await pool.acquire() is connect.made[1]
+
+
+async def test_idle_connections_are_closed_with_no_caller_coming() -> None:
+    """A pool nobody calls still lets its idle connections go once their idle time is up."""
+    connect = Connector()
+    pool = await Pool.open(connect, 3, max_idle_s=0.05)
+    taken = [await pool.acquire() for _ in range(3)]
+    for conn in taken:
+        pool.release(conn)
+    for _ in range(500):
+        if pool.idle == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert pool.idle == 0
+    assert all(conn.terminated for conn in connect.made)
+    await pool.close()
+
+
+async def test_discard_all_retires_idle_connections_now_and_busy_ones_on_return() -> None:
+    """After `discard_all()` no connection made before it is handed out again."""
+    connect = Connector()
+    pool = await Pool.open(connect, 2)
+    busy, idle = await pool.acquire(), await pool.acquire()
+    pool.release(idle)
+    pool.discard_all()
+    assert idle.terminated
+    assert not busy.terminated
+    pool.release(busy)
+    assert busy.terminated
+    assert await pool.acquire() not in (busy, idle)

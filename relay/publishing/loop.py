@@ -3,6 +3,10 @@
 What a pass does is the publisher's; what its failure means is decided here. The relay or the
 store failing (`RelayError`) is expected and gets one line; anything else is a bug and gets its
 traceback. Both back off and try again; only a permanent HTTP answer stops the loop for good.
+
+A backoff holds (spec §1.5): after a failure the loop sleeps the whole delay and only then runs
+again. A change during the delay is coalesced into that next pass, never a reason to retry
+sooner, or a busy app would retry at its own event rate; only `stop()` ends a backoff early.
 """
 
 from __future__ import annotations
@@ -126,7 +130,11 @@ class PassLoop:
         self._wake.set()
 
     async def flush(self) -> None:
-        """Return once a pass that began after this call has finished (failed or not)."""
+        """Return once a pass that began after this call has finished (failed or not).
+
+        During a backoff that pass is the one after the delay: a flush waits it out (at most
+        `MAX_DELAY_S` and one pass), or returns at `stop()`.
+        """
         if self._task is None or self.stopped:
             if not self.stopped:
                 await self.run_once()
@@ -239,6 +247,7 @@ class PassLoop:
             self._dirty = False
             delay = await self.run_once()
             if delay is not None:
-                await self._sleep(delay)
+                # Not `_sleep`: a change must not cut the delay short. `stop()` cancels this.
+                await asyncio.sleep(delay)
                 if not self.stopped:
                     self._dirty = True

@@ -1,9 +1,14 @@
-"""Store URLs: which backend, where, and how to show it without its password."""
+"""Store URLs: which backend, where, and how to show it without its password.
+
+A Postgres URL may name several servers, as libpq does (`relay.store.hosts`): the store connects
+to the first that answers and matches `target_session_attrs`.
+"""
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -12,6 +17,7 @@ from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
+from relay.store import budget, hosts, sqlstate
 
 ENV_VAR = "TALARIA_RELAY_STORE_URL"
 # A store in this process only: each open is a new, empty one.
@@ -38,15 +44,26 @@ SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 POSTGRES_PARAMETERS = (
     "application_name",
     "connect_timeout",
+    "host",
+    "lock_timeout",
     "options",
+    "pool_max_idle",
+    "pool_max_lifetime",
+    "pool_size",
+    "port",
     "prepared_statement_cache_size",
     "ssl",
     "sslcert",
     "sslkey",
     "sslmode",
     "sslrootcert",
+    "statement_timeout",
     "target_session_attrs",
 )
+# libpq's environment variable for target_session_attrs, which asyncpg reads too.
+TARGET_ENV = "PGTARGETSESSIONATTRS"
+# The user and password part of a URL, read as SQLAlchemy reads it.
+_USERINFO = re.compile(r"(?:[^:/]*(?::[^@]*)?@)?")
 # libpq's spellings, and what they mean here.
 SSL_BOOLEANS = {"true": "require", "1": "require", "false": "disable", "0": "disable"}
 TARGET_SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
@@ -54,8 +71,6 @@ SSL_FILES = ("sslcert", "sslkey", "sslrootcert")
 # An hour: past that, a "timeout" is a typo, not a wait anyone means.
 MAX_CONNECT_TIMEOUT_S = 3600.0
 MAX_STATEMENT_CACHE = 100_000
-# invalid_catalog_name: the database is not there, as unreachable as a server that is not.
-MISSING_DATABASE = "3D000"
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +84,7 @@ class StoreTarget:
     @property
     def display(self) -> str:
         if self.url is not None:
-            return self.url.render_as_string(hide_password=True)
+            return hosts.render(self.url, hide_password=True)
         return MEMORY if self.backend == "memory" else f"json://{self.path}"
 
     @property
@@ -112,7 +127,7 @@ def resolve(raw: str | None = None) -> StoreTarget:
         path = _sqlite_path(_parse(raw))
         return StoreTarget("sqlite", path, _sqlite_url(path))
     if scheme in ("postgres", "postgresql", "postgresql+asyncpg"):
-        return StoreTarget("postgres", url=_postgres_url(_parse("postgresql" + raw[len(scheme) :])))
+        return StoreTarget("postgres", url=_postgres_url(raw.split("://", 1)[1]))
     shown = raw if "@" not in raw else raw.split("://", 1)[0] + "://…"
     raise InvalidInputError(f"unsupported store URL {shown!r}; use one of: " + ", ".join(SUPPORTED))
 
@@ -223,7 +238,20 @@ def _sqlite_url(path: Path) -> URL:
     return URL.create("sqlite+aiosqlite", database=str(path))
 
 
-def _postgres_url(url: URL) -> URL:
+def _postgres_url(rest: str) -> URL:
+    """Parse what follows `postgresql://`: the servers ourselves (SQLAlchemy reads one host and
+    one port), the rest with SQLAlchemy; the servers land in the canonical place `hosts` says."""
+    userinfo = _USERINFO.match(rest)
+    assert userinfo is not None  # the pattern matches the empty string
+    after = rest[userinfo.end() :]
+    cut = min((i for i in (after.find("/"), after.find("?")) if i >= 0), default=len(after))
+    url = _parse("postgresql+asyncpg://" + userinfo.group(0) + after[cut:])
+    query = {name: str(value) for name, value in url.query.items()}
+    servers = hosts.parse(after[:cut], query.get("host"), query.get("port"))
+    return _postgres_checked(hosts.placed(url, servers))
+
+
+def _postgres_checked(url: URL) -> URL:
     if not url.database:
         raise InvalidInputError("postgres store URL needs a database name")
     query = {name: str(value) for name, value in url.query.items()}
@@ -245,12 +273,8 @@ def _postgres_url(url: URL) -> URL:
             raise InvalidInputError(
                 f"store URL parameter sslmode={mode!r}: use one of {', '.join(SSLMODES)}"
             )
-    attrs = query.get("target_session_attrs")
-    if attrs is not None and attrs not in TARGET_SESSION_ATTRS:
-        raise InvalidInputError(
-            f"store URL parameter target_session_attrs={attrs!r}: use one of "
-            + ", ".join(TARGET_SESSION_ATTRS)
-        )
+    _session_attrs(query.get("target_session_attrs"))
+    budget.budget(query)
     for name in SSL_FILES:
         # A missing file would surface as an unexplained TLS failure at connect time.
         path = query.get(name)
@@ -264,7 +288,21 @@ def _postgres_url(url: URL) -> URL:
             raise InvalidInputError(
                 f"prepared_statement_cache_size must be an integer in 0..{MAX_STATEMENT_CACHE}"
             )
-    return url.set(drivername="postgresql+asyncpg", query=query)
+    return url.set(query=query)
+
+
+def _session_attrs(attrs: str | None) -> None:
+    if attrs is not None and attrs not in TARGET_SESSION_ATTRS:
+        raise InvalidInputError(
+            f"store URL parameter target_session_attrs={attrs!r}: use one of "
+            + ", ".join(TARGET_SESSION_ATTRS)
+        )
+    from_env = os.environ.get(TARGET_ENV)
+    if attrs is None and from_env is not None and from_env not in TARGET_SESSION_ATTRS:
+        # asyncpg reads it when the URL says nothing, and would refuse it at every connect.
+        raise InvalidInputError(
+            f"{TARGET_ENV}={from_env!r}: use one of " + ", ".join(TARGET_SESSION_ATTRS)
+        )
 
 
 def _connect_timeout(raw: str) -> float:
@@ -290,7 +328,9 @@ def driver_error(exc: BaseException, target: StoreTarget) -> StoreError:
     state = getattr(orig, "sqlstate", None) or getattr(
         orig.__cause__ if orig else None, "sqlstate", None
     )
-    if state == MISSING_DATABASE:
+    if isinstance(state, str):
+        message = sqlstate.described(state, message)
+    if isinstance(state, str) and sqlstate.unavailable(state):
         return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")
     if isinstance(exc, DBAPIError) and not (
         exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)

@@ -6,11 +6,18 @@ unless told otherwise. Measured by `talaria-relay bench` on `profile_identity`, 
 on this pool. The store needs none of what it does: it sets no session state, and the runner
 terminates a connection that a failed or cancelled body may have left inside a transaction, so
 taking a connection back is a push onto a list.
+
+A connection lives `max_lifetime_s` at most and waits `max_idle_s` at most unused: asyncpg reads
+a multi-host URL and `target_session_attrs` only when it connects, so only a new connection can
+find a new primary or a new address for a name. `discard_all()` retires every connection at
+once, for when the server behind them turned out to be the wrong one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,20 +27,42 @@ Connect = Callable[[], Awaitable[Any]]
 class Pool:
     """At most `size` connections, the most recently used handed out first."""
 
-    def __init__(self, connect: Connect, size: int) -> None:
+    def __init__(
+        self,
+        connect: Connect,
+        size: int,
+        *,
+        max_idle_s: float = math.inf,
+        max_lifetime_s: float = math.inf,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._connect = connect
         self._size = size
-        self._idle: list[Any] = []
+        self._max_idle_s = max_idle_s
+        self._max_lifetime_s = max_lifetime_s
+        self._clock = clock
+        # Idle connections and when each came back, least recently used first.
+        self._idle: list[tuple[Any, float]] = []
+        # Each connection's birth and generation, by id: `discard_all` starts a new generation.
+        self._born: dict[int, tuple[float, int]] = {}
+        self._generation = 0
         # Free slots: taking one when any is free returns without suspending.
         self._slots = asyncio.Semaphore(size)
         self._closed = False
+        self._timer: asyncio.TimerHandle | None = None
 
     @classmethod
-    async def open(cls, connect: Connect, size: int) -> Pool:
+    async def open(cls, connect: Connect, size: int, **limits: Any) -> Pool:
         """A pool with one connection made, so an unreachable server fails here."""
-        pool = cls(connect, size)
-        pool._idle.append(await connect())
+        pool = cls(connect, size, **limits)
+        pool._idle.append((await pool._new(), pool._clock()))
+        pool._schedule()
         return pool
+
+    @property
+    def idle(self) -> int:
+        """Connections kept open for the next caller."""
+        return len(self._idle)
 
     async def acquire(self) -> Any:
         """A live connection, waiting for a free slot when all `size` are out."""
@@ -43,37 +72,67 @@ class Pool:
         try:
             if self._closed:
                 raise RuntimeError("the pool is closed")
+            now = self._clock()
             while self._idle:
-                conn = self._idle.pop()
-                if not conn.is_closed():
+                conn, since = self._idle.pop()
+                if conn.is_closed():
+                    self._forget(conn)
+                elif self._spent(conn, now) or now - since >= self._max_idle_s:
+                    self._retire(conn)
+                else:
                     return conn
-            return await self._connect()
+            return await self._new()
         except BaseException:
             self._slots.release()
             raise
 
     def release(self, conn: Any) -> None:
-        """Take `conn` back; one that is closed or still inside a transaction is dropped."""
+        """Take `conn` back; one closed, still inside a transaction, or past its lifetime or
+        generation is dropped."""
         try:
             if conn.is_closed():
-                return
-            if conn.is_in_transaction():
-                conn.terminate()
+                self._forget(conn)
+            elif conn.is_in_transaction() or self._spent(conn, self._clock()):
+                self._retire(conn)
             else:
-                self._idle.append(conn)
+                self._idle.append((conn, self._clock()))
+                self._schedule()
         finally:
             self._slots.release()
+
+    def discard_all(self) -> None:
+        """Retire every connection: the idle ones now, those in use as they come back."""
+        self._generation += 1
+        idle, self._idle = self._idle, []
+        for conn, _ in idle:
+            self._retire(conn)
+
+    def prune(self) -> None:
+        """Retire idle connections past their idle time or lifetime."""
+        now = self._clock()
+        keep = []
+        for conn, since in self._idle:
+            if conn.is_closed():
+                self._forget(conn)
+            elif self._spent(conn, now) or now - since >= self._max_idle_s:
+                self._retire(conn)
+            else:
+                keep.append((conn, since))
+        self._idle = keep
 
     async def close(self) -> None:
         """Refuse new calls, wait for the connections in use to come back, then close all."""
         self._closed = True
+        if self._timer is not None:
+            self._timer.cancel()
         taken = 0
         try:
             for _ in range(self._size):
                 await self._slots.acquire()
                 taken += 1
             idle, self._idle = self._idle, []
-            for conn in idle:
+            for conn, _ in idle:
+                self._forget(conn)
                 try:
                     await conn.close()
                 except Exception:
@@ -83,3 +142,42 @@ class Pool:
             # they if this close is cancelled while it waits.
             for _ in range(taken):
                 self._slots.release()
+
+    async def _new(self) -> Any:
+        conn = await self._connect()
+        self._born[id(conn)] = (self._clock(), self._generation)
+        return conn
+
+    def _spent(self, conn: Any, now: float) -> bool:
+        born, generation = self._born.get(id(conn), (now, self._generation))
+        return generation != self._generation or now - born >= self._max_lifetime_s
+
+    def _retire(self, conn: Any) -> None:
+        # An idle connection has no transaction to lose: the server just sees it go.
+        self._forget(conn)
+        conn.terminate()
+
+    def _forget(self, conn: Any) -> None:
+        self._born.pop(id(conn), None)
+
+    def _schedule(self) -> None:
+        """Prune again when the first idle connection's time is up (no timer without limits)."""
+        if self._timer is not None or self._closed or not self._idle:
+            return
+        now = self._clock()
+        idle_ends = (since + self._max_idle_s for _, since in self._idle)
+        lives_end = (
+            self._born.get(id(c), (now, 0))[0] + self._max_lifetime_s for c, _ in self._idle
+        )
+        due = min(*idle_ends, *lives_end)
+        if math.isinf(due):
+            return
+
+        def fire() -> None:
+            self._timer = None
+            self.prune()
+            self._schedule()
+
+        # A millisecond late, so the prune finds the connection's time up, not a hair short.
+        delay = max(due - now, 0.0) + 0.001
+        self._timer = asyncio.get_running_loop().call_later(delay, fire)

@@ -9,7 +9,7 @@ from sqlalchemy import Column, MetaData, String, Table, func, select, text
 
 from relay.store import migrate
 from relay.store.engines import WRITE, sqlite_engine
-from relay.store.sql.runner import Runner, Tx, scalar
+from relay.store.sql.runner import Runner, Tx, first, scalar
 
 _version = Table("alembic_version", MetaData(), Column("version_num", String(32)))
 
@@ -28,6 +28,27 @@ async def schema_revision(runner: Runner) -> str | None:
         if not await scalar(tx, present):
             return None
         return await scalar(tx, version)  # type: ignore[no-any-return]
+
+    return await runner.read(body)
+
+
+async def unwritable(runner: Runner) -> str | None:
+    """Why a Postgres server would refuse the store's writes now: a standby (in recovery), or
+    read-only by setting (`default_transaction_read_only`); None when it takes them (SQLite:
+    its file's permissions show at the first write instead)."""
+    d = runner.dialect
+    if not d.postgres:
+        return None
+    q = d.compile(select(func.pg_is_in_recovery(), func.current_setting("transaction_read_only")))
+
+    async def body(tx: Tx) -> str | None:
+        row = await first(tx, q)
+        assert row is not None
+        if row[0]:
+            return "the server is in recovery (a standby): it takes no writes"
+        if row[1] == "on":
+            return "the server is read-only (default_transaction_read_only): it takes no writes"
+        return None
 
     return await runner.read(body)
 

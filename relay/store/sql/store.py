@@ -12,7 +12,7 @@ from relay.store.sql.registration import RegistrationSql
 from relay.store.sql.revisions import RevisionsSql
 from relay.store.sql.runner import Runner, Stats
 from relay.store.sql.runs import RunsSql
-from relay.store.sql.schema_state import ensure_sqlite_schema, schema_revision
+from relay.store.sql.schema_state import ensure_sqlite_schema, schema_revision, unwritable
 from relay.store.sql.sqlite import SqliteRunner, create_private
 from relay.store.sql.transfer import TransferSql
 from relay.store.url import StoreTarget
@@ -73,6 +73,10 @@ class SqlStore(
 
     async def schema_revision(self) -> str | None:
         return await schema_revision(self._db)
+
+    async def unwritable(self) -> str | None:
+        """Why the server takes no writes now (for `relay.health`), else None."""
+        return await unwritable(self._db)
 
     @property
     def stats(self) -> Stats:

@@ -1,0 +1,89 @@
+"""`talaria-relay grants ROLE`: the SQL that gives a runtime role what the store needs, no more.
+
+Deploys run `migrate` as an owner role (it creates and alters the tables); the replicas connect
+as a runtime role that may only read and write rows: CONNECT on the database, USAGE on the
+schema, SELECT/INSERT/UPDATE/DELETE on every relay table at head, SELECT on `alembic_version` (a
+store checks the schema is at head when it opens), and the same on tables the owner creates
+later (default privileges). No sequence exists, so none needs a grant. Nothing is contacted:
+an operator (or `psql -v ON_ERROR_STOP=1`) runs what it prints, as the owner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any
+
+from relay.cli_output import OK, say
+from relay.errors import InvalidInputError
+from relay.store import migrate, resolve
+from relay.store.schema import metadata
+
+DML = "SELECT, INSERT, UPDATE, DELETE"
+# Postgres truncates identifiers past 63 bytes: a longer name would quietly name another role.
+MAX_IDENTIFIER_BYTES = 63
+# Printable, no double quote: then double-quoting it is the whole of the escaping.
+_IDENTIFIER = re.compile(r'[^"\x00-\x1f\x7f]+')
+
+
+def quoted(kind: str, name: str) -> str:
+    """`name` as a quoted SQL identifier; InvalidInputError for one that cannot be a name."""
+    if not _IDENTIFIER.fullmatch(name) or len(name.encode()) > MAX_IDENTIFIER_BYTES:
+        raise InvalidInputError(
+            f"{kind} must be 1..{MAX_IDENTIFIER_BYTES} bytes, printable, without a double quote"
+        )
+    if kind == "ROLE" and name.lower() == "public":
+        raise InvalidInputError("ROLE must be a role, not PUBLIC (every role there is)")
+    return '"' + name + '"'
+
+
+def grants_sql(role: str, database: str, schema: str = "public", owner: str | None = None) -> str:
+    """The statements, one a line, for `role` on `database`, tables in `schema`."""
+    who, db, where = quoted("ROLE", role), quoted("database", database), quoted("schema", schema)
+    tables = ", ".join(f"{where}.{quoted('table', t.name)}" for t in metadata.sorted_tables)
+    creator = f"FOR ROLE {quoted('owner', owner)} " if owner else ""
+    lines = [
+        f"-- The runtime role {who} for the relay tables at {migrate.head_revision()}.",
+        f"GRANT CONNECT ON DATABASE {db} TO {who};",
+        f"GRANT USAGE ON SCHEMA {where} TO {who};",
+        f"GRANT {DML} ON TABLE {tables} TO {who};",
+        f'GRANT SELECT ON TABLE {where}."alembic_version" TO {who};',
+    ]
+    if not owner:
+        lines.append("-- Run this as the role that migrates: its future tables are the ones meant.")
+    lines.append(
+        f"ALTER DEFAULT PRIVILEGES {creator}IN SCHEMA {where} GRANT {DML} ON TABLES TO {who};"
+    )
+    return "\n".join(lines)
+
+
+async def cmd_grants(args: argparse.Namespace) -> int:
+    target = resolve(args.store)
+    if target.backend != "postgres" or target.url is None or not target.url.database:
+        raise InvalidInputError(
+            f"grants are for Postgres stores, not {target.name}: give --store postgresql://…"
+        )
+    say(grants_sql(args.role, target.url.database, args.schema, args.owner))
+    return OK
+
+
+def add_parser(commands: Any, store: argparse.ArgumentParser) -> None:
+    """Register `grants` on the `talaria-relay` parser."""
+    text = "print the SQL granting a runtime role what the store needs (DML only, no DDL)"
+    sub = commands.add_parser(
+        "grants",
+        parents=[store],
+        help=text,
+        description=text,
+        epilog="Run it as the owner role that migrates; nothing is contacted. The database "
+        "name comes from --store (or $TALARIA_RELAY_STORE_URL).",
+    )
+    sub.set_defaults(run=cmd_grants)
+    sub.add_argument("role", metavar="ROLE", help="the runtime role, exactly as created")
+    sub.add_argument("--schema", default="public", help="the tables' schema (default public)")
+    sub.add_argument(
+        "--owner",
+        metavar="ROLE",
+        help="the role that migrates, for default privileges on its future tables "
+        "(default: whoever runs the SQL)",
+    )

@@ -1,0 +1,80 @@
+"""Replica processes publishing through PgBouncer, in transaction mode and session mode."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from backends import on
+from pgbouncer_proc import Bouncers, Mode
+from replicas import Cluster, cluster
+from sqlalchemy import make_url
+
+pytest_plugins = ["pgdeploy"]
+pytestmark = on("postgres")
+
+START = 1_800_000_000.0
+LEASE_S = 2.0
+# How `logging.basicConfig` in a replica process starts a line at WARNING and above.
+LEVELS = ("WARNING:", "ERROR:", "CRITICAL:")
+
+
+async def until(condition: Callable[[], bool], within: float) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {within}s"
+        await asyncio.sleep(0.05)
+
+
+def phase(group: Cluster, session: str) -> object:
+    return next(row["phase"] for row in group.grant_rows() if row["sessionId"] == session)
+
+
+async def advisory_locks(admin_url: str, database: str) -> int:
+    """Advisory locks held on `database`, whoever holds them."""
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        count: int = await conn.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = $1)",
+            database,
+        )
+    finally:
+        await conn.close()
+    return count
+
+
+@pytest.mark.parametrize("mode", ["transaction", "session"])
+async def test_replicas_publish_through_pgbouncer_and_leave_no_lock(
+    mode: Mode,
+    store_url: str,
+    pg_admin_url: str,
+    bouncers: Bouncers,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Two replicas through PgBouncer pair, publish turns on each, and take over a kill -9'd
+    replica's turn within the lease: no command fails and no replica logs a warning, the relay
+    sees no stale revision, and no advisory lock is left on the server."""
+    database = str(make_url(store_url).database)
+    async with cluster(bouncers(mode).url(database), 2, lease_s=LEASE_S, heartbeat_s=1.0) as group:
+        await group.pair()
+        for n, replica in enumerate(group.replicas):
+            await group.everywhere("session", id=f"s{n}", created_at=START)
+            await replica.call("start", session=f"s{n}", stream=f"t{n}", at=START + n)
+        await group.everywhere("flush")
+        await group.replicas[1].call("end", stream="t1", phase="completed")
+        await group.everywhere("flush")
+        assert [phase(group, f"s{n}") for n in range(2)] == ["running", "completed"]
+        group.replicas[0].kill()
+        await until(lambda: phase(group, "s0") == "failed", 6 * LEASE_S)
+        await asyncio.gather(*(replica.call("flush") for replica in group.live()))
+        assert [phase(group, f"s{n}") for n in range(2)] == ["failed", "completed"]
+        assert group.stale() == 0
+    logged = [line for line in capfd.readouterr().err.splitlines() if line.startswith(LEVELS)]
+    print(f"PgBouncer {mode} mode: {len(logged)} warnings or errors logged by the replicas")
+    assert logged == []
+    assert await advisory_locks(pg_admin_url, database) == 0
