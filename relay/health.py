@@ -131,9 +131,7 @@ async def probe(url: str | None) -> Probe:
             return Probe(target, unknown, "no store there")
         async with open_store(url) as store:
             found = await store_health(store)
-            # Only SQL stores have a server to ask (memory, JSON: no such method).
-            asked = getattr(store, "unwritable", None)
-            refusal = await asked() if asked is not None and found.reachable else None
+            refusal = await store.unwritable() if found.reachable else None
     except StoreUnavailableError as error:
         return Probe(target, unknown, str(error))
     if not found.reachable:

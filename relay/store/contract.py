@@ -39,6 +39,10 @@ class Handle(Protocol):
         """The Alembic revision the database is at; None for a backend without a schema."""
         ...
 
+    async def unwritable(self) -> str | None:
+        """Why the store's server takes no writes now (read-only, a standby), else None."""
+        ...
+
     async def close(self) -> None:
         """Release connections and file handles."""
         ...

@@ -35,7 +35,9 @@ from relay.store.run_gate import RunGate, lease_end
 T = TypeVar("T")
 
 
-@metrics.timed_methods(RelayStore, skip=("close", "display_url", "backend", "schema_revision"))
+@metrics.timed_methods(
+    RelayStore, skip=("close", "display_url", "backend", "schema_revision", "unwritable")
+)
 class StoreGate(KeyGate, RunGate, RelayStore):
     """Every public method of `RelayStore`: check, call the backend's hook, check its answer.
 
@@ -44,6 +46,9 @@ class StoreGate(KeyGate, RunGate, RelayStore):
 
     async def schema_revision(self) -> str | None:
         return None  # a SQL store overrides it; the others have no schema
+
+    async def unwritable(self) -> str | None:
+        return None  # a SQL store asks its server; the others have none
 
     # ── registration ──────────────────────────────────────────────────────────
 

@@ -75,7 +75,6 @@ class SqlStore(
         return await schema_revision(self._db)
 
     async def unwritable(self) -> str | None:
-        """Why the server takes no writes now (for `relay.health`), else None."""
         return await unwritable(self._db)
 
     @property
