@@ -129,6 +129,7 @@ def test_legacy_import_without_identities_stops_and_names_the_flags(home: Path) 
         "ssl=false",
         "target_session_attrs=read-write",
         "target_session_attrs=any&application_name=x&sslmode=prefer",
+        "pool_size=2&pool_max_idle=5&pool_max_lifetime=60&statement_timeout=5&lock_timeout=1",
     ],
 )
 def test_postgres_url_parameters_users_paste_work(home: Path, pg_database: str, query: str) -> None:

@@ -8,11 +8,13 @@ first host is down connects to the next, and `target_session_attrs` picks by rol
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
 from asyncpg import connect_utils
 from backends import on
+from cli_support import run
 from sqlalchemy import make_url
 
 from relay.errors import InvalidInputError, StoreUnavailableError
@@ -184,3 +186,18 @@ async def test_no_host_of_the_wanted_role_is_unavailable(store_url: str) -> None
     """Asking for a standby where there is only a primary: unavailable, not a crash."""
     with pytest.raises(StoreUnavailableError):
         await open_store(first_host_down(store_url, target_session_attrs="standby"))
+
+
+@on("postgres")
+def test_the_commands_take_a_port_per_host(pg_database: str, tmp_path: Path) -> None:
+    """`migrate`, `status` and `check` on a URL with a port per host, the first host down (the
+    form once refused as malformed): each works on the second host."""
+    home = tmp_path / "xdg"
+    home.mkdir()
+    url = first_host_down(pg_database, target_session_attrs="read-write")
+    for command in (["migrate"], ["migrate", "--check"], ["status", "--json"]):
+        result = run(home, *command, "--store", url, timeout=60)
+        assert result.code == 0, result.describe()
+    result = run(home, "check", "--store", url, timeout=60)
+    assert result.code == 1, result.describe()  # migrated, not registered
+    assert "not registered" in result.stdout
