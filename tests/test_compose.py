@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from relay.cli import parser
-from relay.demo import replica_parser
+from relay.cli.demo import replica_parser
+from relay.cli.main import parser
 from relay.store.url import resolve
 
 COMPOSE = Path(__file__).resolve().parents[1] / "docker-compose.yml"
@@ -73,7 +73,7 @@ def test_each_relay_command_is_one_the_cli_accepts(name: str) -> None:
         args = parser().parse_args(words[1:])
         assert callable(args.run)
     else:
-        assert words[:3] == ["python", "-m", "relay.demo"], words
+        assert words[:3] == ["python", "-m", "relay.cli.demo"], words
         replica_parser().parse_args(words[3:])
 
 

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from relay import demo
+from relay.cli import demo
 from relay.errors import InvalidInputError, StoreError
 from relay.store import migrate, open_store, resolve
 

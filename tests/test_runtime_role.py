@@ -18,7 +18,7 @@ from harness import relay_env
 from intact import running
 from sqlalchemy import make_url
 
-from relay.cli_grants import grants_sql, quoted
+from relay.cli.grants import grants_sql, quoted
 from relay.errors import InvalidInputError
 from relay.store import migrate, open_store
 

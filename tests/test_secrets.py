@@ -37,7 +37,7 @@ from secrets_support import DB_PASSWORD, PASSPHRASE, SecretWatch, verify
 from sqlalchemy import make_url
 from strategies import origins
 
-from relay import demo
+from relay.cli import demo
 from relay.client import RelayClient
 from relay.errors import InvalidInputError, RelayPairingError
 from relay.protocol import session_path, snapshot_path, validated_origin

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from relay.bench.proxy import Counts, latency_proxy
+from relay.cli.bench.proxy import Counts, latency_proxy
 from relay.publishing.announcements import STARTED_BATCH
 from relay.service import RelayService
 from relay.store import RelayStore
@@ -53,7 +53,7 @@ class Publishing:
     """One store, a dev relay and a host whose P profiles are paired; `async with` it.
 
     The relay is called in process, or with `relay_rtt_ms` served over loopback HTTP behind a
-    proxy that adds that round-trip time (`relay.bench.proxy`).
+    proxy that adds that round-trip time (`relay.cli.bench.proxy`).
     """
 
     def __init__(

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from relay.cli_output import OK, require_existing, say
+from relay.cli.output import OK, require_existing, say
 from relay.errors import InvalidInputError
 from relay.health import missing
 from relay.store import open_store, resolve

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from relay.cli_output import FAILED, OK, fail, require_existing, say
+from relay.cli.output import FAILED, OK, fail, require_existing, say
 from relay.store import migrate, open_store, resolve
 from relay.store.keys.keyring import Passphrase, passphrase_from_env, passphrase_from_file
 
@@ -13,7 +13,7 @@ from relay.store.keys.keyring import Passphrase, passphrase_from_env, passphrase
 
 
 async def cmd_status(args: argparse.Namespace) -> int:
-    from relay.status import collect, render, unmigrated
+    from relay.cli.status import collect, render, unmigrated
 
     target = resolve(args.store)
     require_existing(target)

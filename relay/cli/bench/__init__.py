@@ -6,6 +6,6 @@ method is in the README's "Performance" section.
 
 from __future__ import annotations
 
-from relay.bench.runner import Plan, run
+from relay.cli.bench.runner import Plan, run
 
 __all__ = ["Plan", "run"]

@@ -14,7 +14,7 @@ import argparse
 import re
 from typing import Any
 
-from relay.cli_output import OK, say
+from relay.cli.output import OK, say
 from relay.errors import InvalidInputError
 from relay.store import migrate, resolve
 from relay.store.schema import metadata

@@ -11,8 +11,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from relay.bench.proxy import Counts, latency_proxy
-from relay.bench.publisher import Publishing, timed_pass
+from relay.cli.bench.proxy import Counts, latency_proxy
+from relay.cli.bench.publisher import Publishing, timed_pass
 from relay.store import open_store, resolve
 
 STORE_RTTS_MS = (0.0, 1.0, 5.0, 20.0)

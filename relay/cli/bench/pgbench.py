@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import make_url
 
-from relay.bench.raw import Statements
+from relay.cli.bench.raw import Statements
 from relay.store.sql.dialect import POSTGRES
 
 PROCESSES = 8
@@ -39,7 +39,7 @@ async def _allocate_for(kind: str, store_url: str, seconds: float, barrier: Any)
                 return store.allocate_revisions(1, int(time.time() * 1000))
 
             return await _loop(allocate, seconds)
-    from relay.bench.raw import PostgresRaw
+    from relay.cli.bench.raw import PostgresRaw
 
     raw = await PostgresRaw.connect(libpq_dsn(store_url))
     try:

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relay.bench import pgbench, publisher, targets, workloads
-from relay.bench.distance import RELAY_RTTS_MS, STORE_RTTS_MS, relay_distance, store_distance
-from relay.bench.raw import PostgresRaw, Raw, SqliteRaw
-from relay.bench.rounds import Rounds
+from relay.cli.bench import pgbench, publisher, targets, workloads
+from relay.cli.bench.distance import RELAY_RTTS_MS, STORE_RTTS_MS, relay_distance, store_distance
+from relay.cli.bench.raw import PostgresRaw, Raw, SqliteRaw
+from relay.cli.bench.rounds import Rounds
 from relay.store import StoreTarget, migrate, open_store, resolve
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from relay import __version__
-from relay.cli_grants import add_parser as add_grants
-from relay.cli_import import cmd_import
-from relay.cli_output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
-from relay.cli_state import cmd_check, cmd_rekey, cmd_status
+from relay.cli.grants import add_parser as add_grants
+from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
+from relay.cli.state import cmd_check, cmd_rekey, cmd_status
+from relay.cli.transfer import cmd_import
 from relay.errors import (
     InvalidInputError,
     RelayError,
@@ -86,7 +86,7 @@ async def cmd_dev_relay(args: argparse.Namespace) -> int:
 
 
 async def cmd_demo(args: argparse.Namespace) -> int:
-    from relay import demo
+    from relay.cli import demo
 
     if (args.invitation or args.mint_invitations) and not args.relay_url:
         raise InvalidInputError("--invitation and --mint-invitations go with --relay-url")
@@ -111,8 +111,8 @@ async def cmd_demo(args: argparse.Namespace) -> int:
 
 
 async def cmd_bench(args: argparse.Namespace) -> int:
-    from relay.bench import Plan, run
-    from relay.bench.report import render
+    from relay.cli.bench import Plan, run
+    from relay.cli.bench.report import render
 
     if args.replicas is not None:
         return await _bench_replicas(args)
@@ -128,8 +128,8 @@ async def cmd_bench(args: argparse.Namespace) -> int:
 
 
 async def _bench_replicas(args: argparse.Namespace) -> int:
-    from relay.bench.replicas import measure
-    from relay.bench.runner import PG_ENV, Scratch
+    from relay.cli.bench.replicas import measure
+    from relay.cli.bench.runner import PG_ENV, Scratch
 
     urls = [*args.stores, *([os.environ[PG_ENV]] if PG_ENV in os.environ else [])]
     targets = [target for target in map(resolve, urls) if target.backend == "postgres"]

@@ -20,11 +20,11 @@ from typing import Any
 
 import httpx
 
+from relay.cli.status import collect, render
 from relay.client import UNREACHABLE, describe
 from relay.errors import InvalidInputError, RelayUnreachableError
 from relay.protocol import REQUEST_TIMEOUT_S, validated_origin
 from relay.service import RelayService
-from relay.status import collect, render
 from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
 from relay.store.url import default_sqlite_path
 from relay.testing import DevRelay, MemoryHost, serve
@@ -294,7 +294,7 @@ async def _replicas(
     target: StoreTarget, relay_url: str, insecure: bool, count: int, say: Say
 ) -> bool:
     say(f"{count} replica processes publish on the same store")
-    command = [sys.executable, "-m", "relay.demo", "--store", _address(target)]
+    command = [sys.executable, "-m", "relay.cli.demo", "--store", _address(target)]
     command += ["--relay-url", relay_url] + (["--allow-insecure-loopback"] if insecure else [])
     children = [
         await asyncio.create_subprocess_exec(*command, "--index", str(index))
@@ -348,8 +348,8 @@ def _table(state: dict[str, Any], say: Say) -> None:
 
 
 def replica_parser() -> argparse.ArgumentParser:
-    """Arguments of one replica process (`python -m relay.demo`), started by the demo."""
-    options = argparse.ArgumentParser(prog="python -m relay.demo")
+    """Arguments of one replica process (`python -m relay.cli.demo`), started by the demo."""
+    options = argparse.ArgumentParser(prog="python -m relay.cli.demo")
     options.add_argument("--store", required=True)
     options.add_argument("--relay-url", required=True)
     options.add_argument("--index", type=int, required=True)
