@@ -13,8 +13,8 @@ from alembic import context
 from sqlalchemy import Connection, pool, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from relay.store.migrate import ADVISORY_LOCK_KEY
-from relay.store.schema import metadata
+from relay.store.sql.migrate import ADVISORY_LOCK_KEY
+from relay.store.sql.schema import metadata
 from relay.store.url import resolve
 
 config = context.config

@@ -11,8 +11,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from relay.errors import RelayError, StoreUnavailableError
-from relay.store import StoreTarget, migrate, open_store, resolve
+from relay.store import StoreTarget, open_store, resolve
 from relay.store.contract import Handle, Registration, Revisions
+from relay.store.sql import migrate
 
 # `talaria-relay check` exit codes, the CLI's own: ready, not ready, store unreachable.
 READY, NOT_READY, UNREACHABLE = 0, 1, 3

@@ -29,7 +29,7 @@ from sqlalchemy import make_url
 
 from relay.store import RelayStore, open_store
 from relay.store.keys import pkcs8
-from relay.store.migrate import upgrade
+from relay.store.sql.migrate import upgrade
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
 

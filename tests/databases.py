@@ -9,8 +9,8 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
-from relay.store.migrate import upgrade
-from relay.store.schema import metadata
+from relay.store.sql.migrate import upgrade
+from relay.store.sql.schema import metadata
 
 
 def _asyncpg_dsn(url: str, database: str | None = None) -> str:

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 from relay.store import open_store
-from relay.store.migrate import upgrade
+from relay.store.sql.migrate import upgrade
 
 NOW = 1_800_000_000_000
 

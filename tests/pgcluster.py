@@ -23,7 +23,7 @@ from urllib.parse import urlencode
 import pytest
 from databases import admin_execute
 
-from relay.store.migrate import upgrade
+from relay.store.sql.migrate import upgrade
 
 VERSION = "15"
 PREFIX = "relay_t_"

@@ -44,7 +44,7 @@ from cryptography.hazmat.primitives.serialization import (
 from harness import PUBLISHER_ID, RELAY_URL
 
 from relay.store import ProfileGrant, StartedEntry, StartedScope, open_store
-from relay.store.migrate import head_revision
+from relay.store.sql.migrate import head_revision
 
 SECRET = "s3cret-Pw-4c1f9e"  # noqa: S105 (a made-up password that must never be printed)
 TRUNCATED_CONFIG = '{\n  "key_id": "key-1",\n  "private_key_path": "/x.pem",\n  "prof'

@@ -12,7 +12,8 @@ import pytest
 
 from relay.cli import demo
 from relay.errors import InvalidInputError, StoreError
-from relay.store import migrate, open_store, resolve
+from relay.store import open_store, resolve
+from relay.store.sql import migrate
 
 pytestmark = pytest.mark.memory
 

@@ -17,9 +17,9 @@ from alembic.script import ScriptDirectory
 from processes import run_processes
 from sqlalchemy import Connection, inspect
 
-from relay.store import migrate
-from relay.store.engines import postgres_engine, sqlite_engine
-from relay.store.schema import metadata
+from relay.store.sql import migrate
+from relay.store.sql.engines import postgres_engine, sqlite_engine
+from relay.store.sql.schema import metadata
 from relay.store.url import resolve
 
 ROOT = Path(__file__).resolve().parents[1]

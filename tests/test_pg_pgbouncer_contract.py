@@ -16,7 +16,7 @@ import test_store_contract
 from databases import admin_execute, pg_store_url
 from pgbouncer_proc import Bouncers
 
-from relay.store.schema import metadata
+from relay.store.sql.schema import metadata
 
 pytest_plugins = ["pgdeploy"]
 pytestmark = pytest.mark.postgres

@@ -12,7 +12,7 @@ from pgcluster import SUPERUSER
 from pgtls import MISMATCH_HOST, TlsCluster
 
 from relay.store import open_store
-from relay.store.migrate import upgrade
+from relay.store.sql.migrate import upgrade
 
 pytest_plugins = ["pgdeploy"]
 pytestmark = pytest.mark.postgres

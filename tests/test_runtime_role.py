@@ -20,7 +20,8 @@ from sqlalchemy import make_url
 
 from relay.cli.grants import grants_sql, quoted
 from relay.errors import InvalidInputError
-from relay.store import migrate, open_store
+from relay.store import open_store
+from relay.store.sql import migrate
 
 pytestmark = on("postgres")
 
@@ -86,7 +87,7 @@ async def test_the_runtime_role_publishes_with_the_printed_grants_and_cannot_mig
 def test_the_printed_sql_covers_every_table_and_future_ones() -> None:
     """The statements name every relay table with DML, the version table read-only, and
     default privileges for the owner's future tables."""
-    from relay.store.schema import metadata
+    from relay.store.sql.schema import metadata
 
     sql = grants_sql("relay_rt", "relay", "relay_schema", owner="relay_owner")
     for table in metadata.sorted_tables:

@@ -29,7 +29,7 @@ from relay.store import (
     open_store,
     resolve,
 )
-from relay.store import schema as tables
+from relay.store.sql import schema as tables
 
 NOW = 1_800_000_000_000
 LEASE = 90_000

@@ -29,7 +29,7 @@ from relay.publishing.loop import backoff_delay
 from relay.publishing.publisher import load_key
 from relay.service import RelayService
 from relay.store import RelayStore, resolve
-from relay.store import schema as tables
+from relay.store.sql import schema as tables
 from relay.testing import RecordedRequest, route_of
 from relay.testing.clock import START
 from relay.testing.devrelay.validation import b64url_decode

@@ -25,7 +25,8 @@ from relay.client import UNREACHABLE, describe
 from relay.errors import InvalidInputError, RelayUnreachableError
 from relay.protocol import REQUEST_TIMEOUT_S, validated_origin
 from relay.service import RelayService
-from relay.store import RelayStore, StoreTarget, migrate, open_store, resolve
+from relay.store import RelayStore, StoreTarget, open_store, resolve
+from relay.store.sql import migrate
 from relay.store.url import default_sqlite_path
 from relay.testing import DevRelay, MemoryHost, serve
 

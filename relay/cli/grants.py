@@ -16,8 +16,9 @@ from typing import Any
 
 from relay.cli.output import OK, say
 from relay.errors import InvalidInputError
-from relay.store import migrate, resolve
-from relay.store.schema import metadata
+from relay.store import resolve
+from relay.store.sql import migrate
+from relay.store.sql.schema import metadata
 
 DML = "SELECT, INSERT, UPDATE, DELETE"
 # Postgres truncates identifiers past 63 bytes: a longer name would quietly name another role.

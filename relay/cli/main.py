@@ -32,8 +32,9 @@ from relay.errors import (
     StoreUnavailableError,
     TransferConflictError,
 )
-from relay.store import migrate, resolve
+from relay.store import resolve
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
+from relay.store.sql import migrate
 
 # ── migrate ───────────────────────────────────────────────────────────────────
 

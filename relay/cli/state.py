@@ -6,8 +6,9 @@ import argparse
 import json
 
 from relay.cli.output import FAILED, OK, fail, require_existing, say
-from relay.store import migrate, open_store, resolve
+from relay.store import open_store, resolve
 from relay.store.keys.keyring import Passphrase, passphrase_from_env, passphrase_from_file
+from relay.store.sql import migrate
 
 # ── status ────────────────────────────────────────────────────────────────────
 

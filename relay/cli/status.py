@@ -14,9 +14,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from relay.errors import RelayError
 from relay.publishing.publisher import load_key
-from relay.store import RelayStore, RunState, StoreTarget, migrate
+from relay.store import RelayStore, RunState, StoreTarget
 from relay.store.keys import pkcs8
 from relay.store.keys.keyring import PASSPHRASE_ENV
+from relay.store.sql import migrate
 
 
 def fingerprint(pem: str) -> str:

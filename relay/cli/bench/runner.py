@@ -17,7 +17,8 @@ from relay.cli.bench import pgbench, publisher, targets, workloads
 from relay.cli.bench.distance import RELAY_RTTS_MS, STORE_RTTS_MS, relay_distance, store_distance
 from relay.cli.bench.raw import PostgresRaw, Raw, SqliteRaw
 from relay.cli.bench.rounds import Rounds
-from relay.store import StoreTarget, migrate, open_store, resolve
+from relay.store import StoreTarget, open_store, resolve
+from relay.store.sql import migrate
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
 STORE_RTTS = ", ".join(f"{rtt:g}" for rtt in STORE_RTTS_MS) + " ms"

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from sqlalchemy import delete, false, select, update
 
 from relay.protocol import STARTED_WINDOW_MS
-from relay.store import schema as t
 from relay.store.records import StartedEntry, StartedScope
+from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart

@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import delete, or_, select, update
 
-from relay.store import schema as t
 from relay.store.records import DeletedScope, DeletedView
+from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart

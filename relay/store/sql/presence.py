@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import and_, bindparam, delete, exists, func, not_, select, true, tuple_
 
-from relay.store import schema as t
 from relay.store.records import PresenceLease
+from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, first, scalar

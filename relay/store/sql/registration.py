@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, delete, exists, select, true, update
 
 from relay.errors import InvalidInputError, StaleConfigError
-from relay.store import schema as t
 from relay.store.keys import pkcs8
 from relay.store.keys.gate import Rekeyed
 from relay.store.records import CONFIG_VERSION, ProfileGrant, RelayConfig
+from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, first, scalar

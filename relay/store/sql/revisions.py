@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import BigInteger, bindparam, select
 
 from relay.protocol import MAX_SAFE_INTEGER
-from relay.store import schema as t
+from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, scalar

@@ -26,8 +26,8 @@ from sqlalchemy import (
 )
 
 from relay.protocol import TERMINAL_PHASES
-from relay.store import schema as t
 from relay.store.records import RunState
+from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.part import SqlPart
 from relay.store.sql.runner import Tx, scalar

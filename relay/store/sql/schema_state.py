@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sqlalchemy import Column, MetaData, String, Table, func, select, text
 
-from relay.store import migrate
-from relay.store.engines import WRITE, sqlite_engine
+from relay.store.sql import migrate
+from relay.store.sql.engines import WRITE, sqlite_engine
 from relay.store.sql.runner import Runner, Tx, first, scalar
 
 _version = Table("alembic_version", MetaData(), Column("version_num", String(32)))

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from relay.store import migrate
 from relay.store.gate import StoreGate
+from relay.store.sql import migrate
 from relay.store.sql.ledger import LedgerSql
 from relay.store.sql.outbox import OutboxSql
 from relay.store.sql.postgres import PostgresRunner

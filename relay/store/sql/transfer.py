@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, or_, select, update
 
-from relay.store import schema as t
 from relay.store.records import StateBatch
+from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, bind
 from relay.store.sql.outbox import VIEW_COLUMNS, columns
 from relay.store.sql.part import SqlPart

@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from relay.errors import InvalidInputError, SchemaError, StoreUnavailableError
-from relay.store.engines import WRITE, postgres_engine, sqlite_engine
+from relay.store.sql.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.sqlite import connect_read_only
 from relay.store.url import StoreTarget, driver_error, resolve
 
@@ -29,7 +29,7 @@ ADVISORY_LOCK_KEY = 0x74616C61726961  # "talaria"
 
 
 def script_location() -> Path:
-    package = Path(__file__).resolve().parents[1]
+    package = Path(__file__).resolve().parents[2]
     shipped = package / "_migrations"
     return shipped if shipped.is_dir() else package.parent / "migrations"
 
@@ -170,7 +170,7 @@ def file_error(exc: BaseException, target: StoreTarget) -> StoreUnavailableError
 
 
 if __name__ == "__main__":
-    # `python -m relay.store.migrate [URL]`: upgrade the store (default: the embedded SQLite file).
+    # `python -m relay.store.sql.migrate [URL]`: upgrade the store (default: the SQLite file).
     import sys
 
     _url = sys.argv[1] if len(sys.argv) > 1 else None
