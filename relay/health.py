@@ -123,11 +123,9 @@ async def probe(url: str | None) -> Probe:
     target = resolve(url)
     unknown = StoreHealth(reachable=False, schema_at_head=None, registered=False)
     try:
-        if target.url is not None:
-            address = target.sqlalchemy_url.render_as_string(hide_password=False)
-            if await migrate.current(address) != migrate.head_revision():
-                below = StoreHealth(reachable=True, schema_at_head=False, registered=False)
-                return Probe(target, below, "below the schema head: run `talaria-relay migrate`")
+        if target.url is not None and await migrate.current(target) != migrate.head_revision():
+            below = StoreHealth(reachable=True, schema_at_head=False, registered=False)
+            return Probe(target, below, "below the schema head: run `talaria-relay migrate`")
         if missing(target):
             return Probe(target, unknown, "no store there")
         async with open_store(url) as store:

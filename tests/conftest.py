@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, settings
 from secrets_support import SecretWatch
 from sqlalchemy import make_url
 
-from relay.store import RelayStore, open_store
+from relay.store import RelayStore, open_store, resolve
 from relay.store.keys import pkcs8
 from relay.store.sql.migrate import upgrade
 
@@ -86,7 +86,7 @@ def pg_template(pg_admin_url: str) -> Iterator[str]:
     name = f"relay_tmpl_{uuid.uuid4().hex[:12]}"
     asyncio.run(admin_execute(pg_admin_url, f'CREATE DATABASE "{name}"'))
     try:
-        asyncio.run(upgrade(pg_store_url(pg_admin_url, name)))
+        asyncio.run(upgrade(resolve(pg_store_url(pg_admin_url, name))))
         yield name
     finally:
         asyncio.run(admin_execute(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import make_url
 
+from relay.store import resolve
 from relay.store.sql.migrate import upgrade
 from relay.store.sql.schema import metadata
 
@@ -94,7 +95,7 @@ class FreshStores:
         self._database: str | None = None
         self._seed = tmp / "seed.db"
         if backend == "sqlite":
-            asyncio.run(upgrade(f"sqlite:///{self._seed}"))
+            asyncio.run(upgrade(resolve(f"sqlite:///{self._seed}")))
 
     def url(self) -> str:
         self._made += 1

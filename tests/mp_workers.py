@@ -6,7 +6,7 @@ import asyncio
 import random
 from typing import Any
 
-from relay.store import open_store
+from relay.store import open_store, resolve
 from relay.store.sql.migrate import upgrade
 
 NOW = 1_800_000_000_000
@@ -92,7 +92,7 @@ def migrate(index: int, barrier: Any, results: Any, url: str) -> None:
 
     async def main() -> None:
         await _wait(barrier)
-        await upgrade(url)
+        await upgrade(resolve(url))
 
     asyncio.run(main())
     results.put((index, None))

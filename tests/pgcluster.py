@@ -23,6 +23,7 @@ from urllib.parse import urlencode
 import pytest
 from databases import admin_execute
 
+from relay.store import resolve
 from relay.store.sql.migrate import upgrade
 
 VERSION = "15"
@@ -256,5 +257,5 @@ async def migrated_database(cluster: PgCluster) -> str:
     """A new database on `cluster`, migrated to head; its name."""
     name = f"relay_{uuid.uuid4().hex[:12]}"
     await admin_execute(cluster.url(), f'CREATE DATABASE "{name}"')
-    await upgrade(cluster.url(name))
+    await upgrade(resolve(cluster.url(name)))
     return name

@@ -71,9 +71,9 @@ async def test_a_memory_store_has_no_schema_and_no_place() -> None:
     with pytest.raises(InvalidInputError, match="memory stores have no database schema"):
         _ = target.sqlalchemy_url
     with pytest.raises(InvalidInputError, match="a memory store has no schema revision"):
-        await migrate.current("memory://")
+        await migrate.current(resolve("memory://"))
     with pytest.raises(InvalidInputError, match="a memory store has no schema to migrate"):
-        await migrate.upgrade("memory://")
+        await migrate.upgrade(resolve("memory://"))
 
 
 async def test_the_demo_refuses_replica_processes_on_a_memory_store() -> None:

@@ -84,17 +84,17 @@ def test_migrations_have_one_head() -> None:
 
 async def test_upgrade_head_builds_exactly_the_schema(empty_url: str) -> None:
     """`upgrade head` on an empty database leaves nothing for autogenerate to find."""
-    await migrate.upgrade(empty_url)
+    await migrate.upgrade(resolve(empty_url))
     assert await _inspect(empty_url, _differences) == []
     assert await _inspect(empty_url, migrate.current_revision) == migrate.head_revision()
 
 
 async def test_downgrade_base_then_upgrade_round_trips(empty_url: str) -> None:
     """Downgrading to base drops every relay table; upgrading again rebuilds the same schema."""
-    await migrate.upgrade(empty_url)
-    await migrate.downgrade(empty_url, "base")
+    await migrate.upgrade(resolve(empty_url))
+    await migrate.downgrade(resolve(empty_url), "base")
     assert await _inspect(empty_url, _relay_tables) == set()
-    await migrate.upgrade(empty_url)
+    await migrate.upgrade(resolve(empty_url))
     assert await _inspect(empty_url, _differences) == []
 
 

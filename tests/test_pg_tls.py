@@ -11,7 +11,7 @@ from databases import admin_execute
 from pgcluster import SUPERUSER
 from pgtls import MISMATCH_HOST, TlsCluster
 
-from relay.store import open_store
+from relay.store import open_store, resolve
 from relay.store.sql.migrate import upgrade
 
 pytest_plugins = ["pgdeploy"]
@@ -24,7 +24,7 @@ async def test_verify_full_migrates_and_every_connection_is_tls(tls_cluster: Tls
     database = f"relay_{uuid.uuid4().hex[:12]}"
     await admin_execute(tls_cluster.cluster.url(), f'CREATE DATABASE "{database}"')
     url = tls_cluster.url(database)
-    await upgrade(url)
+    await upgrade(resolve(url))
     async with open_store(url) as store:
         identity = await store.profile_identity("default")
         assert await store.profile_identity("default") == identity

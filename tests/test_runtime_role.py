@@ -20,7 +20,7 @@ from sqlalchemy import make_url
 
 from relay.cli.grants import grants_sql, quoted
 from relay.errors import InvalidInputError
-from relay.store import open_store
+from relay.store import open_store, resolve
 from relay.store.sql import migrate
 
 pytestmark = on("postgres")
@@ -70,7 +70,7 @@ async def test_the_runtime_role_publishes_with_the_printed_grants_and_cannot_mig
         assert [r.status for r in env.sent("snapshot")][-1] == 200
         assert await store.allocate_revisions(1, 1_800_000_000_000)
 
-    await migrate.downgrade(store_url, "-1")
+    await migrate.downgrade(resolve(store_url), "-1")
     below = await revision_of(store_url)
     assert below != migrate.head_revision()
     result = run(home, "migrate", "--store", runtime, timeout=60)
@@ -79,7 +79,8 @@ async def test_the_runtime_role_publishes_with_the_printed_grants_and_cannot_mig
     assert "permission denied" in line
     assert "owner role" in line
     assert await revision_of(store_url) == below
-    await migrate.upgrade(store_url)  # the owner can, and then the runtime role reads it again
+    # The owner can, and then the runtime role reads it again.
+    await migrate.upgrade(resolve(store_url))
     async with open_store(runtime) as store:
         assert (await store.load_config()) is not None
 

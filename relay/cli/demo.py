@@ -127,7 +127,7 @@ async def run(
             invitations = [await _mint(relay_url, user) for user in ("usr_owner", "usr_work")]
             say(f"minted {len(invitations)} invitations at {relay_url}/admin/invitations")
         if target.url is not None:
-            await migrate.upgrade(_address(target))
+            await migrate.upgrade(target)
             say(f"store {target.display} migrated to {migrate.head_revision()}")
         http = await stack.enter_async_context(
             httpx.AsyncClient(event_hooks={"response": [responses.record]})
@@ -173,7 +173,7 @@ async def holdings(target: StoreTarget) -> str | None:
     if target.backend == "memory" or (target.path is not None and not target.path.exists()):
         return None
     if target.url is not None:
-        current = await migrate.current(_address(target))
+        current = await migrate.current(target)
         if current is None:
             return None
         if current != migrate.head_revision():

@@ -43,19 +43,18 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
     target = resolve(args.store)
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema to migrate")
-    address = target.sqlalchemy_url.render_as_string(hide_password=False)
     head = migrate.head_revision()
     if args.sql:
-        migrate.offline_sql(address)
+        migrate.offline_sql(target)
         return OK
     if args.check:
-        current = await migrate.current(address)
+        current = await migrate.current(target)
         if current == head:
             say(f"{target.display} is at head {head}")
             return OK
         say(f"{target.display} is at {current or 'no revision'}, not at head {head}")
         return FAILED
-    await migrate.upgrade(address)
+    await migrate.upgrade(target)
     say(f"{target.display} is at head {head}")
     return OK
 

@@ -20,7 +20,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
     require_existing(target)
     if target.url is not None:
         # Read the schema state first: opening an unmigrated store would refuse without saying it.
-        current = await migrate.current(target.sqlalchemy_url.render_as_string(hide_password=False))
+        current = await migrate.current(target)
         if current != migrate.head_revision():
             status = unmigrated(target, current, args.store)
             say(json.dumps(status, indent=2) if args.json else render(status))

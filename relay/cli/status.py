@@ -48,7 +48,7 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     now_ms = int(time.time() * 1000)
     schema: dict[str, Any] | None = None
     if target.url is not None:
-        current = await migrate.current(target.sqlalchemy_url.render_as_string(hide_password=False))
+        current = await migrate.current(target)
         head = migrate.head_revision()
         schema = {"current": current, "head": head, "at_head": current == head}
     config = await store.load_config()

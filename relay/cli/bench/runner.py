@@ -104,7 +104,7 @@ class Scratch:
             await conn.close()
         try:
             address = url.set(database=name).render_as_string(hide_password=False)
-            await migrate.upgrade(address)
+            await migrate.upgrade(resolve(address))
             yield address
         finally:
             conn = await asyncpg.connect(admin, timeout=10)

@@ -70,16 +70,15 @@ def upgrade_locked(connection: Connection, revision: str = "head") -> None:
     command.upgrade(alembic_config(connection=connection), revision)
 
 
-async def upgrade(url: str | None = None, revision: str = "head") -> None:
-    """Migrate the store at `url` (else `$TALARIA_RELAY_STORE_URL`, else the default)."""
+async def upgrade(target: StoreTarget, revision: str = "head") -> None:
+    """Migrate the store `target` names (`resolve(url)`) to `revision`."""
     await _run(
-        url, lambda connection: command.upgrade(alembic_config(connection=connection), revision)
+        target, lambda connection: command.upgrade(alembic_config(connection=connection), revision)
     )
 
 
-async def current(url: str | None = None) -> str | None:
-    """The revision the store at `url` is at; None for an empty (or missing SQLite) database."""
-    target = resolve(url)
+async def current(target: StoreTarget) -> str | None:
+    """The revision the store is at; None for an empty (or missing SQLite) database."""
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema revision")
     if target.backend == "sqlite":
@@ -116,21 +115,20 @@ async def current(url: str | None = None) -> str | None:
         await engine.dispose()
 
 
-def offline_sql(url: str | None = None) -> None:
-    """Print the DDL of an upgrade to head for the store at `url`, without connecting to it."""
-    target = resolve(url)
+def offline_sql(target: StoreTarget) -> None:
+    """Print the DDL of an upgrade to head for the store, without connecting to it."""
     address = target.sqlalchemy_url.render_as_string(hide_password=False)
     command.upgrade(alembic_config(address), "head", sql=True)
 
 
-async def downgrade(url: str | None, revision: str) -> None:
+async def downgrade(target: StoreTarget, revision: str) -> None:
     await _run(
-        url, lambda connection: command.downgrade(alembic_config(connection=connection), revision)
+        target,
+        lambda connection: command.downgrade(alembic_config(connection=connection), revision),
     )
 
 
-async def _run(url: str | None, step: Callable[[Connection], None]) -> None:
-    target = resolve(url)
+async def _run(target: StoreTarget, step: Callable[[Connection], None]) -> None:
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema to migrate")
     if target.backend == "postgres":
@@ -173,6 +171,6 @@ if __name__ == "__main__":
     # `python -m relay.store.sql.migrate [URL]`: upgrade the store (default: the SQLite file).
     import sys
 
-    _url = sys.argv[1] if len(sys.argv) > 1 else None
-    asyncio.run(upgrade(_url))
-    print(f"{resolve(_url).display} is at revision {head_revision()}")
+    _target = resolve(sys.argv[1] if len(sys.argv) > 1 else None)
+    asyncio.run(upgrade(_target))
+    print(f"{_target.display} is at revision {head_revision()}")
