@@ -84,12 +84,22 @@ async def test_a_live_turn_updates_its_phase_and_title(store: RelayStore) -> Non
     assert (owned[0].phase, owned[0].title) == ("waiting_for_approval", "New")
 
 
-async def test_sync_drops_the_owners_turns_that_are_gone(store: RelayStore) -> None:
+async def test_a_turn_its_host_drops_without_an_outcome_ends_failed(store: RelayStore) -> None:
+    """A live turn its owner no longer lists ends as `failed` once, as of that sync, and stays
+    the session's row; a row that ended before is left as it is."""
     await sync(store, A, run("s1"), run("s2"))
-    await store.save_run(run("s3", phase="failed"), NOW, LEASE)
+    await store.save_run(run("s3", phase="completed", updated=NOW), NOW, LEASE)
     owned = await sync(store, A, run("s2"), now=NOW + 1)
-    # s1 vanished without an outcome (as upstream, it is no longer published); s3 ended.
-    assert [r.session_id for r in owned] == ["s2", "s3"]
+    assert shown(owned) == [
+        ("s1", "t1", "failed", A),
+        ("s2", "t1", "running", A),
+        ("s3", "t1", "completed", A),
+    ]
+    assert [r.updated_at for r in owned] == [NOW + 1, NOW, NOW]
+    # Listed again (a host that lost it for a pass), the ended turn stays ended.
+    again = await sync(store, A, run("s1"), run("s2"), now=NOW + 2)
+    assert shown(again)[0] == ("s1", "t1", "failed", A)
+    assert again[0].updated_at == NOW + 1
 
 
 async def test_leases_are_renewed_while_the_owner_syncs(store: RelayStore) -> None:
