@@ -73,6 +73,19 @@ def sync(
         if run.owner != owner and run.lease_until <= now_ms:
             ended = run if run.terminal else replace(run, phase="failed", updated_at=now_ms)
             runs[sid] = replace(ended, owner=owner, lease_until=until)
+    prune(runs, forgotten, now_ms, cutoff, forget_before)
+    for sid, run in runs.items():
+        if run.owner == owner and not run.sent_elsewhere(owner, now_ms):
+            runs[sid] = replace(run, sending_by=owner, sending_until=until)
+    return sorted(
+        (run for run in runs.values() if run.owner == owner),
+        key=lambda run: (run.started_at, run.session_id),
+    )
+
+
+def prune(runs: Runs, forgotten: Forgotten, now_ms: int, cutoff: int, forget_before: int) -> None:
+    """Forget rows that ended before `cutoff`, remembering each one's turn until `forget_before`
+    passes the time it was pruned."""
     for sid, run in list(runs.items()):
         if run.terminal and run.updated_at < cutoff:
             gone = forgotten.get(sid)
@@ -82,13 +95,6 @@ def sync(
     for sid, (_, at) in list(forgotten.items()):
         if at < forget_before:
             del forgotten[sid]
-    for sid, run in runs.items():
-        if run.owner == owner and not run.sent_elsewhere(owner, now_ms):
-            runs[sid] = replace(run, sending_by=owner, sending_until=until)
-    return sorted(
-        (run for run in runs.values() if run.owner == owner),
-        key=lambda run: (run.started_at, run.session_id),
-    )
 
 
 def next_lease_end(
