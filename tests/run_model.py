@@ -41,8 +41,10 @@ class RunModel:
         if not self._takes(run):
             return False
         row = self.rows.get(run.session_id)
-        marks = {"sending_by": row.sending_by, "sending_until": row.sending_until} if row else {}
-        self.rows[run.session_id] = replace(run, lease_until=until, **marks)
+        stored = replace(run, lease_until=until, sending_by=None, sending_until=0)
+        if row is not None:  # whoever sends the row goes on sending it
+            stored = replace(stored, sending_by=row.sending_by, sending_until=row.sending_until)
+        self.rows[run.session_id] = stored
         return True
 
     def sync(

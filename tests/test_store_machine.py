@@ -4,9 +4,9 @@ Hypothesis draws a run of operations (revisions, identities, the started ledger'
 claim and mark, the outbox's enqueue, bind, claim and ack, presence leases, run state's save,
 sync, release and keep-alive by incarnations of two names, the clock moving) and checks each
 answer, and every read of whole state, against `store_model.Model` and `run_model.RunModel`;
-run state also against what reads alone show: never an older turn, an ended turn never changes. Each example runs
-on a fresh store of its own, driven by an event loop of its own. Few names and small times make
-collisions, expired claims, pruning and fences common.
+run state also against what reads alone show: never an older turn, an ended turn never changes.
+Each example runs on a fresh store of its own, driven by an event loop of its own. Few names and
+small times make collisions, expired claims, pruning and fences common.
 """
 
 from __future__ import annotations
