@@ -136,3 +136,157 @@ async def test_a_replica_restarted_under_its_name_ends_its_dead_turns_once(store
         for sid in sessions:
             assert group.history(sid)[-2:] == [(f"{sid}-2", "running"), (f"{sid}-2", "failed")]
         assert group.stale() == 0
+
+
+PHASES = ("completed", "failed", "cancelled")
+
+
+class HandOffs:
+    """The web app's side of the soak: every 1 to 4 s a session's next turn starts on a random live
+    replica, the previous one often ending at the same moment elsewhere, superseded turns ending
+    late; replicas killed with running turns and started again under their names."""
+
+    def __init__(self, group: Cluster, sessions: list[str]) -> None:
+        self.group = group
+        self.sessions = sessions
+        self.rng = random.Random(15)
+        self.turns = Turns()
+        self.running: dict[str, tuple[int, str]] = {}  # stream -> (replica, session)
+        self.down: set[int] = set()
+        self.waiting: dict[str, float] = {}  # session -> when its newest turn died
+        self.to_failed: list[float] = []
+        self.count = 0
+
+    async def watch(self) -> None:
+        """Note when each dead newest turn shows `failed` on the relay."""
+        while True:
+            for sid, died in list(self.waiting.items()):
+                if self.group.row(sid) == (self.turns.newest(sid), "failed"):
+                    self.to_failed.append(time.monotonic() - died)
+                    del self.waiting[sid]
+            await asyncio.sleep(0.05)
+
+    def _end(self, stream: str) -> asyncio.Future[object] | None:
+        where, _ = self.running.pop(stream)
+        phase = self.rng.choice(PHASES)
+        self.turns.phase[stream] = phase
+        return asyncio.ensure_future(
+            self.group.replicas[where].call("end", stream=stream, phase=phase)
+        )
+
+    async def hand_off(self) -> None:
+        free = [s for s in self.sessions if s not in self.waiting]
+        sid = self.rng.choice(free)
+        where = self.rng.choice([n for n in range(3) if n not in self.down])
+        self.count += 1
+        stream = f"{sid}-{self.count:04d}"
+        previous = self.turns.order.get(sid, [None])[-1]
+        self.turns.started(sid, stream)
+        self.running[stream] = (where, sid)
+        calls: list[asyncio.Future[object] | None] = [
+            asyncio.ensure_future(
+                self.group.replicas[where].call("start", session=sid, stream=stream, at=time.time())
+            )
+        ]
+        if previous in self.running and self.rng.random() < 0.6:
+            calls.append(self._end(previous))  # racing the hand-off
+        await asyncio.gather(*(call for call in calls if call is not None))
+        late = [
+            s for s, (_, session) in self.running.items()
+            if s != self.turns.newest(session) and self.rng.random() < 0.3
+        ]  # fmt: skip
+        await asyncio.gather(*(call for s in late if (call := self._end(s)) is not None))
+
+    async def kill(self, victim: int) -> None:
+        """kill -9 of `victim` once it hosts a running newest turn; its turns die with it."""
+        if not any(
+            w == victim and s == self.turns.newest(sid) for s, (w, sid) in self.running.items()
+        ):
+            sid = self.rng.choice([s for s in self.sessions if s not in self.waiting])
+            self.count += 1
+            stream = f"{sid}-{self.count:04d}"
+            self.turns.started(sid, stream)
+            self.running[stream] = (victim, sid)
+            await self.group.replicas[victim].call(
+                "start", session=sid, stream=stream, at=time.time()
+            )
+            await self.group.replicas[victim].call("flush")
+        self.group.replicas[victim].kill()
+        died = time.monotonic()
+        self.down.add(victim)
+        for stream, (where, sid) in list(self.running.items()):
+            if where == victim:
+                del self.running[stream]
+                self.turns.dead.add(stream)
+                self.turns.phase[stream] = "failed"
+                if stream == self.turns.newest(sid):
+                    self.waiting[sid] = died
+
+    async def restart(self, victim: int) -> None:
+        again = await self.group.restart(victim)
+        for sid in self.sessions:
+            await again.call("session", id=sid, created_at=time.time())
+        self.down.discard(victim)
+
+    async def settle(self) -> None:
+        await until(lambda: not self.waiting, 120)
+        await asyncio.gather(
+            *(call for s in list(self.running) if (call := self._end(s)) is not None)
+        )
+        for _ in range(3):
+            await self.group.everywhere("flush")
+            await asyncio.sleep(1)
+
+
+@pytest.mark.soak
+async def test_three_minutes_of_hand_offs_with_restarts_under_the_same_names(
+    store_url: str,
+) -> None:
+    """Issue 15's measurement (`-m soak -s`): 3 replicas with default leases, 12 sessions, a
+    hand-off every 1 to 4 s for 3 minutes (`TALARIA_RELAY_TURNS_SOAK_S`), two replicas killed with
+    running turns and restarted under their names 3 s later. 0 flips, every final row the
+    newest turn with its true phase, each dead turn ended once, dead turns failed within a
+    lease and a pass."""
+    duration = float(os.environ.get("TALARIA_RELAY_TURNS_SOAK_S", "180"))
+    async with cluster(store_url, 3, heartbeat_s=5.0) as group:
+        await group.pair()
+        sessions = [f"s{n:02d}" for n in range(12)]
+        for sid in sessions:
+            await group.everywhere("session", id=sid, created_at=time.time())
+        soak = HandOffs(group, sessions)
+        watcher = asyncio.create_task(soak.watch())
+        kills = [(duration / 3, 0), (2 * duration / 3, 1)]
+        restarts: list[tuple[float, int]] = []
+        began = time.monotonic()
+        try:
+            while time.monotonic() - began < duration:
+                elapsed = time.monotonic() - began
+                if kills and elapsed >= kills[0][0]:
+                    victim = kills.pop(0)[1]
+                    await soak.kill(victim)
+                    restarts.append((elapsed + 3, victim))
+                if restarts and elapsed >= restarts[0][0]:
+                    await soak.restart(restarts.pop(0)[1])
+                await soak.hand_off()
+                await asyncio.sleep(soak.rng.uniform(1, 4))
+            for _, victim in restarts:
+                await soak.restart(victim)
+            await soak.settle()
+        finally:
+            watcher.cancel()
+        turns = soak.turns
+        flips = sum(turns.flips(group, sid) for sid in turns.order)
+        wrong = turns.wrong_final(group)
+        twice = turns.ended_more_than_once(group)
+        print(
+            f"\n{soak.count} turns in {duration:.0f}s, {len(turns.dead)} died with their replica;"
+            f" flips {flips}, wrong final rows {len(wrong)} {wrong}, ended twice {twice},"
+            f" stale {group.stale()}; time to failed after kill -9:"
+            f" {', '.join(f'{t:.1f}s' for t in sorted(soak.to_failed))}"
+        )
+        assert flips == 0
+        assert wrong == []
+        assert twice == []
+        assert group.stale() == 0
+        assert soak.to_failed
+        assert max(soak.to_failed) <= 2 * group.lease_s + 10
