@@ -107,13 +107,18 @@ class Cluster:
         await (replica or self.replicas[0]).call("pair", body=self.pairing())
         await self.everywhere("start_service")
 
-    async def restart(self, index: int) -> Replica:
-        """A new process under the name of replica `index` (dead by now), started, in its place:
-        a restarted pod. Its web app knows no sessions yet: the test creates them."""
+    async def spare(self, index: int) -> Replica:
+        """A process under the name of replica `index`, ready but not started: its restart
+        made in advance, so it can start within a lease of the kill."""
+        options = {"lease_s": self.lease_s, "heartbeat_s": self.heartbeat_s}
+        return await spawn(self.store_url, self.relay_url, self.replicas[index].owner, **options)
+
+    async def restart(self, index: int, spare: Replica | None = None) -> Replica:
+        """A new process (`spare`, or one spawned now) under the name of replica `index`, dead
+        by now, started in its place: a restarted pod. Its web app knows no sessions yet."""
         old = self.replicas[index]
         await old.process.wait()
-        options = {"lease_s": self.lease_s, "heartbeat_s": self.heartbeat_s}
-        new = await spawn(self.store_url, self.relay_url, old.owner, **options)
+        new = spare or await self.spare(index)
         self.replicas[index] = new
         await new.call("start_service")
         return new
