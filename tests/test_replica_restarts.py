@@ -10,6 +10,7 @@ the session's newest turn with its true phase, each dead turn ends `failed` once
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import time
@@ -235,7 +236,9 @@ class HandOffs:
         self.down.discard(victim)
 
     async def settle(self) -> None:
-        await until(lambda: not self.waiting, 120)
+        # Judged after the numbers are printed: a dead turn that never ends is one of them.
+        with contextlib.suppress(AssertionError):
+            await until(lambda: not self.waiting, 120)
         await asyncio.gather(
             *(call for s in list(self.running) if (call := self._end(s)) is not None)
         )
@@ -288,11 +291,13 @@ async def test_three_minutes_of_hand_offs_with_restarts_under_the_same_names(
             f"\n{soak.count} turns in {duration:.0f}s, {len(turns.dead)} died with their replica;"
             f" flips {flips}, wrong final rows {len(wrong)} {wrong}, ended twice {twice},"
             f" stale {group.stale()}; time to failed after kill -9:"
-            f" {', '.join(f'{t:.1f}s' for t in sorted(soak.to_failed))}"
+            f" {', '.join(f'{t:.1f}s' for t in sorted(soak.to_failed))};"
+            f" never failed {sorted(soak.waiting)}"
         )
         assert flips == 0
         assert wrong == []
         assert twice == []
         assert group.stale() == 0
+        assert soak.waiting == {}
         assert soak.to_failed
         assert max(soak.to_failed) <= 2 * group.lease_s + 10

@@ -208,3 +208,20 @@ def render_replicas(found: dict[str, object]) -> str:
         "replicas": [found],
     }
     return render(status).splitlines()[-1]
+
+
+async def test_a_long_name_still_fits_the_stored_owner_ids(store: RelayStore) -> None:
+    """A 64-character name is cut to fit its incarnation id in the store's 64 characters; that
+    id holds run rows and the claims of announcements like any other."""
+    async with relay_env(store) as env:
+        await env.pair()
+        long = await replica(env, "n" * 64)
+        assert len(long.owner) == 64
+        assert long.owner.startswith("n" * 51 + "/")
+        hosting(long).create_session("s1", created_at=env.clock())
+        hosting(long).start_run("s1", "t1", started_at=env.clock())
+        await publish(long)
+        (row,) = await store.run_states()
+        assert row.owner == long.owner
+        assert [e.session_id for e in env.relay.started_events] == ["s1"]
+        await long.stop()
