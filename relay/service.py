@@ -30,10 +30,11 @@ from relay.host import Host
 from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
-from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S
+from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, incarnation
 from relay.publishing.logs import Log, Reporter
 from relay.publishing.publisher import RelayPublisher
 from relay.store import DeletedScope, RelayConfig, RelayStore, checks
+from relay.store.records import OWNER_LIMIT
 
 logger = logging.getLogger("relay.service")
 RELAY_URL_ENV = "TALARIA_RELAY_URL"
@@ -57,8 +58,9 @@ class RelayService:
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
         publisher_options: dict[str, Any] | None = None,
     ) -> None:
-        """`owner` names this replica in the store (a fresh id by default); `lease_s` is how long
-        its claims and runs outlive it; `heartbeat_s` how often it republishes when idle."""
+        """`owner` names this replica in the store (a fresh id by default; a name gets a suffix
+        unique to this process, see `incarnation`); `lease_s` is how long its claims and runs
+        outlive it; `heartbeat_s` how often it republishes when idle."""
         self.store = store
         self.host = host
         self.presence = Presence(store, clock)
@@ -75,8 +77,9 @@ class RelayService:
             "heartbeat_s": heartbeat_s,
             **(publisher_options or {}),
         }
-        # One owner of claims and runs across this service's publishers.
-        self.owner = uuid.uuid4().hex if owner is None else checks.text("owner", owner, 64)
+        # One owner of claims and runs across this service's publishers: this process's id.
+        self.owner_name = None if owner is None else checks.text("owner", owner, OWNER_LIMIT)
+        self.owner = uuid.uuid4().hex if owner is None else incarnation(owner)
         self._publisher: RelayPublisher | None = None
         self._candidate: RelayPublisher | None = None
         self._clients: dict[str, RelayClient] = {}

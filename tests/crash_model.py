@@ -18,6 +18,7 @@ from crash_writer import invocation
 from relay.errors import CorruptStateError
 from relay.protocol import STARTED_WINDOW_MS
 from relay.store import RelayStore, RunState, run_rules
+from relay.store.run_gate import TURN_MEMORY_MS
 
 PROBE = "crash-probe"
 
@@ -53,6 +54,8 @@ class Model:
     claims: dict[str, tuple[str, int]] = field(default_factory=dict)  # deletion id -> owner, until
     leases: dict[tuple[str, str], Lease] = field(default_factory=dict)
     runs: dict[str, RunState] = field(default_factory=dict)
+    # Not observed (no public read): kept so a save after a prune is predicted as the store does.
+    forgotten: run_rules.Forgotten = field(default_factory=dict)
 
     def copy(self) -> Model:
         return copy.deepcopy(self)
@@ -204,7 +207,7 @@ class Model:
     # suite holds every backend to: here they say what a run write leaves, not how it is done.
 
     def _save_run(self, answer: Any, run: RunState, now_ms: int, lease_ms: int) -> bool:
-        return run_rules.save(self.runs, run, now_ms + lease_ms)
+        return run_rules.save(self.runs, self.forgotten, run, now_ms + lease_ms)
 
     def _sync_runs(
         self,
@@ -218,7 +221,17 @@ class Model:
     ) -> list[dict[str, Any]]:
         ordered = sorted(live, key=lambda run: run.session_id)
         cutoff = max(now_ms - retention_ms, 0)
-        owned = run_rules.sync(self.runs, owner, ordered, now_ms, now_ms + lease_ms, cutoff)
+        forget_before = max(now_ms - max(TURN_MEMORY_MS, retention_ms), 0)
+        owned = run_rules.sync(
+            self.runs,
+            self.forgotten,
+            owner,
+            ordered,
+            now_ms,
+            now_ms + lease_ms,
+            cutoff,
+            forget_before,
+        )
         return [asdict(run) for run in owned]
 
     def _release_runs(self, answer: Any, owner: str) -> None:

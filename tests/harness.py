@@ -173,16 +173,23 @@ class Env:
 
 
 def make_service(
-    env: Env, *, clock: Callable[[], float] | None = None, **options: Any
+    env: Env,
+    *,
+    clock: Callable[[], float] | None = None,
+    host: MemoryHost | None = None,
+    owner: str | None = None,
+    **options: Any,
 ) -> RelayService:
-    """A service like the env's; `clock` (say, a skewed one) instead of the env's."""
+    """A service like the env's; `clock` (say, a skewed one), `host` (another replica's web app)
+    and `owner` (a replica's name) instead of the env's."""
     return RelayService(
         env.store,
-        env.host,
+        host or env.host,
         relay_url=RELAY_URL,
         http=env.http,
         clock=clock or env.clock,
         log=env.logs.append,
+        owner=owner,
         publisher_options={"background": False, "uniform": lambda low, high: 1.0, **options},
     )
 

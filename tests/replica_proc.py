@@ -100,7 +100,8 @@ async def main(store_url: str, relay_url: str, owner: str, lease_s: float, beat_
         reader = asyncio.StreamReader()
         loop = asyncio.get_running_loop()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        print(json.dumps({"ok": True, "ready": owner}), flush=True)
+        # The owner id of this process: the name and this incarnation's suffix.
+        print(json.dumps({"ok": True, "ready": service.owner}), flush=True)
         while line := await reader.readline():
             command = json.loads(line)
             if command["op"] == "stop":

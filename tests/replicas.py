@@ -25,8 +25,9 @@ REPLY_TIMEOUT_S = 60.0
 class Replica:
     """One replica process and the pipe that drives it."""
 
-    owner: str
+    owner: str  # the name it was given
     process: asyncio.subprocess.Process
+    incarnation: str = ""  # its owner id in the store: the name and a suffix of this process
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def call(self, op: str, **fields: Any) -> Any:
@@ -74,9 +75,9 @@ async def spawn(
         env={**os.environ, "PYTHONPATH": str(PROC.parent.parent)},
     )  # fmt: skip
     assert process.stdout is not None
-    ready = await asyncio.wait_for(process.stdout.readline(), REPLY_TIMEOUT_S)
-    assert json.loads(ready)["ok"], ready
-    return Replica(owner, process)
+    ready = json.loads(await asyncio.wait_for(process.stdout.readline(), REPLY_TIMEOUT_S))
+    assert ready["ok"], ready
+    return Replica(owner, process, ready["ready"])
 
 
 @dataclass
@@ -85,6 +86,8 @@ class Cluster:
     relay_url: str
     store_url: str
     replicas: list[Replica]
+    lease_s: float = 20.0
+    heartbeat_s: float = 60.0
 
     async def everywhere(self, op: str, **fields: Any) -> list[Any]:
         return list(await asyncio.gather(*(r.call(op, **fields) for r in self.live())))
@@ -104,8 +107,38 @@ class Cluster:
         await (replica or self.replicas[0]).call("pair", body=self.pairing())
         await self.everywhere("start_service")
 
+    async def spare(self, index: int) -> Replica:
+        """A process under the name of replica `index`, ready but not started: its restart
+        made in advance, so it can start within a lease of the kill."""
+        options = {"lease_s": self.lease_s, "heartbeat_s": self.heartbeat_s}
+        return await spawn(self.store_url, self.relay_url, self.replicas[index].owner, **options)
+
+    async def restart(self, index: int, spare: Replica | None = None) -> Replica:
+        """A new process (`spare`, or one spawned now) under the name of replica `index`, dead
+        by now, started in its place: a restarted pod. Its web app knows no sessions yet."""
+        old = self.replicas[index]
+        await old.process.wait()
+        new = spare or await self.spare(index)
+        self.replicas[index] = new
+        await new.call("start_service")
+        return new
+
     def grant_rows(self) -> list[dict[str, Any]]:
         return [row for grant in self.relay.state()["grants"] for row in grant["rows"]]
+
+    def history(self, session: str) -> list[tuple[str | None, str]]:
+        """Each (stream, phase) the relay's row of `session` went through, repeats folded."""
+        seen: list[tuple[str | None, str]] = []
+        for grant in self.relay._grants.values():
+            for sid, stream, phase in grant.history:
+                if sid == session and (not seen or seen[-1] != (stream, phase)):
+                    seen.append((stream, phase))
+        return seen
+
+    def row(self, session: str) -> tuple[str | None, str] | None:
+        """The relay's row of `session` now: (stream, phase)."""
+        rows = [(r["streamId"], r["phase"]) for r in self.grant_rows() if r["sessionId"] == session]
+        return rows[0] if rows else None
 
     def stale(self) -> int:
         return sum(grant["stale"] for grant in self.relay.state()["grants"])
@@ -130,6 +163,8 @@ async def cluster(
                 name = f"replica-{n}"
                 options = {"lease_s": lease_s, "heartbeat_s": heartbeat_s}
                 replicas.append(await spawn(store_url, relay_url, name, **options))
-            yield Cluster(relay, relay_url, store_url, replicas)
+            group = Cluster(relay, relay_url, store_url, replicas, lease_s, heartbeat_s)
+            yield group
         finally:
+            # `restart` replaces entries of the same list: these are the processes now running.
             await asyncio.gather(*(r.stop() for r in replicas))

@@ -1,10 +1,12 @@
 """The store contract as a state machine: random runs of its operations on every backend.
 
 Hypothesis draws a run of operations (revisions, identities, the started ledger's track, record,
-claim and mark, the outbox's enqueue, bind, claim and ack, presence leases, the clock moving) and
-checks each answer, and every read of whole state, against `store_model.Model`. Each example runs
-on a fresh store of its own, driven by an event loop of its own. Few names and small times make
-collisions, expired claims, pruning and fences common.
+claim and mark, the outbox's enqueue, bind, claim and ack, presence leases, run state's save,
+sync, release and keep-alive by incarnations of two names, the clock moving) and checks each
+answer, and every read of whole state, against `store_model.Model` and `run_model.RunModel`;
+run state also against what reads alone show: never an older turn, an ended turn never changes.
+Each example runs on a fresh store of its own, driven by an event loop of its own. Few names and
+small times make collisions, expired claims, pruning and fences common.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from run_model import RunModel, Turn, turn_of
 from store_model import Model
 
-from relay.protocol import STARTED_WINDOW_MS
-from relay.store import DeletedScope, PresenceLease, RelayStore, open_store
+from relay.protocol import STARTED_WINDOW_MS, TERMINAL_PHASES
+from relay.store import DeletedScope, PresenceLease, RelayStore, RunState, open_store
+from relay.store.run_gate import TURN_MEMORY_MS
 
 T = TypeVar("T")
 START = 1_800_000_000_000
@@ -47,6 +51,12 @@ BOUND = (
 
 # Steps of the clock: none, a little, past a lease, past a presence fence, past the ledger's day.
 ticks = st.sampled_from([0, 1, 999, 20 * SECOND, 16 * 60 * SECOND, STARTED_WINDOW_MS + 1])
+RETENTION = 15 * 60 * SECOND
+# Incarnations: two processes of one name, and another replica.
+RUN_OWNERS = ("web-1/0a0a0a0a0a0a", "web-1/1b1b1b1b1b1b", "web-2/2c2c2c2c2c2c")
+# A session's turns: ordered by start, then stream (turns 2k and 2k+1 start together).
+turns = st.integers(0, 5)
+phases = st.sampled_from(["running", "waiting_for_input", "completed", "failed", "cancelled"])
 leases_ms = st.sampled_from([SECOND, 20 * SECOND, 90 * SECOND])
 limits = st.none() | st.integers(1, 3)
 # A sighting's start, from now back past the day the ledger keeps.
@@ -63,7 +73,12 @@ class StoreMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.store: RelayStore = self.run(self._open(self.stores.url()))
         self.model = Model()
+        self.runs = RunModel()
         self.now = START
+        # What reads of the store showed: each session's newest turn and when its row was last
+        # there, each ended turn's outcome.
+        self.shown: dict[str, tuple[Turn, int]] = {}
+        self.outcomes: dict[tuple[str, Turn], tuple[str, int]] = {}
 
     @staticmethod
     async def _open(url: str) -> RelayStore:
@@ -256,10 +271,75 @@ class StoreMachine(RuleBasedStateMachine):
     def presence_leases(self) -> None:
         assert self.run(self.store.presence_leases()) == self.model.presence()
 
+    # ── run state ──
+
+    def _run(self, session: str, turn: int, phase: str, owner: str) -> RunState:
+        started = START + (turn // 2) * SECOND
+        return RunState(session, f"t{turn}", "default", "Chat", phase, started, self.now, owner)
+
+    @rule(
+        session=st.sampled_from(SESSIONS[:2]),
+        turn=turns,
+        phase=phases,
+        owner=st.sampled_from(RUN_OWNERS),
+        lease=leases_ms,
+    )
+    def save_run(self, session: str, turn: int, phase: str, owner: str, lease: int) -> None:
+        run = self._run(session, turn, phase, owner)
+        got = self.run(self.store.save_run(run, self.now, lease))
+        assert got == self.runs.save(run, self.now + lease)
+
+    @rule(
+        owner=st.sampled_from(RUN_OWNERS),
+        hosted=st.dictionaries(st.sampled_from(SESSIONS[:2]), st.tuples(turns, phases)),
+        lease=leases_ms,
+    )
+    def sync_runs(self, owner: str, hosted: dict[str, tuple[int, str]], lease: int) -> None:
+        live = [self._run(s, turn, phase, owner) for s, (turn, phase) in sorted(hosted.items())]
+        got = self.run(
+            self.store.sync_runs(owner, live, self.now, lease_ms=lease, retention_ms=RETENTION)
+        )
+        assert got == self.runs.sync(owner, live, self.now, lease, RETENTION)
+
+    @rule(owner=st.sampled_from(RUN_OWNERS))
+    def release_runs(self, owner: str) -> None:
+        self.run(self.store.release_runs(owner))
+        self.runs.release(owner)
+
+    @rule(owner=st.sampled_from(RUN_OWNERS), lease=leases_ms)
+    def keep_alive(self, owner: str, lease: int) -> None:
+        got = self.run(self.store.keep_alive(owner, self.now, lease))
+        started = [e for entries in self.model.entries.values() for e in entries.values()]
+        live = {view.id for view in self.model.views.values()}
+        claims = [claim for view_id, claim in self.model.claims.items() if view_id in live]
+        assert got == self.runs.keep_alive(owner, self.now, lease, started, claims)
+
+    @invariant()
+    def run_states(self) -> None:
+        """The rows are the model's; and, judged from reads alone, no session's row ever went
+        back to an older turn, and an ended turn never changed its outcome or came back live,
+        while the store remembers the session (a day past the last read that showed its row)."""
+        rows = self.run(self.store.run_states())
+        assert rows == self.runs.states()
+        for sid, (_, seen) in list(self.shown.items()):
+            if seen < self.now - TURN_MEMORY_MS:
+                del self.shown[sid]
+                self.outcomes = {k: v for k, v in self.outcomes.items() if k[0] != sid}
+        for row in rows:
+            turn = turn_of(row)
+            newest = self.shown.get(row.session_id, (turn, 0))[0]
+            assert turn >= newest, "went back to an older turn"
+            self.shown[row.session_id] = (turn, self.now)
+            ended = self.outcomes.get((row.session_id, turn))
+            if ended is not None:
+                assert (row.phase, row.updated_at) == ended, "an ended turn changed"
+            elif row.phase in TERMINAL_PHASES:
+                self.outcomes[row.session_id, turn] = (row.phase, row.updated_at)
+
 
 def test_the_store_behaves_as_its_model(fresh_stores: FreshStores) -> None:
-    """Any run of ledger, outbox, presence, revision and identity operations answers, and leaves
-    state, exactly as the contract's model does, on every backend."""
+    """Any run of ledger, outbox, presence, revision, identity and run-state operations answers,
+    and leaves state, exactly as the contract's models do, on every backend."""
     StoreMachine.stores = fresh_stores
     run_state_machine_as_test(StoreMachine)
 

@@ -84,12 +84,22 @@ async def test_a_live_turn_updates_its_phase_and_title(store: RelayStore) -> Non
     assert (owned[0].phase, owned[0].title) == ("waiting_for_approval", "New")
 
 
-async def test_sync_drops_the_owners_turns_that_are_gone(store: RelayStore) -> None:
+async def test_a_turn_its_host_drops_without_an_outcome_ends_failed(store: RelayStore) -> None:
+    """A live turn its owner no longer lists ends as `failed` once, as of that sync, and stays
+    the session's row; a row that ended before is left as it is."""
     await sync(store, A, run("s1"), run("s2"))
-    await store.save_run(run("s3", phase="failed"), NOW, LEASE)
+    await store.save_run(run("s3", phase="completed", updated=NOW), NOW, LEASE)
     owned = await sync(store, A, run("s2"), now=NOW + 1)
-    # s1 vanished without an outcome (as upstream, it is no longer published); s3 ended.
-    assert [r.session_id for r in owned] == ["s2", "s3"]
+    assert shown(owned) == [
+        ("s1", "t1", "failed", A),
+        ("s2", "t1", "running", A),
+        ("s3", "t1", "completed", A),
+    ]
+    assert [r.updated_at for r in owned] == [NOW + 1, NOW, NOW]
+    # Listed again (a host that lost it for a pass), the ended turn stays ended.
+    again = await sync(store, A, run("s1"), run("s2"), now=NOW + 2)
+    assert shown(again)[0] == ("s1", "t1", "failed", A)
+    assert again[0].updated_at == NOW + 1
 
 
 async def test_leases_are_renewed_while_the_owner_syncs(store: RelayStore) -> None:
@@ -117,6 +127,80 @@ async def test_finished_turns_are_forgotten_after_the_retention(store: RelayStor
     assert await sync(store, A, now=NOW + RETENTION) != []
     assert await sync(store, A, now=NOW + RETENTION + 1) == []
     assert await store.run_states() == []
+
+
+async def test_a_dropped_newest_turn_lets_no_older_turn_back(store: RelayStore) -> None:
+    """B's newest turn vanishes from B without an outcome while A still runs the turn it
+    superseded: the row ends `failed` on B's turn, and A's older turn is refused for good."""
+    await sync(store, A, run(stream="t1", started=NOW))
+    await sync(store, B, run(stream="t2", started=NOW + 5, owner=B), now=NOW + 6)
+    assert shown(await sync(store, B, now=NOW + 7)) == [("s1", "t2", "failed", B)]
+    assert await sync(store, A, run(stream="t1", started=NOW), now=NOW + 8) == []
+    assert not await store.save_run(run(stream="t1", phase="completed"), NOW + 9, LEASE)
+    assert shown(await store.run_states()) == [("s1", "t2", "failed", B)]
+
+
+async def test_a_restart_under_the_same_name_takes_over_the_old_incarnations_turns(
+    store: RelayStore,
+) -> None:
+    """web-1's process dies hosting the newest turn; its next incarnation hosts nothing and
+    leaves the old rows alone until their lease ends, then ends them `failed` once. Meanwhile
+    and after, other replicas' older turns and remembered outcomes never take the row."""
+    old, new = "web-1/0a1b2c3d4e5f", "web-1/6a7b8c9d0e1f"
+    await sync(store, A, run(stream="t1", started=NOW))
+    await store.save_run(run(stream="t2", phase="completed", started=NOW + 1, owner=B), NOW, LEASE)
+    await sync(store, old, run(stream="t3", started=NOW + 2, owner=old), now=NOW + 3)
+    assert await sync(store, new, now=NOW + 4) == []
+    assert shown(await store.run_states()) == [("s1", "t3", "running", old)]
+    at = NOW + 3 + LEASE
+    assert shown(await sync(store, new, now=at)) == [("s1", "t3", "failed", new)]
+    for owner, turn in ((A, run(stream="t1")), (B, run(stream="t2", started=NOW + 1, owner=B))):
+        assert await sync(store, owner, turn, now=at + 1) == []
+    assert not await store.save_run(
+        run(stream="t2", phase="completed", started=NOW + 1, owner=B), at + 2, LEASE
+    )
+    (row,) = await store.run_states()
+    assert (row.stream_id, row.phase, row.owner, row.updated_at) == ("t3", "failed", new, at)
+
+
+async def test_a_pruned_sessions_older_turns_stay_refused(store: RelayStore) -> None:
+    """Retention forgets the row of a session's newest turn while an older turn of it still
+    runs on A and B remembers an older outcome: neither becomes the row, even a day later; a
+    newer turn does."""
+    await sync(store, A, run(stream="t1", started=NOW))
+    await store.save_run(run(stream="t2", phase="cancelled", started=NOW + 1, owner=B), NOW, LEASE)
+    await sync(store, C, run(stream="t3", started=NOW + 2, owner=C), now=NOW + 3)
+    await store.save_run(
+        run(stream="t3", phase="completed", started=NOW + 2, updated=NOW + 4, owner=C),
+        NOW + 4,
+        LEASE,
+    )
+    later = NOW + 5 + RETENTION
+    assert await sync(store, C, now=later) == []
+    assert await store.run_states() == []
+    for at in (later + 1, later + 20 * 3600 * SECOND):
+        assert await sync(store, A, run(stream="t1"), now=at) == []
+        assert not await store.save_run(
+            run(stream="t2", phase="cancelled", started=NOW + 1, owner=B), at, LEASE
+        )
+        assert not await store.save_run(
+            run(stream="t3", phase="completed", started=NOW + 2, owner=C), at, LEASE
+        )
+        assert await store.run_states() == []
+    newer = run(stream="t4", started=later + 2, owner=B)
+    assert await store.save_run(newer, later + 2, LEASE)
+    assert shown(await store.run_states()) == [("s1", "t4", "running", B)]
+
+
+async def test_a_pruned_turn_is_remembered_for_a_day(store: RelayStore) -> None:
+    """A pruned session's turn is remembered a day from its pruning, then forgotten."""
+    await store.save_run(run(phase="completed", updated=NOW), NOW, LEASE)
+    pruned = NOW + RETENTION + 1
+    await sync(store, A, now=pruned)
+    day = 24 * 3600 * SECOND
+    assert await sync(store, B, run(stream="t0", started=NOW - 1, owner=B), now=pruned + day) == []
+    await sync(store, C, now=pruned + day + 1)
+    assert await store.save_run(run(stream="t0", started=NOW - 1, owner=B), pruned + day + 2, LEASE)
 
 
 async def test_keep_alive_renews_and_tells_when_another_lease_ends(store: RelayStore) -> None:

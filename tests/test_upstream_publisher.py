@@ -907,11 +907,12 @@ async def test_caps_a_snapshot_at_the_500_most_recent_states_and_titles_blank_se
     store: RelayStore,
 ) -> None:
     """Extends `publishes active runs, pending prompts, and terminal phases for the enrolled
-    profile` with two deliberate differences of our port.
+    profile` with three deliberate differences of our port.
 
     Upstream sends every state (and the relay refuses more than 500) and passes a whitespace-only
     title on (which the relay refuses); our port keeps the 500 most recent states and sends a
-    blank title as `Untitled`, and caps a title at 120 characters.
+    blank title as `Untitled`, and caps a title at 120 characters. Upstream stops sending a run
+    that leaves the host without an outcome; ours sends it once as `failed` (issue 15).
     """
     async with relay_env(store) as env:
         profile_id = await register(env)
@@ -919,6 +920,10 @@ async def test_caps_a_snapshot_at_the_500_most_recent_states_and_titles_blank_se
         env.host.create_session("old", title="   ", messages=0)
         env.host.start_run("old", "stream-old")
         await finish(env, "stream-old")
+        assert await env.publish() is None
+        assert [(s["sessionId"], s["title"], s["phase"]) for s in last_states(env)] == [
+            ("old", "Untitled", "completed")
+        ]
         env.clock.advance(1)
         for index in range(500):
             sid = f"live-{index:03d}"
@@ -932,12 +937,15 @@ async def test_caps_a_snapshot_at_the_500_most_recent_states_and_titles_blank_se
         titles = {s["sessionId"]: s["title"] for s in states}
         assert titles["live-000"] == "t" * 120
         assert titles["live-001"] == "Untitled"
-        assert len(env.relay.rows(PUBLISHER_ID, profile_id)) == 500
+        # The 500 live rows, and the relay's row of `old` from the snapshot before.
+        assert len(env.relay.rows(PUBLISHER_ID, profile_id)) == 501
 
-        # Once the live runs end before it, the blank-titled terminal state is sent as `Untitled`.
+        # The live runs leave the host without an outcome: each is sent once more, as failed.
         for index in range(500):
             env.host.end_run(f"stream-live-{index:03d}")
+        env.clock.advance(1)
         await env.publish()
-        assert [(s["sessionId"], s["title"], s["phase"]) for s in last_states(env)] == [
-            ("old", "Untitled", "completed")
-        ]
+        states = last_states(env)
+        assert len(states) == 500
+        assert {s["phase"] for s in states} == {"failed"}
+        assert {s["sessionId"] for s in states} == {f"live-{i:03d}" for i in range(500)}

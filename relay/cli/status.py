@@ -127,7 +127,19 @@ def replicas(
     held: dict[str, dict[str, Any]] = {}
 
     def entry(owner: str, until: int) -> dict[str, Any]:
-        found = held.setdefault(owner, {"owner": owner, "runs": 0, "claims": 0, "lease_until": 0})
+        # `name/incarnation` (a named replica's process); a bare id is an incarnation alone.
+        name, _, process = owner.rpartition("/")
+        found = held.setdefault(
+            owner,
+            {
+                "owner": owner,
+                "name": name or None,
+                "incarnation": process,
+                "runs": 0,
+                "claims": 0,
+                "lease_until": 0,
+            },
+        )
         found["lease_until"] = max(found["lease_until"], until)
         return found
 
@@ -183,8 +195,9 @@ def render(status: dict[str, Any]) -> str:
     lines.append(f"presence     {status['presence_leases']} live lease(s)")
     for replica in status["replicas"]:
         state = "alive" if replica["alive"] else "lease ended"
+        named = f"{replica['name']}, " if replica["name"] else ""
         lines.append(
-            f"replica      {replica['owner']}: {replica['runs']} run(s), "
+            f"replica      {named}incarnation {replica['incarnation']}: {replica['runs']} run(s), "
             f"{replica['claims']} claim(s), {state}"
         )
     return "\n".join(lines)

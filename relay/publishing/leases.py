@@ -7,15 +7,31 @@ While it lives it renews them; when it dies, another takes them over once the le
 from __future__ import annotations
 
 import math
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from relay.protocol import REQUEST_TIMEOUT_S
+from relay.store.records import OWNER_LIMIT
 
 DEFAULT_LEASE_S = 20.0
 DEFAULT_HEARTBEAT_S = 60.0
+# The random part of an incarnation: 48 bits, so two processes of one name never share an id.
+_INCARNATION_HEX = 12
 # A claim is renewed before a send that could outlast it: one request takes this long at most.
 _SEND_MS = math.ceil(REQUEST_TIMEOUT_S * 1000) + 2000
+
+
+def incarnation(name: str) -> str:
+    """The owner id of this process under `name`: `name/<12 hex digits>`, new for every process.
+
+    A process restarted under its name is another replica to the store: the rows and claims of
+    the one that died are taken over when their leases end, as any dead replica's, and never
+    taken for its own (two live processes given one name by mistake stay apart too). A name too
+    long to fit the stored id with its suffix is cut; the suffix alone tells processes apart.
+    """
+    suffix = secrets.token_hex(_INCARNATION_HEX // 2)
+    return f"{name[: OWNER_LIMIT - len(suffix) - 1]}/{suffix}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -135,6 +135,9 @@ class RelayPublisher:
         )
         # The rows this replica publishes, read once a pass.
         self._owned: list[RunState] | None = None
+        # What each hosted session's turn was last offered as: re-offered while its metadata is
+        # unreadable, since a live turn left out of a sync ends as failed.
+        self._offered: dict[str, RunState] = {}
         self._levels = Levels(store)
 
     @property
@@ -152,6 +155,7 @@ class RelayPublisher:
         """Carry unpublished terminal runs and queued views from the publisher being replaced."""
         self.terminal.update(previous.terminal)
         self.views.update(previous.views)
+        self._offered.update(previous._offered)
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
 
@@ -319,10 +323,17 @@ class RelayPublisher:
         self.terminal = states.retained(self.terminal, now)
         hosted = []
         owner = self._leases.owner
+        offered: dict[str, RunState] = {}
         for row in states.session_runs(await self._host.active_runs(), self.terminal):
             meta = await self._meta(row.session_id)
-            if meta is not None and (run := states.run_state(row, meta, owner, now)):
+            if meta is not None:
+                run = states.run_state(row, meta, owner, now)
+            else:
+                run = states.same_turn(self._offered.get(row.session_id), row)
+            if run is not None:
                 hosted.append(run)
+                offered[run.session_id] = run
+        self._offered = offered
         clock = asyncio.get_running_loop().time
         give_up = clock() + REQUEST_TIMEOUT_S + 1
         while True:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from relay.errors import InvalidInputError
 from relay.host import ActiveRun, SessionMeta
@@ -110,6 +110,26 @@ def run_state(row: SessionRun, meta: SessionMeta, owner: str, now: float) -> Run
         )
     except InvalidInputError:  # an id past the relay's limits, or a time that is no time
         return None
+
+
+def same_turn(offered: RunState | None, row: SessionRun) -> RunState | None:
+    """`offered` again if it was `row`'s turn (with the outcome `row` now has), else None.
+
+    For a session whose metadata cannot be read this pass: its turn is still hosted.
+    """
+    try:
+        started = _ms(row.run.started_at)
+        ended = _ms(row.terminal.terminal_at) if row.terminal else None
+    except InvalidInputError:
+        return None
+    if offered is None or (offered.started_at, offered.stream_id) != (
+        started,
+        row.run.stream_id or None,
+    ):
+        return None
+    if row.terminal is None or ended is None:
+        return offered
+    return replace(offered, phase=row.terminal.phase, updated_at=ended)
 
 
 def drafts(runs: Iterable[RunState], now_ms: int) -> list[Draft]:

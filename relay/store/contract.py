@@ -229,13 +229,16 @@ class RunStates(Protocol):
     """Each session's newest turn, shared so every replica publishes the same truth for it.
 
     The replica hosting a turn owns its row and keeps its lease; a row whose owner stops renewing
-    is taken over by another replica, and a turn still live in it ends as `failed`.
+    is taken over by another replica, and a turn still live in it ends as `failed`. A session's
+    row never goes back to an older turn: a pruned row's turn is remembered a day
+    (`relay.store.run_gate.TURN_MEMORY_MS`), and only a newer turn is stored after it.
     """
 
     async def save_run(self, run: RunState, now_ms: int, lease_ms: int) -> bool:
         """Store `run` for its owner unless the session has a newer turn, or this turn has ended.
 
-        True if it was stored.
+        A session whose row was pruned takes only a turn newer than the pruned one. True if it
+        was stored.
         """
         ...
 
@@ -250,9 +253,10 @@ class RunStates(Protocol):
     ) -> list[RunState]:
         """One publishing pass's view of the runs: the rows `owner` publishes, oldest first.
 
-        Replaces the owner's live rows by `live` (its hosted turns, saved as `save_run` does: a
-        turn it no longer hosts is gone); renews the owner's leases; takes over rows whose lease
-        ended; forgets finished turns that ended more than `retention_ms` ago; marks the owned
+        Saves `live` (its hosted turns) as `save_run` does; a live row of the owner's that `live`
+        does not confirm (a newest turn its host dropped without an outcome) ends as `failed`, as
+        of now; renews the owner's leases; takes over rows whose lease ended; forgets finished
+        turns that ended more than `retention_ms` ago, remembering each one's turn; marks the owned
         rows as being sent by `owner` for a lease, except one another replica is still sending
         (`RunState.sent_elsewhere`), which the owner publishes once that send is done.
         """

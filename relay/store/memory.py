@@ -46,6 +46,7 @@ class _State:
     deleted: outbox.Outbox = field(default_factory=dict)
     presence: presence.Leases = field(default_factory=dict)
     runs: run_rules.Runs = field(default_factory=dict)
+    forgotten: run_rules.Forgotten = field(default_factory=dict)
     claims: outbox.Claims = field(default_factory=dict)  # deletions being delivered
 
 
@@ -195,13 +196,21 @@ class MemoryStore(StoreGate):
 
     async def _save_run(self, run: RunState, until: int) -> bool:
         with self._locked() as s:
-            return run_rules.save(s.runs, run, until)
+            return run_rules.save(s.runs, s.forgotten, run, until)
 
     async def _sync_runs(
-        self, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
+        self,
+        owner: str,
+        live: list[RunState],
+        now_ms: int,
+        until: int,
+        cutoff: int,
+        forget_before: int,
     ) -> list[RunState]:
         with self._locked() as s:
-            return run_rules.sync(s.runs, owner, live, now_ms, until, cutoff)
+            return run_rules.sync(
+                s.runs, s.forgotten, owner, live, now_ms, until, cutoff, forget_before
+            )
 
     async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None:
         with self._locked() as s:

@@ -11,6 +11,11 @@ from relay.store.checks import read
 from relay.store.contract import LeaseWatch, RunStates
 from relay.store.records import OWNER_LIMIT, RunState
 
+# How long the store remembers a session's newest turn after its row is pruned: far past the
+# longest any replica may still offer an older one (its outcome memory, 15 min; a lease; a turn
+# superseded while it still runs), so an older turn never becomes the session's row again.
+TURN_MEMORY_MS = 24 * 3600 * 1000
+
 
 def lease_end(now_ms: int, lease_ms: int) -> int:
     checks.time_ms("now_ms", now_ms)
@@ -44,9 +49,12 @@ class RunGate(RunStates, LeaseWatch):
             runs[run.session_id] = run
         until = lease_end(now_ms, lease_ms)
         cutoff = max(now_ms - checks.time_ms("retention_ms", retention_ms), 0)
+        forget_before = max(now_ms - max(TURN_MEMORY_MS, retention_ms), 0)
         # Rows are locked in one order by every replica.
         ordered = [runs[sid] for sid in sorted(runs)]
-        return await read("run", self._sync_runs(owner, ordered, now_ms, until, cutoff))
+        return await read(
+            "run", self._sync_runs(owner, ordered, now_ms, until, cutoff, forget_before)
+        )
 
     async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:
         checks.text("owner", owner, OWNER_LIMIT)
@@ -66,9 +74,16 @@ class RunGate(RunStates, LeaseWatch):
 
     @abstractmethod
     async def _sync_runs(
-        self, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
+        self,
+        owner: str,
+        live: list[RunState],
+        now_ms: int,
+        until: int,
+        cutoff: int,
+        forget_before: int,
     ) -> list[RunState]:
-        """Replace the owner's live rows, renew, take over, prune, mark sending; owned rows."""
+        """Save the owner's live rows, end those it no longer hosts, renew, take over, prune
+        (remembering each pruned row's turn until `forget_before`), mark sending; owned rows."""
 
     @abstractmethod
     async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None: ...

@@ -12,18 +12,26 @@ from dataclasses import replace
 from relay.store.records import RunState, StartedEntry
 
 Runs = dict[str, RunState]  # by session id
+Turn = tuple[int, str]  # (started_at, stream id or ""): how a session's turns are ordered
+# By session id: the newest turn of a session whose row was pruned, and when it was.
+Forgotten = dict[str, tuple[Turn, int]]
 
 
-def _turn(run: RunState) -> tuple[int, str]:
+def turn(run: RunState) -> Turn:
     return run.started_at, run.stream_id or ""
 
 
-def save(runs: Runs, run: RunState, until: int) -> bool:
-    """Store `run` unless its session has a newer turn, or this turn has ended already."""
+def save(runs: Runs, forgotten: Forgotten, run: RunState, until: int) -> bool:
+    """Store `run` unless its session has a newer turn, or this turn has ended already.
+
+    A session whose row was pruned takes only a turn newer than the one pruned.
+    """
     stored = runs.get(run.session_id)
-    if stored is not None and (
-        _turn(stored) > _turn(run) or (_turn(stored) == _turn(run) and stored.terminal)
-    ):
+    if stored is None:
+        gone = forgotten.get(run.session_id)
+        if gone is not None and gone[0] >= turn(run):
+            return False
+    elif turn(stored) > turn(run) or (turn(stored) == turn(run) and stored.terminal):
         return False
     # Whoever is sending the row goes on sending it: that is not part of the turn.
     sending = (stored.sending_by, stored.sending_until) if stored else (None, 0)
@@ -40,22 +48,32 @@ def renew(runs: Runs, owner: str, until: int) -> None:
 
 
 def sync(
-    runs: Runs, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
+    runs: Runs,
+    forgotten: Forgotten,
+    owner: str,
+    live: list[RunState],
+    now_ms: int,
+    until: int,
+    cutoff: int,
+    forget_before: int,
 ) -> list[RunState]:
     """What `sync_runs` does, in the order the SQL store does it."""
-    for sid, run in list(runs.items()):
+    # The owner's live rows wait to be confirmed by what it hosts now (lease 0 marks them).
+    for sid, run in runs.items():
         if run.owner == owner and not run.terminal:
-            del runs[sid]  # replaced by what the owner hosts now
+            runs[sid] = replace(run, lease_until=0)
     for run in live:
-        save(runs, replace(run, owner=owner), until)
+        save(runs, forgotten, replace(run, owner=owner), until)
+    for sid, run in runs.items():
+        if run.owner == owner and not run.terminal and run.lease_until == 0:
+            # Its host dropped the newest turn without an outcome: it ended, as failed.
+            runs[sid] = replace(run, phase="failed", updated_at=now_ms, lease_until=until)
     renew(runs, owner, until)
     for sid, run in runs.items():
         if run.owner != owner and run.lease_until <= now_ms:
             ended = run if run.terminal else replace(run, phase="failed", updated_at=now_ms)
             runs[sid] = replace(ended, owner=owner, lease_until=until)
-    for sid, run in list(runs.items()):
-        if run.terminal and run.updated_at < cutoff:
-            del runs[sid]
+    prune(runs, forgotten, now_ms, cutoff, forget_before)
     for sid, run in runs.items():
         if run.owner == owner and not run.sent_elsewhere(owner, now_ms):
             runs[sid] = replace(run, sending_by=owner, sending_until=until)
@@ -63,6 +81,20 @@ def sync(
         (run for run in runs.values() if run.owner == owner),
         key=lambda run: (run.started_at, run.session_id),
     )
+
+
+def prune(runs: Runs, forgotten: Forgotten, now_ms: int, cutoff: int, forget_before: int) -> None:
+    """Forget rows that ended before `cutoff`, remembering each one's turn until `forget_before`
+    passes the time it was pruned."""
+    for sid, run in list(runs.items()):
+        if run.terminal and run.updated_at < cutoff:
+            gone = forgotten.get(sid)
+            if gone is None or turn(run) >= gone[0]:
+                forgotten[sid] = (turn(run), now_ms)
+            del runs[sid]
+    for sid, (_, at) in list(forgotten.items()):
+        if at < forget_before:
+            del forgotten[sid]
 
 
 def next_lease_end(

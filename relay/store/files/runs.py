@@ -64,6 +64,23 @@ def _dump_runs(runs: run_rules.Runs) -> str:
     return _json_text({"version": 1, "runs": items})
 
 
+def _parse_forgotten(raw: bytes | None) -> run_rules.Forgotten:
+    forgotten: run_rules.Forgotten = {}
+    check = {"startedAt": _count, "streamId": _is(str | None), "forgottenAt": _count}
+    for sid, item in (_member(_json(raw), "turns", dict) or {}).items():
+        if (values := _values(item, check)) is not None:
+            forgotten[sid] = ((values[0], values[1] or ""), values[2])
+    return forgotten
+
+
+def _dump_forgotten(forgotten: run_rules.Forgotten) -> str:
+    turns = {
+        sid: {"startedAt": started, "streamId": stream or None, "forgottenAt": at}
+        for sid, ((started, stream), at) in sorted(forgotten.items())
+    }
+    return _json_text({"version": 1, "turns": turns})
+
+
 def _parse_claims(raw: bytes | None) -> outbox.Claims:
     claims: outbox.Claims = {}
     for view_id, item in (_member(_json(raw), "deleted", dict) or {}).items():
@@ -79,6 +96,9 @@ def _dump_claims(claims: outbox.Claims) -> str:
 
 _RUNS = _Document("talaria-relay-runs.json", _parse_runs, _dump_runs)
 _CLAIMS = _Document("talaria-relay-claims.json", _parse_claims, _dump_claims)
+# A lost file of forgotten turns lets a replica's older turn of a pruned session be saved again:
+# what the store had before it remembered them, no worse.
+_FORGOTTEN = _Document("talaria-relay-turns.json", _parse_forgotten, _dump_forgotten)
 
 
 class RunFiles(LockedDir):
@@ -100,15 +120,26 @@ class RunFiles(LockedDir):
         return await self._call(work)
 
     async def _save_run(self, run: RunState, until: int) -> bool:
-        return await self._together((_RUNS,), lambda runs: run_rules.save(runs, run, until))
+        def edit(runs: run_rules.Runs, forgotten: run_rules.Forgotten) -> bool:
+            return run_rules.save(runs, forgotten, run, until)
+
+        return await self._together((_RUNS, _FORGOTTEN), edit)
 
     async def _sync_runs(
-        self, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
+        self,
+        owner: str,
+        live: list[RunState],
+        now_ms: int,
+        until: int,
+        cutoff: int,
+        forget_before: int,
     ) -> list[RunState]:
-        def edit(runs: run_rules.Runs) -> list[RunState]:
-            return run_rules.sync(runs, owner, live, now_ms, until, cutoff)
+        def edit(runs: run_rules.Runs, forgotten: run_rules.Forgotten) -> list[RunState]:
+            return run_rules.sync(
+                runs, forgotten, owner, live, now_ms, until, cutoff, forget_before
+            )
 
-        return await self._together((_RUNS,), edit)
+        return await self._together((_RUNS, _FORGOTTEN), edit)
 
     async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None:
         def edit(runs: run_rules.Runs, led: ledger.Ledger, claims: outbox.Claims) -> int | None:

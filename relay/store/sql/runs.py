@@ -1,5 +1,8 @@
 """Run state on SQL: one row per session, its newest turn, owned by the replica hosting it.
 
+`relay_turns` remembers the newest turn of each session whose row was pruned, so that no older
+turn a replica still offers becomes the session's row again.
+
 On Postgres every write of this aggregate takes one transaction-scoped advisory lock first: a
 pass's sync locks many rows in an order no index gives, and two replicas taking over each
 other's rows would otherwise deadlock. Syncs are short and rare, so queueing them costs nothing.
@@ -15,6 +18,7 @@ from sqlalchemy import (
     and_,
     case,
     delete,
+    exists,
     false,
     func,
     literal,
@@ -40,10 +44,13 @@ _RUNS_LOCK = 0x7A1A_2D0C
 class Statements:
     lock: Compiled | None
     save: Compiled
-    drop_live: Compiled
+    unconfirm: Compiled
+    end_unconfirmed: Compiled
     renew: Compiled
     take_over: Compiled
+    remember: Compiled
     prune: Compiled
+    forget: Compiled
     mark_sending: Compiled
     release: Compiled
     owned: Compiled
@@ -58,7 +65,24 @@ def statements(d: Dialect) -> Statements:
     terminal = or_(*(r.phase == phase for phase in sorted(TERMINAL_PHASES)))
     owner, now, until = bind(r.owner), bind(r.lease_until, "now"), bind(r.lease_until, "until")
     turn_columns = [c for c in t.runs.c if c.key not in ("sending_by", "sending_until")]
-    insert = d.insert(t.runs).values({column: bind(column) for column in turn_columns})
+    f = t.turns.c
+    offered = {column.key: bind(column) for column in turn_columns}
+    offered_stream = func.coalesce(offered["stream_id"], "")
+    # A session whose row was pruned takes only a turn newer than the one it had.
+    newer_forgotten = select(literal(1)).where(
+        f.session_id == offered["session_id"],
+        or_(
+            f.started_at > offered["started_at"],
+            and_(
+                f.started_at == offered["started_at"],
+                func.coalesce(f.stream_id, "") >= offered_stream,
+            ),
+        ),
+    )
+    insert = d.insert(t.runs).from_select(
+        [c.key for c in turn_columns],
+        select(*(offered[c.key] for c in turn_columns)).where(~exists(newer_forgotten)),
+    )
     new = insert.excluded
     stream, new_stream = func.coalesce(r.stream_id, ""), func.coalesce(new.stream_id, "")
     newer_turn = or_(
@@ -72,6 +96,22 @@ def statements(d: Dialect) -> Statements:
         index_elements=[r.session_id],
         set_={c.key: new[c.key] for c in turn_columns if c.key != "session_id"},
         where=or_(newer_turn, and_(same_turn, not_(terminal))),
+    )
+    cutoff = bind(r.updated_at, "cutoff")
+    pruned = and_(terminal, r.updated_at < cutoff)
+    remember = d.insert(t.turns).from_select(
+        ["session_id", "started_at", "stream_id", "forgotten_at"],
+        select(r.session_id, r.started_at, r.stream_id, now).where(pruned),
+    )
+    kept = remember.excluded
+    kept_stream, memory_stream = func.coalesce(kept.stream_id, ""), func.coalesce(f.stream_id, "")
+    remember = remember.on_conflict_do_update(
+        index_elements=[f.session_id],
+        set_={"started_at": kept.started_at, "stream_id": kept.stream_id, "forgotten_at": now},
+        where=or_(
+            kept.started_at > f.started_at,
+            and_(kept.started_at == f.started_at, kept_stream >= memory_stream),
+        ),
     )
     others = [
         select(func.min(r.lease_until)).where(r.owner != owner, r.lease_until > now),
@@ -88,9 +128,17 @@ def statements(d: Dialect) -> Statements:
     return Statements(
         lock=d.compile(select(func.pg_advisory_xact_lock(_RUNS_LOCK))) if d.postgres else None,
         save=d.compile(save),
-        # The owner's live rows are replaced by what it hosts now: a turn it no longer lists is
-        # gone (as upstream, no longer published), and a live row costs a replica only its own.
-        drop_live=d.compile(delete(t.runs).where(r.owner == owner, not_(terminal))),
+        # The owner's live rows wait to be confirmed by what it hosts now (a save sets a lease);
+        # a row none confirmed is a newest turn its host dropped without an outcome: it ended,
+        # as failed, and stays the session's row.
+        unconfirm=d.compile(
+            update(t.runs).where(r.owner == owner, not_(terminal)).values(lease_until=0)
+        ),
+        end_unconfirmed=d.compile(
+            update(t.runs)
+            .where(r.owner == owner, not_(terminal), r.lease_until == 0)
+            .values(phase=literal("failed"), updated_at=now, lease_until=until)
+        ),
         renew=d.compile(
             update(t.runs).where(r.owner == owner, r.lease_until < until).values(lease_until=until)
         ),
@@ -105,8 +153,10 @@ def statements(d: Dialect) -> Statements:
                 updated_at=case((terminal, r.updated_at), else_=now),
             )
         ),
-        prune=d.compile(
-            delete(t.runs).where(terminal, r.updated_at < bind(r.updated_at, "cutoff"))
+        remember=d.compile(remember),
+        prune=d.compile(delete(t.runs).where(pruned)),
+        forget=d.compile(
+            delete(t.turns).where(f.forgotten_at < bind(f.forgotten_at, "forget_before"))
         ),
         mark_sending=d.compile(
             update(t.runs)
@@ -161,7 +211,13 @@ class RunsSql(SqlPart):
         return bool(await self._db.write(body))
 
     async def _sync_runs(
-        self, owner: str, live: list[RunState], now_ms: int, until: int, cutoff: int
+        self,
+        owner: str,
+        live: list[RunState],
+        now_ms: int,
+        until: int,
+        cutoff: int,
+        forget_before: int,
     ) -> list[RunState]:
         q = statements(self._db.dialect)
         mine = {"owner": owner, "now": now_ms, "until": until}
@@ -169,12 +225,15 @@ class RunsSql(SqlPart):
         async def body(tx: Tx) -> list[Row]:
             if q.lock is not None:
                 await tx.rows(q.lock)
-            await tx.run(q.drop_live, mine)
+            await tx.run(q.unconfirm, {"owner": owner})
             if live:
                 await tx.many(q.save, [columns(run, owner, until) for run in live])
+            await tx.run(q.end_unconfirmed, mine)
             await tx.run(q.renew, mine)
             await tx.run(q.take_over, mine)
+            await tx.run(q.remember, {"now": now_ms, "cutoff": cutoff})
             await tx.run(q.prune, {"cutoff": cutoff})
+            await tx.run(q.forget, {"forget_before": forget_before})
             await tx.run(q.mark_sending, mine)
             return await tx.rows(q.owned, mine)
 

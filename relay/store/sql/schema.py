@@ -150,3 +150,16 @@ runs = Table(
     Index("ix_relay_runs_owner", "owner"),
     Index("ix_relay_runs_lease_until", "lease_until"),
 )
+
+# The newest turn of each session whose run row was pruned, and when: a replica may still offer an
+# older turn of that session (a superseded run, a remembered outcome), and that must never become
+# the session's row again. Forgotten a day later (`relay.store.run_gate.TURN_MEMORY_MS`).
+turns = Table(
+    "relay_turns",
+    metadata,
+    Column("session_id", String(191), primary_key=True),
+    Column("started_at", BigInteger, nullable=False),
+    Column("stream_id", String(191)),
+    Column("forgotten_at", BigInteger, nullable=False),
+    Index("ix_relay_turns_forgotten_at", "forgotten_at"),
+)
