@@ -17,7 +17,8 @@ from crash_writer import invocation
 
 from relay.errors import CorruptStateError
 from relay.protocol import STARTED_WINDOW_MS
-from relay.store import RelayStore, RunState, run_rules
+from relay.store import RelayStore, RunState
+from relay.store.rules import runs as run_rules
 from relay.store.run_gate import TURN_MEMORY_MS
 
 PROBE = "crash-probe"

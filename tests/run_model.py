@@ -1,6 +1,6 @@
 """The run-state contract as plain Python, from the docstrings of `RunStates` and issue 15.
 
-Written apart from `relay.store.run_rules` (which the memory and JSON stores run): a session's
+Written apart from `relay.store.rules.runs` (which the memory and JSON stores run): a session's
 row holds its newest turn; a turn that ended stays ended; a live turn its owner stops listing
 ends `failed`, as does a live turn whose owner's lease ran out (taken over); a finished row is
 forgotten after the retention, but its turn is remembered a day, and no turn that is not newer

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from backends import REAL, on
 from harness import Env, make_service, relay_env
-from relay.cli.status import render, replicas
 
+from relay.cli.status import render, replicas
 from relay.protocol import TERMINAL_RETENTION_S
 from relay.service import RelayService
 from relay.store import RelayStore

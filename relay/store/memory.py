@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from relay.errors import InvalidInputError, StaleConfigError, StoreError
-from relay.store import run_rules
 from relay.store.gate import StoreGate
 from relay.store.keys.gate import Rekeyed
 from relay.store.records import (
@@ -29,6 +28,7 @@ from relay.store.records import (
     StateBatch,
 )
 from relay.store.rules import ledger, outbox, presence, revisions
+from relay.store.rules import runs as run_rules
 from relay.store.url import MEMORY
 
 

@@ -11,7 +11,6 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 
 from relay.errors import InvalidInputError
-from relay.store import run_rules
 from relay.store.files.documents import (
     _DELETED,
     _STARTED,
@@ -29,6 +28,7 @@ from relay.store.files.io import _read, _write
 from relay.store.files.locked import LockedDir
 from relay.store.records import DeletedView, RunState
 from relay.store.rules import ledger, outbox
+from relay.store.rules import runs as run_rules
 
 R = TypeVar("R")
 
