@@ -10,19 +10,23 @@ from __future__ import annotations
 import asyncio
 
 from alembic import context
-from sqlalchemy import Connection, pool, text
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy import Connection, text
 
+from relay.store.sql import migrate
 from relay.store.sql.migrate import ADVISORY_LOCK_KEY
 from relay.store.sql.schema import metadata
-from relay.store.url import resolve
+from relay.store.url import StoreTarget, resolve
 
 config = context.config
 
 
-def _url() -> str:
+def _target() -> StoreTarget:
     raw = context.get_x_argument(as_dictionary=True).get("url") or config.attributes.get("url")
-    return resolve(raw).sqlalchemy_url.render_as_string(hide_password=False)
+    return resolve(raw)
+
+
+def _url() -> str:
+    return _target().sqlalchemy_url.render_as_string(hide_password=False)
 
 
 def _lock(dialect: str) -> None:
@@ -57,18 +61,10 @@ def do_run_migrations(connection: Connection) -> None:
         context.run_migrations()
 
 
-async def run_async_migrations() -> None:
-    engine = create_async_engine(_url(), poolclass=pool.NullPool)
-    try:
-        async with engine.connect() as connection:
-            await connection.run_sync(do_run_migrations)
-    finally:
-        await engine.dispose()
-
-
 if context.is_offline_mode():
     run_migrations_offline()
 elif (shared := config.attributes.get("connection")) is not None:
     do_run_migrations(shared)
 else:
-    asyncio.run(run_async_migrations())
+    # The alembic command line: the store's own engines, so it connects as the store does.
+    asyncio.run(migrate.run(_target(), do_run_migrations))

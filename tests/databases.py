@@ -6,10 +6,12 @@ import asyncio
 import shutil
 import uuid
 from pathlib import Path
+from typing import Any
 
-from sqlalchemy import make_url
+from sqlalchemy import Connection, make_url
 
 from relay.store import resolve
+from relay.store.sql.engines import postgres_engine, sqlite_engine
 from relay.store.sql.migrate import upgrade
 from relay.store.sql.schema import metadata
 
@@ -122,3 +124,36 @@ class FreshStores:
         if self._admin is not None and self._database is not None:
             drop = f'DROP DATABASE IF EXISTS "{self._database}" WITH (FORCE)'
             asyncio.run(admin_execute(self._admin, drop))
+
+
+async def behind_the_store(store_url: str, *statements: Any) -> list[Any]:
+    """Run statements in one transaction on the store's own engine for its dialect, behind the
+    store's back; each one's rows (or None)."""
+    target = resolve(store_url)
+
+    def run(conn: Connection) -> list[Any]:
+        results = []
+        for statement in statements:
+            result = conn.execute(statement)
+            results.append(result.all() if result.returns_rows else None)
+        return results
+
+    if target.backend == "sqlite":
+        assert target.path is not None
+        path = target.path
+
+        def on_sqlite() -> list[Any]:
+            engine = sqlite_engine(path)
+            try:
+                with engine.begin() as conn:
+                    return run(conn)
+            finally:
+                engine.dispose()
+
+        return await asyncio.to_thread(on_sqlite)
+    engine = postgres_engine(target.sqlalchemy_url)
+    try:
+        async with engine.begin() as conn:
+            return await conn.run_sync(run)
+    finally:
+        await engine.dispose()

@@ -16,8 +16,8 @@ import pytest
 from backends import on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from databases import behind_the_store
 from sqlalchemy import Table, delete, insert, select, update
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from relay.errors import CorruptStateError, InvalidInputError, SchemaError, StoreUnavailableError
 from relay.store import (
@@ -489,16 +489,7 @@ async def test_json_invalid_stored_identity_raises(tmp_path: Path) -> None:
 
 async def _sql(store_url: str, *statements: Any) -> list[Any]:
     """Run statements in one transaction on a plain engine; return each one's rows (or None)."""
-    engine = create_async_engine(resolve(store_url).sqlalchemy_url)
-    try:
-        async with engine.begin() as conn:
-            results = []
-            for statement in statements:
-                result = await conn.execute(statement)
-                results.append(result.all() if result.returns_rows else None)
-            return results
-    finally:
-        await engine.dispose()
+    return await behind_the_store(store_url, *statements)
 
 
 async def _rows(store_url: str, table: Table) -> list[tuple[Any, ...]]:

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from backends import MEMORY, REAL, on
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from databases import behind_the_store
 from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env, restarted
 from sqlalchemy import update
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from relay.errors import RelayHttpError, RelayPairingError
 from relay.host import ActiveRun
@@ -208,12 +208,7 @@ async def downgrade_to_v1(backend: str, store_url: str, store: RelayStore) -> No
         assert state_dir is not None
         await asyncio.to_thread((state_dir / "talaria-relay.json").write_text, json.dumps(legacy))
         return
-    engine = create_async_engine(resolve(store_url).sqlalchemy_url)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(update(tables.config).values(version=1))
-    finally:
-        await engine.dispose()
+    await behind_the_store(store_url, update(tables.config).values(version=1))
 
 
 @on(*REAL)

@@ -235,7 +235,7 @@ def _limit(path: Path, name: str, default: int) -> int:
 
 
 def _sqlite_url(path: Path) -> URL:
-    return URL.create("sqlite+aiosqlite", database=str(path))
+    return URL.create("sqlite", database=str(path))
 
 
 def _postgres_url(rest: str) -> URL:

@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -63,6 +62,8 @@ def postgres_engine(url: URL) -> AsyncEngine:
     options = connect_options(url)
 
     async def connect() -> Any:
+        import asyncpg
+
         return await asyncpg.connect(**options)
 
     return create_async_engine(

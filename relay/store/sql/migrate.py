@@ -7,22 +7,25 @@ The same scripts serve `alembic upgrade head` in a checkout (root `migrations/`)
 from __future__ import annotations
 
 import asyncio
-import functools
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from relay.errors import InvalidInputError, SchemaError, StoreUnavailableError
 from relay.store.sql.engines import WRITE, postgres_engine, sqlite_engine
+from relay.store.sql.schema import HEAD_REVISION
 from relay.store.sql.sqlite import connect_read_only
 from relay.store.url import StoreTarget, driver_error, resolve
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic is imported only where a migration runs: reading a revision, `status` and `check` on
+# SQLite, and the embedded store at head, never load it.
 
 # Held (per transaction) by every Postgres migration, so replicas racing `upgrade head` take turns.
 ADVISORY_LOCK_KEY = 0x74616C61726961  # "talaria"
@@ -36,6 +39,8 @@ def script_location() -> Path:
 
 def alembic_config(url: str | None = None, connection: Connection | None = None) -> Config:
     """An Alembic config for our scripts, on `url` or on a connection the caller holds."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(script_location()))
     if url is not None:
@@ -45,15 +50,14 @@ def alembic_config(url: str | None = None, connection: Connection | None = None)
     return config
 
 
-@functools.cache
 def head_revision() -> str:
-    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
-    if len(heads) != 1:
-        raise SchemaError(f"the migrations have {len(heads)} heads; expected one")
-    return heads[0]
+    """The revision the scripts end at: the one `schema.py` describes (a test holds them equal)."""
+    return HEAD_REVISION
 
 
 def current_revision(connection: Connection) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     return MigrationContext.configure(connection).get_current_revision()
 
 
@@ -67,14 +71,14 @@ def schema_error(current: str | None) -> SchemaError:
 
 def upgrade_locked(connection: Connection, revision: str = "head") -> None:
     """Upgrade on a connection whose open transaction already excludes other migrators."""
+    from alembic import command
+
     command.upgrade(alembic_config(connection=connection), revision)
 
 
 async def upgrade(target: StoreTarget, revision: str = "head") -> None:
     """Migrate the store `target` names (`resolve(url)`) to `revision`."""
-    await _run(
-        target, lambda connection: command.upgrade(alembic_config(connection=connection), revision)
-    )
+    await run(target, lambda connection: upgrade_locked(connection, revision))
 
 
 async def current(target: StoreTarget) -> str | None:
@@ -117,18 +121,24 @@ async def current(target: StoreTarget) -> str | None:
 
 def offline_sql(target: StoreTarget) -> None:
     """Print the DDL of an upgrade to head for the store, without connecting to it."""
+    from alembic import command
+
     address = target.sqlalchemy_url.render_as_string(hide_password=False)
     command.upgrade(alembic_config(address), "head", sql=True)
 
 
 async def downgrade(target: StoreTarget, revision: str) -> None:
-    await _run(
+    from alembic import command
+
+    await run(
         target,
         lambda connection: command.downgrade(alembic_config(connection=connection), revision),
     )
 
 
-async def _run(target: StoreTarget, step: Callable[[Connection], None]) -> None:
+async def run(target: StoreTarget, step: Callable[[Connection], None]) -> None:
+    """Run a migration `step` on a connection to the store, in one write transaction, with the
+    store's own engine (SQLite: `BEGIN IMMEDIATE` on sqlite3; Postgres: asyncpg)."""
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema to migrate")
     if target.backend == "postgres":

@@ -6,7 +6,6 @@ from relay.store.gate import StoreGate
 from relay.store.sql import migrate
 from relay.store.sql.ledger import LedgerSql
 from relay.store.sql.outbox import OutboxSql
-from relay.store.sql.postgres import PostgresRunner
 from relay.store.sql.presence import PresenceSql
 from relay.store.sql.registration import RegistrationSql
 from relay.store.sql.revisions import RevisionsSql
@@ -42,6 +41,8 @@ class SqlStore(
         """
         runner: Runner
         if target.backend == "postgres":
+            from relay.store.sql.postgres import PostgresRunner  # asyncpg: Postgres stores only
+
             runner = await PostgresRunner.open(target.sqlalchemy_url, target.display)
         else:
             assert target.path is not None
