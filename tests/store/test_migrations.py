@@ -22,7 +22,7 @@ from relay.store.engines import postgres_engine, sqlite_engine
 from relay.store.schema import metadata
 from relay.store.url import resolve
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(
