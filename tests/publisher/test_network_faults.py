@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from faultserver import (
     OVERSIZE,
@@ -45,13 +46,8 @@ UNREACHABLE = "snapshot failed for profile default (Could not reach Talaria Rela
 
 # Each case also proves that no key (the tests' own too), invitation or signature reached a log
 # record, a reported line or an error message.
-pytestmark = pytest.mark.usefixtures("no_secret_leaks")
-
-
-@pytest.fixture
-def backend() -> str:
-    """The network's faults do not depend on the store: one backend is enough."""
-    return "sqlite"
+# The network's faults do not depend on the store: one backend is enough, the memory store.
+pytestmark = [pytest.mark.usefixtures("no_secret_leaks"), on(MEMORY)]
 
 
 async def snapshot_fault(env: Env, origin: str, expected: str) -> str:
