@@ -200,7 +200,12 @@ def _warnings_to(stderr: IO[str]) -> Iterator[None]:
 
 
 _HELD: list[socket.socket] = []
-atexit.register(lambda: [held.close() for held in _HELD])
+
+
+@atexit.register
+def _release() -> None:
+    for held in _HELD:
+        held.close()
 
 
 def free_port() -> int:
