@@ -1,6 +1,6 @@
 """Crash safety: a writer process killed (kill -9) at random moments inside every kind of write.
 
-    pytest tests/test_crash.py                  # 20 kills a backend, part of the suite
+    pytest tests/store/test_crash.py                  # 20 kills a backend, part of the suite
     pytest -m kills -s                          # 200 kills a backend, with the figures
     TALARIA_RELAY_KILLS=500 pytest -m kills -s
 
