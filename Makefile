@@ -16,8 +16,12 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/talaria-relay demo
 
+# The suite runs in worker processes (pytest-xdist). It mostly waits (on Postgres, sockets, child
+# processes), so more workers than cores pays; `make test TEST_WORKERS=0` runs it in one process.
+TEST_WORKERS ?= 4
+
 test: venv
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 lint: venv
 	$(BIN)/ruff check .
