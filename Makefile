@@ -18,11 +18,11 @@ demo: venv
 
 # The suite runs in worker processes (pytest-xdist). It mostly waits (on Postgres, sockets, child
 # processes), so more workers than cores pays; `make test TEST_WORKERS=0` runs it in one process.
-# Work stealing: a few tests take minutes (crash, concurrency, bench), so no worker idles at the end.
+# The few tests that take minutes are collected first (tests/conftest.py), so they start at once.
 TEST_WORKERS ?= 4
 
 test: venv
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+	$(BIN)/pytest -n $(TEST_WORKERS)
 
 lint: venv
 	$(BIN)/ruff check .

@@ -41,6 +41,17 @@ PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
 TESTS = Path(__file__).resolve().parent
 # A test file's folder is its layer, and its layer its marker (registered in pyproject.toml).
 LAYERS = ("unit", "store", "publisher", "acceptance")
+FIRST = {
+    "test_crash.py",
+    "test_rekey_crash.py",
+    "test_concurrency.py",
+    "test_bench.py",
+    "test_replica_processes.py",
+    "test_store_machine.py",
+    "test_secrets.py",
+    "test_pass_cost.py",
+    "test_migrations.py",
+}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -56,6 +67,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f" one of tests/{{{','.join(LAYERS)}}} (see README, Tests)"
             )
         item.add_marker(layer)
+    # The files that take minutes (child processes killed, spawned, or run many times) go first:
+    # xdist hands the first tests out round-robin, so they start at once on separate workers
+    # instead of one of them starting last and holding up the end of the run.
+    items.sort(key=lambda item: item.path.name not in FIRST)
 
 
 # No deadline: an example that opens a store or a database takes as long as the machine lets it,
