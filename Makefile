@@ -18,11 +18,12 @@ demo: venv
 
 # The suite runs in worker processes (pytest-xdist). It mostly waits (on Postgres, sockets, child
 # processes), so more workers than cores pays; `make test TEST_WORKERS=0` runs it in one process.
-# The few tests that take minutes are collected first (tests/conftest.py), so they start at once.
+# The few tests that take a minute are collected first (tests/conftest.py) and handed out one at a
+# time (xdist would otherwise give one worker a run of consecutive tests), so they start at once.
 TEST_WORKERS ?= 4
 
 test: venv
-	$(BIN)/pytest -n $(TEST_WORKERS)
+	$(BIN)/pytest -n $(TEST_WORKERS) --maxschedchunk 1
 
 lint: venv
 	$(BIN)/ruff check .

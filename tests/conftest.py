@@ -67,9 +67,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f" one of tests/{{{','.join(LAYERS)}}} (see README, Tests)"
             )
         item.add_marker(layer)
-    # The files that take minutes (child processes killed, spawned, or run many times) go first:
-    # xdist hands the first tests out round-robin, so they start at once on separate workers
-    # instead of one of them starting last and holding up the end of the run.
+    # The files whose tests take up to a minute (child processes killed, spawned, or many runs) go
+    # first: xdist handing tests out one at a time (`--maxschedchunk 1`, the Makefile), they start
+    # at once on separate workers instead of one starting last and holding up the end of the run.
     items.sort(key=lambda item: item.path.name not in FIRST)
 
 
