@@ -16,8 +16,15 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/talaria-relay demo
 
+# The suite runs in worker processes (pytest-xdist). It mostly waits (on Postgres, sockets, child
+# processes), so more workers than cores pays; `make test TEST_WORKERS=0` runs it in one process.
+# The few tests that take a minute are collected first (tests/conftest.py) and each is handed out
+# alone, so they start at once; the deployed-Postgres tests are one group, run by one worker, which
+# makes their clusters and PgBouncers once.
+TEST_WORKERS ?= 4
+
 test: venv
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: venv
 	$(BIN)/ruff check .

@@ -1,14 +1,23 @@
 """Helpers for the `talaria-relay` acceptance tests: run the command, build and compare state.
 
-`run` starts the real command (`python -m relay`) in a subprocess with its own XDG_STATE_HOME;
+`run` runs the command (`relay.cli.main(argv)`) in this process, as a child would see it: its own
+XDG_STATE_HOME and environment, the repository as working directory, its stdout and stderr
+(WARNING log lines included, as Python prints them without a handler) captured, its exit code;
+`run(..., process=True)` starts the real `python -m relay` in a subprocess instead, for what only a
+process shows (its entry point, and a few tests kept end to end). An interpreter start costs about
+a second of CPU; the in-process call, a few milliseconds.
 `populate` drives the in-process harness to leave realistic state in a store; `snapshot` reads
 every record a store holds, in a form that compares equal across backends.
 """
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import contextlib
+import io
 import json
+import logging
 import os
 import queue
 import signal
@@ -17,7 +26,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+import traceback
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -79,8 +89,11 @@ def run(
     *args: str,
     timeout: float = RUN_TIMEOUT_S,
     env: Mapping[str, str] | None = None,
+    process: bool = False,
 ) -> Result:
-    """Run `talaria-relay ARGS` to completion (bounded by `timeout`)."""
+    """Run `talaria-relay ARGS` to completion (bounded by `timeout`), here or in a subprocess."""
+    if not process:
+        return _run_here(state_home, args, timeout, env or {})
     started = time.monotonic()
     done = subprocess.run(
         command(*args),
@@ -96,11 +109,112 @@ def run(
     )
 
 
+def _run_here(
+    state_home: Path, args: tuple[str, ...], timeout: float, env: Mapping[str, str]
+) -> Result:
+    """`run` in this process: the child's environment, working directory and streams, swapped
+    in for the call and restored after it."""
+    from relay.cli import main
+
+    stdout, stderr = _stream(), _stream()
+    outcome: list[int] = []
+
+    def call() -> None:
+        with (
+            _environment(child_env(state_home, **env)),
+            contextlib.chdir(ROOT),
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+            _warnings_to(stderr),
+        ):
+            outcome.append(_exit_code(lambda: main(list(args)), stderr))
+
+    started = time.monotonic()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        call()
+    else:
+        # An async test's loop is running here; the command runs its own, so in a thread, which
+        # the test waits for as it would for a subprocess.
+        thread = threading.Thread(target=call, daemon=True)
+        thread.start()
+        thread.join(timeout)
+        if thread.is_alive():
+            raise AssertionError(f"talaria-relay {' '.join(args)} ran over {timeout}s")
+    return Result(tuple(args), outcome[0], _text(stdout), _text(stderr), time.monotonic() - started)
+
+
+def _stream() -> io.TextIOWrapper:
+    # A text stream over bytes, as a child's piped stdout is (it has a `.buffer`).
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    stream.flush()
+    buffer = stream.buffer
+    assert isinstance(buffer, io.BytesIO)
+    return buffer.getvalue().decode("utf-8", errors="replace")
+
+
+def _exit_code(main: Callable[[], int], stderr: IO[str]) -> int:
+    """The exit code the interpreter would give `sys.exit(main())`."""
+    try:
+        return main()
+    except SystemExit as done:
+        if done.code is None or isinstance(done.code, int):
+            return done.code or 0
+        print(done.code, file=stderr)
+        return 1
+    except Exception:
+        traceback.print_exc(file=stderr)
+        return 1
+
+
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str]) -> Iterator[None]:
+    # In place: the library reads `os.environ` itself (and binds it as a default argument).
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _warnings_to(stderr: IO[str]) -> Iterator[None]:
+    """Log records at WARNING and up reach `stderr` as bare messages, as a child with no handler
+    prints them (`logging.lastResort`); pytest's own handlers still see them."""
+    handler = logging.StreamHandler(stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+
+
+_HELD: list[socket.socket] = []
+
+
+@atexit.register
+def _release() -> None:
+    for held in _HELD:
+        held.close()
+
+
 def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port nothing listens on: bound, never listening, and held by this process for
+    its life, so a connection is refused and no other process (another test worker) takes it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    _HELD.append(sock)
+    return int(sock.getsockname()[1])
 
 
 class _Drain:

@@ -1,10 +1,16 @@
 """Fixtures: one fresh store per test on every backend (`backends.py` says which ones).
 
-Postgres comes from `TALARIA_RELAY_TEST_POSTGRES_URL` (an admin URL, e.g.
-`postgresql://postgres@127.0.0.1:5432/postgres`). A migrated template database is built once per
-run and each test gets `CREATE DATABASE … TEMPLATE`: isolated, and locks behave as in production
-(no rolled-back wrapper transaction). Without a reachable server the Postgres tests skip, except
-under CI, where that is a failure.
+The tests sit in one folder a layer, each with its marker (`LAYERS`): `pytest -m unit` or
+`pytest tests/unit` is the inner loop; the shared helper modules stay here, at the root.
+
+A fresh store is cheap to hand out: SQLite is a copy of a file migrated once per session (per
+xdist worker); Postgres comes from `TALARIA_RELAY_TEST_POSTGRES_URL` (an admin URL, e.g.
+`postgresql://postgres@127.0.0.1:5432/postgres`): a migrated template database is built once per
+session and each test gets a database of its own copied from it (`CREATE DATABASE … TEMPLATE`),
+emptied with `TRUNCATE` and handed to a later test unless the test changed its shape
+(`databases.PgClones`): isolated, and locks behave as in production (no rolled-back wrapper
+transaction). Without a reachable server the Postgres tests skip, except under CI, where that is
+a failure.
 
 Property tests (Hypothesis) run the `ci` profile: few examples, so the suite stays minutes long.
 `HYPOTHESIS_PROFILE=long` (or `--hypothesis-profile=long`) runs many more, for a soak.
@@ -15,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -22,7 +29,7 @@ from pathlib import Path
 import pytest
 from backends import ALL, MEMORY, params
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from databases import FreshStores, admin_execute, pg_store_url
+from databases import FreshStores, PgClones, admin_execute, pg_store_url
 from hypothesis import HealthCheck, settings
 from secrets_support import SecretWatch
 from sqlalchemy import make_url
@@ -32,6 +39,44 @@ from relay.store.keys import pkcs8
 from relay.store.sql.migrate import upgrade
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
+TESTS = Path(__file__).resolve().parent
+# A test file's folder is its layer, and its layer its marker (registered in pyproject.toml).
+LAYERS = ("unit", "store", "publisher", "acceptance")
+FIRST = {
+    "test_crash.py",
+    "test_rekey_crash.py",
+    "test_concurrency.py",
+    "test_bench.py",
+    "test_replica_processes.py",
+    "test_store_machine.py",
+    "test_secrets.py",
+    "test_pass_cost.py",
+    "test_migrations.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its folder's layer; a test file outside the layer folders is an error."""
+    for item in items:
+        try:
+            layer = item.path.resolve().relative_to(TESTS).parts[0]
+        except ValueError:  # not under tests/ (a path given on the command line)
+            continue
+        if layer not in LAYERS:
+            raise pytest.UsageError(
+                f"{item.path.relative_to(TESTS.parent)} is outside the layer folders: move it into"
+                f" one of tests/{{{','.join(LAYERS)}}} (see README, Tests)"
+            )
+        item.add_marker(layer)
+        # Postgres as deployed: the clusters, PgBouncers and CA are a worker's session fixtures,
+        # so their tests go to one worker, which makes them once (`--dist loadgroup`).
+        if "pgdeploy" in getattr(getattr(item, "module", None), "pytest_plugins", ()):
+            item.add_marker(pytest.mark.xdist_group("pgdeploy"))
+    # The files whose tests take up to a minute (child processes killed, spawned, or many runs) go
+    # first: xdist handing tests out one at a time (`--maxschedchunk 1`, the Makefile), they start
+    # at once on separate workers instead of one starting last and holding up the end of the run.
+    items.sort(key=lambda item: item.path.name not in FIRST)
+
 
 # No deadline: an example that opens a store or a database takes as long as the machine lets it,
 # and a shared CI machine makes timings noise. `print_blob` lets a failure be replayed exactly.
@@ -92,6 +137,22 @@ def pg_template(pg_admin_url: str) -> Iterator[str]:
         asyncio.run(admin_execute(pg_admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.fixture(scope="session")
+def pg_clones(pg_admin_url: str, pg_template: str) -> Iterator[PgClones]:
+    """Migrated databases for `store_url`, reused across the session's tests (`PgClones`)."""
+    clones = PgClones(pg_admin_url, pg_template)
+    yield clones
+    clones.close()
+
+
+@pytest.fixture(scope="session")
+def sqlite_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated once per session; a test's store is a copy of it."""
+    seed = tmp_path_factory.mktemp("sqlite-seed") / "relay.db"
+    asyncio.run(upgrade(resolve(f"sqlite:///{seed}")))
+    return seed
+
+
 @pytest.fixture
 def pg_database(pg_admin_url: str) -> Iterator[str]:
     """A fresh, empty (unmigrated) database's URL."""
@@ -117,22 +178,26 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def store_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A URL of a fresh, migrated store of `backend` (each open of `memory://` is a new store)."""
+    """A URL of a fresh, migrated store of `backend` (each open of `memory://` is a new store).
+
+    SQLite: `tmp_path/relay.db`, a copy of the session's migrated seed. Postgres: a database no
+    other test is using, empty and at head; the test may change it in any way (`PgClones`).
+    """
     if backend == MEMORY:
         yield "memory://"
     elif backend == "json":
         yield f"json://{tmp_path / 'state'}"
     elif backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'relay.db'}"
+        path = tmp_path / "relay.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_seed"), path)
+        yield f"sqlite:///{path}"
     else:
-        admin = request.getfixturevalue("pg_admin_url")
-        template = request.getfixturevalue("pg_template")
-        name = f"relay_t_{uuid.uuid4().hex[:12]}"
-        asyncio.run(admin_execute(admin, f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
+        clones: PgClones = request.getfixturevalue("pg_clones")
+        url = clones.take()
         try:
-            yield pg_store_url(admin, name)
+            yield url
         finally:
-            asyncio.run(admin_execute(admin, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            clones.give_back(url)
 
 
 @pytest.fixture

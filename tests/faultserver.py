@@ -87,11 +87,11 @@ async def read_request(reader: asyncio.StreamReader) -> bytes:
 
 
 def closed_port() -> int:
-    """A loopback port nothing listens on: connecting to it is refused."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-    return port
+    """A loopback port nothing listens on: connecting to it is refused. Bound and never
+    listening, held by this process for its life, so no other process (a test worker) takes it."""
+    from cli_support import free_port
+
+    return free_port()
 
 
 def reset(writer: asyncio.StreamWriter) -> None:

@@ -1,4 +1,4 @@
-"""Worker bodies for the multi-process tests; each runs in its own spawned Python process."""
+"""Worker bodies for the multi-process tests; each runs in a process of its own (`processes.py`)."""
 
 from __future__ import annotations
 

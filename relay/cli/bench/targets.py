@@ -14,7 +14,7 @@ POSTGRES_FLOOR = 0.7
 SQLITE_WRITE_FLOOR = 0.5
 SQLITE_READ_FLOOR = 0.25
 PROCESSES_FLOOR = 0.5
-# A first pass's claim and mark per batch of 16 announcements (tests/test_pass_cost.py).
+# A first pass's claim and mark per batch of 16 announcements (tests/store/test_pass_cost.py).
 FIRST_PASS_PER_BATCH = 2.0
 READS = frozenset({"profile_identity"})
 # A steady pass at distance: at most this many round trips' worth of time over the pass at 0 ms.

@@ -1,6 +1,6 @@
 """Crash safety: a writer process killed (kill -9) at random moments inside every kind of write.
 
-    pytest tests/test_crash.py                  # 20 kills a backend, part of the suite
+    pytest tests/store/test_crash.py                  # 20 kills a backend, part of the suite
     pytest -m kills -s                          # 200 kills a backend, with the figures
     TALARIA_RELAY_KILLS=500 pytest -m kills -s
 
@@ -46,7 +46,7 @@ from relay.store.files.io import TEMP
 from relay.store.files.keys import KEY_FILE
 from relay.store.files.locked import LOCK
 
-WRITER = Path(__file__).with_name("crash_writer.py")
+WRITER = Path(__file__).parents[1] / "crash_writer.py"
 SHORT_KILLS = 20
 LONG_KILLS = int(os.environ.get("TALARIA_RELAY_KILLS", "200"))
 # A kill lands 0-300 ms after the writer is ready: tens of writes in, inside one of them.

@@ -1,8 +1,8 @@
 """Crash safety of keys at rest: `talaria-relay rekey` killed (kill -9) at random moments.
 
-    pytest tests/test_rekey_crash.py                  # 3 kills a backend, part of the suite
-    pytest -m kills -s tests/test_rekey_crash.py      # 50 kills a backend, with the figures
-    TALARIA_RELAY_REKEY_KILLS=200 pytest -m kills -s tests/test_rekey_crash.py
+    pytest tests/store/test_rekey_crash.py                  # 3 kills a backend, part of the suite
+    pytest -m kills -s tests/store/test_rekey_crash.py      # 50 kills a backend, with the figures
+    TALARIA_RELAY_REKEY_KILLS=200 pytest -m kills -s tests/store/test_rekey_crash.py
 
 Each backend's store holds three keys: the one its registration names and two that rotations left
 behind. Round after round the real command moves them on, plain → A → B → plain → …, told the

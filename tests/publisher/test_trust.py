@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import httpx
 import pytest
+from backends import MEMORY, on
 from harness import RELAY_URL, Env, relay_env
 
 from relay.client import RelayClient
@@ -29,11 +30,8 @@ UNTRUSTED = [
     "http://relay.example",
 ]
 
-
-@pytest.fixture
-def backend() -> str:
-    """Trust does not depend on the store: one backend is enough."""
-    return "sqlite"
+# Trust does not depend on the store: one backend is enough, the memory store.
+pytestmark = on(MEMORY)
 
 
 @pytest.mark.parametrize("relay_url", UNTRUSTED)

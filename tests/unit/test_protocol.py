@@ -24,7 +24,7 @@ from relay.protocol import (
     validated_origin,
 )
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 # base64url(SHA-256(b"")) without padding, computed independently of `relay`.
 EMPTY_DIGEST = "47DEQpj8HBSa-_TImW-5JCeuQeRkm5NMpJWZG3hSuFU"
 

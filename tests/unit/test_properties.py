@@ -1,7 +1,8 @@
 """Properties of the pure helpers: origins, titles, the signed string and the legacy JSON codecs.
 
 Each test states a rule for every input Hypothesis can find, not for a table of cases; the
-example tables of the same helpers are in tests/test_protocol.py and tests/test_files_layout.py.
+example tables of the same helpers are in tests/unit/test_protocol.py and
+tests/store/test_files_layout.py.
 """
 
 from __future__ import annotations

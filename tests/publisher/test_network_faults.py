@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from faultserver import (
     OVERSIZE,
@@ -40,18 +41,16 @@ from relay.errors import (
 from relay.protocol import compact
 from relay.store import RelayStore
 
+# Held no longer than the 0.3 s timeout or the status line: a bound that a loaded machine (or
+# xdist workers) keeps, and still half the client's default timeout of 10 s.
+BOUND_S = 5.0
 UNREACHABLE = "snapshot failed for profile default (Could not reach Talaria Relay: "
 
 
 # Each case also proves that no key (the tests' own too), invitation or signature reached a log
 # record, a reported line or an error message.
-pytestmark = pytest.mark.usefixtures("no_secret_leaks")
-
-
-@pytest.fixture
-def backend() -> str:
-    """The network's faults do not depend on the store: one backend is enough."""
-    return "sqlite"
+# The network's faults do not depend on the store: one backend is enough, the memory store.
+pytestmark = [pytest.mark.usefixtures("no_secret_leaks"), on(MEMORY)]
 
 
 async def snapshot_fault(env: Env, origin: str, expected: str) -> str:
@@ -116,7 +115,7 @@ async def test_a_put_is_judged_by_its_status_even_if_the_body_is_cut(
             else:
                 with pytest.raises(RelayHttpError, match="HTTP 503"):
                     await client.put("/v1/x", b"{}", key=signing_key, key_id="key_x")
-            assert time.monotonic() - began < 1
+            assert time.monotonic() - began < BOUND_S
 
 
 async def test_an_answer_that_never_finishes_times_out_and_backs_off(store: RelayStore) -> None:
@@ -133,7 +132,7 @@ async def test_an_answer_that_never_finishes_times_out_and_backs_off(store: Rela
             "snapshot failed for profile default (Could not reach Talaria Relay: TimeoutError)"
             in line
         ), line
-        assert time.monotonic() - began < 2
+        assert time.monotonic() - began < BOUND_S
         await recovered(env, before, publisher.run_once)
         await publisher.stop()
 
@@ -159,7 +158,7 @@ async def test_a_post_answer_that_never_ends_or_is_too_large_is_abandoned(
         began = time.monotonic()
         with pytest.raises(error):
             await client.post("/v1/pairings/publisher/redeem", b"{}")
-        assert time.monotonic() - began < 1
+        assert time.monotonic() - began < BOUND_S
 
 
 @pytest.mark.parametrize(
@@ -174,7 +173,7 @@ async def test_a_put_answer_that_never_ends_or_is_too_large_is_not_read(
     async with fault_server(behaviour) as server, RelayClient(server.origin) as client:
         began = time.monotonic()
         await client.put("/v1/x", b"{}", key=signing_key, key_id="key_x")
-        assert time.monotonic() - began < 1
+        assert time.monotonic() - began < BOUND_S
 
 
 @pytest.mark.parametrize(

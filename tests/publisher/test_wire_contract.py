@@ -19,7 +19,7 @@ from relay.testing.memory import MemoryHost
 
 pytestmark = on(MEMORY)
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 NOW = 1_800_000_000.0
 PUBLISHER = "https://contract.example"
 

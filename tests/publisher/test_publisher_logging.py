@@ -12,12 +12,16 @@ import logging
 from collections.abc import Sequence
 
 import pytest
+from backends import MEMORY, on
 from harness import RELAY_URL, Env, relay_env
 
 from relay.host import ActiveRun
 from relay.publishing.logs import Reporter, Swallowed
 from relay.service import RelayService
 from relay.store import RelayStore
+
+# Behaviour of the publisher, not of a store: once, on the memory store.
+pytestmark = on(MEMORY)
 
 KINDS = ("session_meta", "session_index", "agent_sessions")
 

@@ -3,8 +3,8 @@ in any output or log record, and requests go only where they should, signed over
 
 Covered here: the demo in this process (every logger at DEBUG) and as the real command, the
 command's error paths, the relay origin check, the signature. The relay and network faults are
-covered by tests/test_relay_faults.py, test_relay_answers.py and test_network_faults.py, which run
-every case under the same `no_secret_leaks` fixture.
+covered by tests/publisher/test_relay_faults.py, test_relay_answers.py and
+test_network_faults.py, which run every case under the same `no_secret_leaks` fixture.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from relay.protocol import b64url, canonical_string, compact, session_path, snap
 from relay.testing import Clock, DevRelay, serve
 from relay.testing.devrelay.validation import canonical_origin
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 NOW = 1_800_000_000  # seconds; the fixtures' revision and updatedAt are this in milliseconds
 NOW_MS = NOW * 1000
 PUB = "https://pub.example"

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from harness import Env, relay_env, restarted
 from intact import failed_pass, log_lines, prepared, recovered
@@ -29,13 +30,8 @@ NOW = 1_800_000_000.0
 
 # Each case also proves that no key (the tests' own too), invitation or signature reached a log
 # record, a reported line or an error message.
-pytestmark = pytest.mark.usefixtures("no_secret_leaks")
-
-
-@pytest.fixture
-def backend() -> str:
-    """What the relay answers does not depend on the store: one backend is enough."""
-    return "sqlite"
+# What the relay answers does not depend on the store: one backend is enough, the memory store.
+pytestmark = [pytest.mark.usefixtures("no_secret_leaks"), on(MEMORY)]
 
 
 @dataclass

@@ -13,7 +13,7 @@ from relay.cli.demo import replica_parser
 from relay.cli.main import parser
 from relay.store.url import resolve
 
-COMPOSE = Path(__file__).resolve().parents[1] / "docker-compose.yml"
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 
 

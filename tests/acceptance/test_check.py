@@ -21,7 +21,7 @@ def home(tmp_path: Path) -> Path:
 
 
 def check(home: Path, url: str, *extra: str) -> tuple[int, dict[str, object]]:
-    result = run(home, "check", "--json", "--store", url, *extra, timeout=30)
+    result = run(home, "check", "--json", "--store", url, *extra, timeout=30, process=True)
     assert "Traceback" not in result.output, result.describe()
     document = json.loads(result.stdout)
     assert set(document) == KEYS
@@ -42,7 +42,7 @@ async def test_a_registered_store_at_head_is_ready(home: Path, tmp_path: Path) -
         True,
         None,
     )
-    result = run(home, "check", "--store", url, timeout=30)
+    result = run(home, "check", "--store", url, timeout=30, process=True)
     assert (result.code, result.stdout.strip().endswith("is ready")) == (0, True)
 
 
