@@ -20,7 +20,7 @@ from sqlalchemy import (
 # Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.
 # The migration these tables are the result of; `alembic` reads the same from the scripts, and
 # tests/test_migrations.py holds the two equal, so reading a revision needs no Alembic.
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 
 metadata = MetaData(
     naming_convention={
@@ -93,7 +93,7 @@ started = Table(
     Column("session_id", String(191), primary_key=True),
     Column("started_at", BigInteger, nullable=False),
     Column("sent", Boolean, nullable=False, server_default=false()),
-    Column("claimed_by", Text),
+    Column("claimed_by", String(64)),
     Column("claimed_until", BigInteger),
     # Claims read one scope's unsent entries oldest first, straight off this index.
     Index("ix_relay_started_unsent", "profile_id", "sent", "started_at", "session_id"),
