@@ -31,14 +31,32 @@ def upgrade() -> None:
         .where(sa.func.length(started.c.claimed_by) > 64)
         .values(claimed_by=None, claimed_until=None)
     )
-    with op.batch_alter_table("relay_started") as batch:
+    with op.batch_alter_table("relay_started", copy_from=_started(sa.Text())) as batch:
         batch.alter_column(
             "claimed_by", existing_type=sa.Text(), type_=sa.String(64), existing_nullable=True
         )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("relay_started") as batch:
+    with op.batch_alter_table("relay_started", copy_from=_started(sa.String(64))) as batch:
         batch.alter_column(
             "claimed_by", existing_type=sa.String(64), type_=sa.Text(), existing_nullable=True
         )
+
+
+def _started(claimed_by: sa.types.TypeEngine[str]) -> sa.Table:
+    """relay_started as it stands before the change: SQLite's copy needs it without reflecting
+    (so `migrate --sql` can print it); Postgres alters the column in place."""
+    return sa.Table(
+        "relay_started",
+        sa.MetaData(),
+        sa.Column("profile_id", sa.Text(), nullable=False),
+        sa.Column("session_id", sa.String(length=191), nullable=False),
+        sa.Column("started_at", sa.BigInteger(), nullable=False),
+        sa.Column("sent", sa.Boolean(), server_default=sa.false(), nullable=False),
+        sa.Column("claimed_by", claimed_by, nullable=True),
+        sa.Column("claimed_until", sa.BigInteger(), nullable=True),
+        sa.PrimaryKeyConstraint("profile_id", "session_id", name="pk_relay_started"),
+        sa.Index("ix_relay_started_unsent", "profile_id", "sent", "started_at", "session_id"),
+        sa.Index("ix_relay_started_age", "profile_id", "started_at"),
+    )
