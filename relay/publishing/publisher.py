@@ -11,7 +11,6 @@ The parts live in `relay.publishing`; this class gathers the records and compose
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
@@ -28,16 +27,13 @@ from relay import metrics
 from relay.client import RelayClient
 from relay.errors import (
     CorruptStateError,
-    RelayError,
     RelayHttpError,
     RelayPairingError,
     RelayRequestError,
 )
-from relay.host import ActiveRun, Host, SessionMeta
+from relay.host import ActiveRun, Host
 from relay.presence import Presence
 from relay.protocol import (
-    REQUEST_TIMEOUT_S,
-    TERMINAL_RETENTION_S,
     RelayState,
     snapshot_body,
     snapshot_path,
@@ -49,6 +45,7 @@ from relay.publishing.levels import Backlog, Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
 from relay.publishing.loop import LoopHealth, PassLoop
 from relay.publishing.outbox import Outbox, View
+from relay.publishing.runs import HostedRuns
 from relay.publishing.states import Terminal
 from relay.store import ProfileGrant, RelayConfig, RunState
 from relay.store.contract import LeaseWatch, Registration, Revisions, RunStates
@@ -59,10 +56,6 @@ logger = logging.getLogger("relay.publisher")
 
 class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Backlog, Protocol):
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
-
-
-# How often a replica looks whether another one has finished sending a row it took over.
-SENDING_POLL_S = 0.05
 
 
 def _asks_longer(error: RelayHttpError, than: RelayHttpError) -> bool:
@@ -107,7 +100,6 @@ class RelayPublisher:
         self._new_id = new_id
         self._background = background
         self._key: Ed25519PrivateKey | None = None
-        self.terminal: dict[str, Terminal] = {}
         self._disabled: set[str] = set()
         self._alert_eligibility = True
         self._identities: dict[str, str | None] | None = None
@@ -115,11 +107,12 @@ class RelayPublisher:
         # The owner names this replica's claims and runs: shared by a service's publishers, so a
         # swap keeps them.
         self._leases = Leases(owner, math.ceil(lease_s * 1000), clock)
+        self._runs = HostedRuns(store, host, self._leases, self._swallowed, clock)
         self._loop = PassLoop(
             self._pass,
             report=self._report,
             uniform=uniform,
-            poll=self._keep_alive,
+            poll=self._runs.keep_alive,
             poll_s=self._leases.poll_s,
             heartbeat_s=heartbeat_s,
             clock=clock,
@@ -135,10 +128,12 @@ class RelayPublisher:
         )
         # The rows this replica publishes, read once a pass.
         self._owned: list[RunState] | None = None
-        # What each hosted session's turn was last offered as: re-offered while its metadata is
-        # unreadable, since a live turn left out of a sync ends as failed.
-        self._offered: dict[str, RunState] = {}
         self._levels = Levels(store)
+
+    @property
+    def terminal(self) -> dict[str, Terminal]:
+        """Turn outcomes kept until published (the retention), by session."""
+        return self._runs.terminal
 
     @property
     def views(self) -> dict[str, View]:
@@ -153,9 +148,8 @@ class RelayPublisher:
 
     def inherit(self, previous: RelayPublisher) -> None:
         """Carry unpublished terminal runs and queued views from the publisher being replaced."""
-        self.terminal.update(previous.terminal)
+        self._runs.inherit(previous._runs)
         self.views.update(previous.views)
-        self._offered.update(previous._offered)
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
 
@@ -187,7 +181,7 @@ class RelayPublisher:
         sid = run.session_id.strip()
         if not sid:
             return
-        self.terminal[sid] = Terminal(run, phase, self._clock())
+        self._runs.ended(run, phase)
         self.changed()
 
     def mark_viewed(self, session_id: str, profile: str | None) -> None:
@@ -208,11 +202,11 @@ class RelayPublisher:
         self._identities = {}
         try:
             ready = await self._outbox.ready(self.config)
-            self._owned = await self._sync_runs()
+            self._owned = await self._runs.sync()
             try:
                 await self.publish_snapshot(isolate_permanent=True)
             finally:
-                await self._release_runs()
+                await self._runs.release()
             await self._outbox.flush(self.config, ready)
             await self.publish_started()
             await self._levels.sample()
@@ -272,7 +266,7 @@ class RelayPublisher:
             try:
                 await self._publish_profile_snapshot(profile, profile_id)
             finally:
-                await self._release_runs()
+                await self._runs.release()
             return
         raise RelayPairingError("Talaria Relay profile enrollment is unavailable", 502)
 
@@ -305,69 +299,13 @@ class RelayPublisher:
 
     async def build_states(self, profile: str) -> list[RelayState]:
         """One row per session of `profile` whose newest turn this replica publishes."""
-        owned = self._owned if self._owned is not None else await self._sync_runs()
+        owned = self._owned if self._owned is not None else await self._runs.sync()
         rows = [run for run in owned if self._host.profiles_match(run.profile, profile)]
         eligible = not await self._presence.active(profile) if self._alert_eligibility else True
         now_ms = self._leases.now_ms()
         planned = states.drafts(rows, now_ms)
         revisions = await self._store.allocate_revisions(len(planned), now_ms)
         return states.states(planned, revisions, eligible=eligible)
-
-    async def _sync_runs(self) -> list[RunState]:
-        """Tell the others what this replica hosts; the rows it publishes (its own, taken over).
-
-        A row just taken from a replica still sending it is published after that send, so the
-        relay never gets its older turn last: this waits a request's time at most.
-        """
-        now = self._clock()
-        self.terminal = states.retained(self.terminal, now)
-        hosted = []
-        owner = self._leases.owner
-        offered: dict[str, RunState] = {}
-        for row in states.session_runs(await self._host.active_runs(), self.terminal):
-            meta = await self._meta(row.session_id)
-            if meta is not None:
-                run = states.run_state(row, meta, owner, now)
-            else:
-                run = states.same_turn(self._offered.get(row.session_id), row)
-            if run is not None:
-                hosted.append(run)
-                offered[run.session_id] = run
-        self._offered = offered
-        clock = asyncio.get_running_loop().time
-        give_up = clock() + REQUEST_TIMEOUT_S + 1
-        while True:
-            now_ms = self._leases.now_ms()
-            owned = await self._store.sync_runs(
-                owner,
-                hosted,
-                now_ms,
-                lease_ms=self._leases.lease_ms,
-                retention_ms=TERMINAL_RETENTION_S * 1000,
-            )
-            if clock() >= give_up or not any(r.sent_elsewhere(owner, now_ms) for r in owned):
-                return owned
-            await asyncio.sleep(SENDING_POLL_S)
-
-    async def _release_runs(self) -> None:
-        # Unreleased, the rows wait for their lease instead: slower for another replica, no loss.
-        with contextlib.suppress(RelayError):
-            await self._store.release_runs(self._leases.owner)
-
-    async def _keep_alive(self) -> float | None:
-        """Renew this replica's runs; seconds until another replica's lease ends, if one does."""
-        now_ms = self._leases.now_ms()
-        ends = await self._store.keep_alive(self._leases.owner, now_ms, self._leases.lease_ms)
-        return None if ends is None else max(ends - now_ms, 0) / 1000
-
-    async def _meta(self, session_id: str) -> SessionMeta | None:
-        # One unreadable session must not sink the snapshot.
-        return await self._swallowed.call(
-            "session_meta",
-            lambda: self._host.session_meta(session_id),
-            None,
-            "sessions without metadata are left out of snapshots",
-        )
 
     async def _publishes(self, profile: str, grant: ProfileGrant) -> bool:
         """Whether the profile is still the one enrolled (not recreated) and not disabled."""

@@ -1,0 +1,116 @@
+"""This replica's side of run state: the turns it hosts, told to the store every pass.
+
+The store decides which rows this replica publishes (its own, and the dead replicas' it took
+over); this keeps what the store cannot know: each turn's outcome until it is published, and
+what each hosted turn was last offered as.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Protocol
+
+from relay.errors import RelayError
+from relay.host import ActiveRun, Host, SessionMeta
+from relay.protocol import REQUEST_TIMEOUT_S, TERMINAL_RETENTION_S
+from relay.publishing import states
+from relay.publishing.leases import Leases
+from relay.publishing.logs import Swallowed
+from relay.publishing.states import Terminal
+from relay.store import RunState
+from relay.store.contract import LeaseWatch, RunStates
+
+# How often a replica looks whether another one has finished sending a row it took over.
+SENDING_POLL_S = 0.05
+
+
+class RunStore(RunStates, LeaseWatch, Protocol):
+    """The aggregates this side reads and writes."""
+
+
+class HostedRuns:
+    """The turns this replica hosts, their outcomes, and its leases on their rows."""
+
+    def __init__(
+        self,
+        store: RunStore,
+        host: Host,
+        leases: Leases,
+        swallowed: Swallowed,
+        clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._host = host
+        self._leases = leases
+        self._swallowed = swallowed
+        self._clock = clock
+        # Outcomes not yet published, by session: kept for the retention, as upstream.
+        self.terminal: dict[str, Terminal] = {}
+        # What each hosted session's turn was last offered as: re-offered while its metadata is
+        # unreadable, since a live turn left out of a sync ends as failed.
+        self.offered: dict[str, RunState] = {}
+
+    def inherit(self, previous: HostedRuns) -> None:
+        self.terminal.update(previous.terminal)
+        self.offered.update(previous.offered)
+
+    def ended(self, run: ActiveRun, phase: str) -> None:
+        self.terminal[run.session_id.strip()] = Terminal(run, phase, self._clock())
+
+    async def sync(self) -> list[RunState]:
+        """Tell the others what this replica hosts; the rows it publishes (its own, taken over).
+
+        A row just taken from a replica still sending it is published after that send, so the
+        relay never gets its older turn last: this waits a request's time at most.
+        """
+        now = self._clock()
+        self.terminal = states.retained(self.terminal, now)
+        hosted = []
+        owner = self._leases.owner
+        offered: dict[str, RunState] = {}
+        for row in states.session_runs(await self._host.active_runs(), self.terminal):
+            meta = await self._meta(row.session_id)
+            if meta is not None:
+                run = states.run_state(row, meta, owner, now)
+            else:
+                run = states.same_turn(self.offered.get(row.session_id), row)
+            if run is not None:
+                hosted.append(run)
+                offered[run.session_id] = run
+        self.offered = offered
+        clock = asyncio.get_running_loop().time
+        give_up = clock() + REQUEST_TIMEOUT_S + 1
+        while True:
+            now_ms = self._leases.now_ms()
+            owned = await self._store.sync_runs(
+                owner,
+                hosted,
+                now_ms,
+                lease_ms=self._leases.lease_ms,
+                retention_ms=TERMINAL_RETENTION_S * 1000,
+            )
+            if clock() >= give_up or not any(r.sent_elsewhere(owner, now_ms) for r in owned):
+                return owned
+            await asyncio.sleep(SENDING_POLL_S)
+
+    async def release(self) -> None:
+        # Unreleased, the rows wait for their lease instead: slower for another replica, no loss.
+        with contextlib.suppress(RelayError):
+            await self._store.release_runs(self._leases.owner)
+
+    async def keep_alive(self) -> float | None:
+        """Renew this replica's runs; seconds until another replica's lease ends, if one does."""
+        now_ms = self._leases.now_ms()
+        ends = await self._store.keep_alive(self._leases.owner, now_ms, self._leases.lease_ms)
+        return None if ends is None else max(ends - now_ms, 0) / 1000
+
+    async def _meta(self, session_id: str) -> SessionMeta | None:
+        # One unreadable session must not sink the snapshot.
+        return await self._swallowed.call(
+            "session_meta",
+            lambda: self._host.session_meta(session_id),
+            None,
+            "sessions without metadata are left out of snapshots",
+        )
