@@ -126,13 +126,16 @@ class Cluster:
     def grant_rows(self) -> list[dict[str, Any]]:
         return [row for grant in self.relay.state()["grants"] for row in grant["rows"]]
 
+    def rows_of(self, session: str) -> list[dict[str, Any]]:
+        """The relay's rows of `session`."""
+        return [row for row in self.grant_rows() if row["sessionId"] == session]
+
     def history(self, session: str) -> list[tuple[str | None, str]]:
         """Each (stream, phase) the relay's row of `session` went through, repeats folded."""
         seen: list[tuple[str | None, str]] = []
-        for grant in self.relay._grants.values():
-            for sid, stream, phase in grant.history:
-                if sid == session and (not seen or seen[-1] != (stream, phase)):
-                    seen.append((stream, phase))
+        for sid, stream, phase in self.relay.history():
+            if sid == session and (not seen or seen[-1] != (stream, phase)):
+                seen.append((stream, phase))
         return seen
 
     def row(self, session: str) -> tuple[str | None, str] | None:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 from backends import on
-from replicas import Cluster, cluster
+from replicas import cluster
 
 from relay.publishing.leases import DEFAULT_LEASE_S
 from relay.store import open_store
@@ -42,20 +42,6 @@ async def until(condition: Callable[[], bool], within: float, step: float = 0.05
     return time.monotonic() - began
 
 
-def rows_of(group: Cluster, session: str) -> list[dict[str, object]]:
-    return [row for row in group.grant_rows() if row["sessionId"] == session]
-
-
-def history(group: Cluster, session: str) -> list[tuple[str | None, str]]:
-    """Each (stream, phase) the session's row went through, republications folded."""
-    seen: list[tuple[str | None, str]] = []
-    for grant in group.relay._grants.values():
-        for sid, stream, phase in grant.history:
-            if sid == session and (not seen or seen[-1] != (stream, phase)):
-                seen.append((stream, phase))
-    return seen
-
-
 async def test_a_sessions_row_follows_its_newest_turn_wherever_it_runs(store_url: str) -> None:
     """Turns of two sessions hand off between three replicas every step while all of them
     publish in the background: the relay's row is always the newest turn, never an older one,
@@ -72,23 +58,23 @@ async def test_a_sessions_row_follows_its_newest_turn_wherever_it_runs(store_url
                 stream = f"{sid}-{turn:02d}"
                 await host.call("start", session=sid, stream=stream, at=START + turn)
                 await group.everywhere("flush")
-                assert [r["streamId"] for r in rows_of(group, sid)] == [stream]
-                assert rows_of(group, sid)[0]["phase"] == "running"
+                assert [r["streamId"] for r in group.rows_of(sid)] == [stream]
+                assert group.rows_of(sid)[0]["phase"] == "running"
                 await host.call("end", stream=stream, phase="completed")
                 await group.everywhere("flush")
-                assert [(r["streamId"], r["phase"]) for r in rows_of(group, sid)] == [
+                assert [(r["streamId"], r["phase"]) for r in group.rows_of(sid)] == [
                     (stream, "completed")
                 ]
         await asyncio.sleep(1.5)  # background heartbeats of every replica
         await group.everywhere("flush")
         flips = sum(
-            len(history(group, sid)) - 2 * turns for sid in sessions
+            len(group.history(sid)) - 2 * turns for sid in sessions
         )  # beyond running→completed per turn
         print(f"{2 * turns} handoffs, {group.stale()} stale, {flips} extra transitions")
         assert group.stale() == 0
         assert flips == 0
         for sid in sessions:
-            streams = [stream or "" for stream, _ in history(group, sid)]
+            streams = [stream or "" for stream, _ in group.history(sid)]
             assert streams == sorted(streams), f"{sid} went back to an older turn"
             assert streams[-1] == f"{sid}-{turns - 1:02d}"
 
@@ -103,14 +89,14 @@ async def test_a_dead_replicas_running_turn_ends_failed_once(store_url: str) -> 
         host = group.replicas[0]
         await host.call("start", session="s1", stream="t1", at=START)
         await host.call("flush")
-        assert rows_of(group, "s1")[0]["phase"] == "running"
+        assert group.rows_of("s1")[0]["phase"] == "running"
         host.kill()
-        took = await until(lambda: rows_of(group, "s1")[0]["phase"] == "failed", 6 * lease_s)
+        took = await until(lambda: group.rows_of("s1")[0]["phase"] == "failed", 6 * lease_s)
         print(f"dead replica's turn ended failed after {took:.1f}s (lease {lease_s}s)")
         assert took <= 3 * lease_s
         await asyncio.sleep(lease_s)
         await group.everywhere("flush")
-        assert [phase for _, phase in history(group, "s1")] == ["running", "failed"]
+        assert [phase for _, phase in group.history("s1")] == ["running", "failed"]
         assert group.stale() == 0
 
 
@@ -203,17 +189,17 @@ async def test_presence_on_one_replica_mutes_another_and_stays_revoked(store_url
         await group.everywhere("session", id="s1", created_at=START)
         await b.call("start", session="s1", stream="t1", at=START)
         await b.call("flush")
-        assert rows_of(group, "s1")[0].get("alertEligible") in (None, True)
+        assert group.rows_of("s1")[0].get("alertEligible") in (None, True)
 
         await a.call("presence", body={"tab_id": "tab-0000001", "active": True, "seq": 1})
         await b.call("flush")
-        assert rows_of(group, "s1")[0]["alertEligible"] is False
+        assert group.rows_of("s1")[0]["alertEligible"] is False
 
         await a.call("presence", body={"tab_id": "tab-0000001", "active": False, "seq": 3})
         await b.call("presence", body={"tab_id": "tab-0000001", "active": True, "seq": 2})
         await b.call("start", session="s1", stream="t2", at=START + 1)
         await b.call("flush")
-        assert rows_of(group, "s1")[0].get("alertEligible") in (None, True)
+        assert group.rows_of("s1")[0].get("alertEligible") in (None, True)
 
 
 async def test_replicas_pairing_at_once_leave_one_registration_and_every_mapping(
@@ -326,7 +312,7 @@ async def test_replicas_ride_out_a_postgres_outage_and_a_migration(store_url: st
             await asyncio.sleep(0.05)
         else:
             raise AssertionError("a connection stays idle in a transaction")
-        assert [phase for _, phase in history(group, "before")] == [
+        assert [phase for _, phase in group.history("before")] == [
             "running",
             "completed",
             "running",

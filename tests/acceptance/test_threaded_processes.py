@@ -32,20 +32,6 @@ PROC = ROOT / "tests" / "threaded_proc.py"
 START = 1_800_000_000.0
 
 
-def rows_of(group: Cluster, session: str) -> list[dict[str, object]]:
-    return [row for row in group.grant_rows() if row["sessionId"] == session]
-
-
-def history(group: Cluster, session: str) -> list[tuple[str | None, str]]:
-    """Each (stream, phase) the session's row went through, republications folded."""
-    seen: list[tuple[str | None, str]] = []
-    for grant in group.relay._grants.values():
-        for sid, stream, phase in grant.history:
-            if sid == session and (not seen or seen[-1] != (stream, phase)):
-                seen.append((stream, phase))
-    return seen
-
-
 OWNER = {"authorization": "Bearer owner-token", "connection": "close"}
 
 
@@ -90,19 +76,19 @@ async def test_two_threaded_servers_keep_one_truth_per_session(store_url: str) -
                 stream = f"{sid}-{turn:02d}"
                 await host.call("start", session=sid, stream=stream)
                 await group.everywhere("flush")
-                assert [r["streamId"] for r in rows_of(group, sid)] == [stream]
+                assert [r["streamId"] for r in group.rows_of(sid)] == [stream]
                 await host.call("end", stream=stream, phase="completed")
                 await group.everywhere("flush")
-                assert [(r["streamId"], r["phase"]) for r in rows_of(group, sid)] == [
+                assert [(r["streamId"], r["phase"]) for r in group.rows_of(sid)] == [
                     (stream, "completed")
                 ]
         await asyncio.sleep(1.5)  # background heartbeats of both
         await group.everywhere("flush")
         assert group.stale() == 0
         for sid in sessions:
-            streams = [stream or "" for stream, _ in history(group, sid)]
+            streams = [stream or "" for stream, _ in group.history(sid)]
             assert streams == sorted(streams), f"{sid} went back to an older turn"
-            assert len(history(group, sid)) == 2 * turns
+            assert len(group.history(sid)) == 2 * turns
 
 
 async def test_two_threaded_servers_announce_and_delete_once(store_url: str) -> None:
