@@ -171,3 +171,13 @@ async def cluster(
         finally:
             # `restart` replaces entries of the same list: these are the processes now running.
             await asyncio.gather(*(r.stop() for r in replicas))
+
+
+async def until(condition: Callable[[], bool], within: float, step: float = 0.05) -> float:
+    """Seconds it took `condition` to hold; fails after `within` seconds."""
+    began = time.monotonic()
+    while not condition():
+        if time.monotonic() - began > within:
+            raise AssertionError(f"not within {within}s")
+        await asyncio.sleep(step)
+    return time.monotonic() - began

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable
 
 import pytest
 from pgcluster import FailoverPair, migrated_database
-from replicas import Cluster, cluster
+from replicas import Cluster, cluster, until
 
 pytest_plugins = ["pgdeploy"]
 pytestmark = pytest.mark.postgres
@@ -17,15 +15,6 @@ pytestmark = pytest.mark.postgres
 START = 1_800_000_000.0
 LEASE_S = 20.0
 CHANGE_EVERY_S = 0.1
-
-
-async def until(condition: Callable[[], bool], within: float) -> float:
-    """Seconds it took `condition` to hold; fails after `within` seconds."""
-    began = time.monotonic()
-    while not condition():
-        assert time.monotonic() - began < within, f"not within {within}s"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - began
 
 
 def accepted_snapshot_since(group: Cluster, mark: int) -> bool:

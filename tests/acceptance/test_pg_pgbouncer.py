@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 
 import pytest
 from backends import on
 from pgbouncer_proc import Bouncers, Mode
-from replicas import Cluster, cluster
+from replicas import Cluster, cluster, until
 from sqlalchemy import make_url
 
 pytest_plugins = ["pgdeploy"]
@@ -19,13 +17,6 @@ START = 1_800_000_000.0
 LEASE_S = 2.0
 # How `logging.basicConfig` in a replica process starts a line at WARNING and above.
 LEVELS = ("WARNING:", "ERROR:", "CRITICAL:")
-
-
-async def until(condition: Callable[[], bool], within: float) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {within}s"
-        await asyncio.sleep(0.05)
 
 
 def phase(group: Cluster, session: str) -> object:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cli_support import run
 from pgcluster import PgCluster, migrated_database
-from replicas import Cluster, cluster
+from replicas import Cluster, cluster, until
 
 from relay.errors import StoreUnavailableError
 from relay.store import open_store
@@ -23,14 +23,6 @@ START = 1_800_000_000.0
 RECOVERY_S = 30.0
 # The shortest backoff there is: the first, 5 s jittered down by 20 %.
 SHORTEST_BACKOFF_S = 4.0
-
-
-async def until(condition: Callable[[], bool], within: float) -> float:
-    began = time.monotonic()
-    while not condition():
-        assert time.monotonic() - began < within, f"not within {within}s"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - began
 
 
 def set_read_only(server: PgCluster, on: bool) -> None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable
 
 import pytest
 from backends import on
-from replicas import cluster
+from replicas import cluster, until
 
 from relay.publishing.leases import DEFAULT_LEASE_S
 from relay.store import open_store
@@ -30,16 +29,6 @@ TAKE_OVER_LEASES = pytest.mark.parametrize(
         pytest.param(DEFAULT_LEASE_S, id="default-lease", marks=pytest.mark.soak),
     ],
 )
-
-
-async def until(condition: Callable[[], bool], within: float, step: float = 0.05) -> float:
-    """Seconds it took `condition` to hold; fails after `within` seconds."""
-    began = time.monotonic()
-    while not condition():
-        if time.monotonic() - began > within:
-            raise AssertionError(f"not within {within}s")
-        await asyncio.sleep(step)
-    return time.monotonic() - began
 
 
 async def test_a_sessions_row_follows_its_newest_turn_wherever_it_runs(store_url: str) -> None:

@@ -14,24 +14,13 @@ import contextlib
 import os
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 from backends import on
-from replicas import Cluster, cluster
+from replicas import Cluster, cluster, until
 
 pytestmark = on("postgres")
-
-
-async def until(condition: Callable[[], bool], within: float, step: float = 0.05) -> float:
-    """Seconds it took `condition` to hold; fails after `within` seconds."""
-    began = time.monotonic()
-    while not condition():
-        if time.monotonic() - began > within:
-            raise AssertionError(f"not within {within}s")
-        await asyncio.sleep(step)
-    return time.monotonic() - began
 
 
 @dataclass
