@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from backends import MEMORY, on
 from databases import admin_execute, set_read_only
-from harness import PUBLISHER_ID, RELAY_URL, relay_env
+from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
 
 from relay.errors import RelayError, RelayHttpError, StoreUnavailableError
 from relay.publishing.logs import Reporter
@@ -133,6 +133,35 @@ async def test_flush_during_a_backoff_returns_after_the_pass_that_follows_it() -
     await asyncio.wait_for(waiting, 5)
 
 
+class Watched:
+    """A service on `env` whose log lines are kept with their times; `recovered` is set by the
+    recovery line; `change(n)` starts a turn in a new session and tells the service."""
+
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.lines: list[tuple[float, str]] = []
+        self.recovered = asyncio.Event()
+        self.service = RelayService(
+            env.store,
+            env.host,
+            relay_url=RELAY_URL,
+            http=env.http,
+            clock=env.clock,
+            log=self._log,
+            publisher_options={"uniform": scaled},
+        )
+
+    def _log(self, line: str) -> None:
+        self.lines.append((time.monotonic(), line))
+        if line.endswith("snapshot recovered"):
+            self.recovered.set()
+
+    def change(self, n: int) -> None:
+        self.env.host.create_session(f"s{n}")
+        self.env.host.start_run(f"s{n}")
+        self.service.changed()
+
+
 @on(MEMORY)
 async def test_a_relay_answering_503_sees_one_attempt_per_delay_under_changes(
     store: RelayStore,
@@ -141,34 +170,14 @@ async def test_a_relay_answering_503_sees_one_attempt_per_delay_under_changes(
     per announced delay; the pass after the last delay publishes the newest session."""
     async with relay_env(store) as env:
         await env.pair()
-        lines: list[tuple[float, str]] = []
-        recovered = asyncio.Event()
-
-        def log(line: str) -> None:
-            lines.append((time.monotonic(), line))
-            if line.endswith("snapshot recovered"):
-                recovered.set()
-
-        service = RelayService(
-            env.store,
-            env.host,
-            relay_url=RELAY_URL,
-            http=env.http,
-            clock=env.clock,
-            log=log,
-            publisher_options={"uniform": scaled},
-        )
+        watched = Watched(env)
+        service, lines, recovered = watched.service, watched.lines, watched.recovered
         env.relay.inject("snapshot", 503, times=3)
         before = len(env.sent("snapshot"))  # pairing validated itself with one
 
-        def change(n: int) -> None:
-            env.host.create_session(f"s{n}")
-            env.host.start_run(f"s{n}")
-            service.changed()
-
         assert await service.start()
         try:
-            async with changes_every(0.1, change):
+            async with changes_every(0.1, watched.change):
                 await asyncio.wait_for(recovered.wait(), 30)
             newest = max(env.host.sessions, key=lambda sid: int(sid[1:]))
             await service.flush()
@@ -193,28 +202,8 @@ async def test_a_read_only_store_sees_one_attempt_per_delay_under_changes(
     delay, and the pass after the server takes writes again publishes the newest session."""
     async with open_store(store_url) as store, relay_env(store) as env:
         await env.pair()
-        lines: list[tuple[float, str]] = []
-        recovered = asyncio.Event()
-
-        def log(line: str) -> None:
-            lines.append((time.monotonic(), line))
-            if line.endswith("snapshot recovered"):
-                recovered.set()
-
-        service = RelayService(
-            env.store,
-            env.host,
-            relay_url=RELAY_URL,
-            http=env.http,
-            clock=env.clock,
-            log=log,
-            publisher_options={"uniform": scaled},
-        )
-
-        def change(n: int) -> None:
-            env.host.create_session(f"s{n}")
-            env.host.start_run(f"s{n}")
-            service.changed()
+        watched = Watched(env)
+        service, lines, recovered = watched.service, watched.lines, watched.recovered
 
         await set_read_only(store_url, True)
         await admin_execute(
@@ -227,7 +216,7 @@ async def test_a_read_only_store_sees_one_attempt_per_delay_under_changes(
             await store.revision_floor()
         assert await service.start()
         try:
-            async with changes_every(0.1, change):
+            async with changes_every(0.1, watched.change):
                 for _ in range(3000):
                     if sum(1 for _, line in lines if RETRYING.search(line)) >= 3:
                         break
