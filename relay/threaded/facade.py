@@ -14,8 +14,7 @@ long raises `CallTimeoutError` (and is cancelled), one cut short by `stop()` `Se
 Fork: a service used before `os.fork()` (gunicorn `--preload`, multiprocessing's fork) is made
 again in the child, with a new loop, a new store connection and a new owner id: at once and
 started if the parent had started it, else on the child's first call. The parent's connections
-are left alone. SQLite forbids carrying a connection in use across `fork()`: on SQLite, fork
-while the service is idle, or start it after the fork (README "Threaded and WSGI servers").
+are left alone, and a fork never happens inside a store transaction (`relay.store.forkgate`).
 """
 
 from __future__ import annotations

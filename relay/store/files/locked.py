@@ -16,6 +16,7 @@ from typing import TypeVar
 from relay.errors import StoreError, StoreUnavailableError
 from relay.store.files.documents import _Document
 from relay.store.files.io import _read, _write, stale_temps
+from relay.store.forkgate import GATE as FORK_GATE
 
 D = TypeVar("D")
 R = TypeVar("R")
@@ -53,12 +54,15 @@ class LockedDir:
         if not self._mutex.acquire(timeout=self.lock_timeout_s):
             raise self._busy()
         try:
-            fd = os.open(self._dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                self._flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
-                yield
-            finally:
-                os.close(fd)
+            # From open to close: a child forked in between would share the lock through its
+            # copy of the descriptor, and hold it for as long as it lives.
+            with FORK_GATE:
+                fd = os.open(self._dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                try:
+                    self._flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
+                    yield
+                finally:
+                    os.close(fd)
         finally:
             self._mutex.release()
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from relay.errors import StoreError, StoreUnavailableError
+from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql.dialect import SQLITE, Compiled, Row
 from relay.store.sql.runner import NO_PARAMS, Body, Stats, drive
 from relay.store.sql.worker import Worker
@@ -133,7 +134,8 @@ class SqliteRunner:
             raise StoreError(f"the store {self._display} is closed")
         try:
             self.stats.transactions += 1
-            return drive(body(SqliteTx(reader, self.stats)))
+            with FORK_GATE:
+                return drive(body(SqliteTx(reader, self.stats)))
         except sqlite3.Error as error:
             if not _busy(error):
                 raise self._translated(error) from error
@@ -144,22 +146,24 @@ class SqliteRunner:
 
     def _read_waiting(self, body: Body[T]) -> T:
         assert self._writer is not None
-        return drive(body(SqliteTx(self._writer, self.stats)))
+        with FORK_GATE:
+            return drive(body(SqliteTx(self._writer, self.stats)))
 
     def _transaction(self, body: Body[T]) -> T:
         conn = self._writer
         assert conn is not None
         self.stats.transactions += 1
         self.stats.writes += 1
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = drive(body(SqliteTx(conn, self.stats)))
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return result
+        with FORK_GATE:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = drive(body(SqliteTx(conn, self.stats)))
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         if self._thread is None:

@@ -1,0 +1,71 @@
+"""Store work on local files never straddles `fork()`: a fork waits for the work under way.
+
+A child forked while a thread of its parent was inside a SQLite transaction, or held the JSON
+state dir's `flock`, inherits that lock's bookkeeping (SQLite's per-process lock tables, the
+`flock` shared by an inherited file descriptor) but not the thread that would release it: every
+store call of the child then waits out its busy timeout, for ever. So each such critical section
+runs inside `with GATE:`, and a hook run before every `fork()` (gunicorn's, multiprocessing's,
+`os.fork`'s) waits until none is under way and holds new ones back until the fork is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+logger = logging.getLogger("relay.store")
+
+# A section is one transaction or one locked file operation: milliseconds, unless another
+# process holds the file; a fork waits no longer than this for it.
+FORK_WAIT_S = 10.0
+
+
+class ForkGate:
+    """Critical sections in any thread (`with GATE:`); `fork()` happens between them."""
+
+    def __init__(self) -> None:
+        self._state = threading.Condition(threading.Lock())
+        self._inside = 0
+        self._forking = False
+
+    def __enter__(self) -> None:
+        with self._state:
+            while self._forking:
+                self._state.wait()
+            self._inside += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._state:
+            self._inside -= 1
+            if not self._inside:
+                self._state.notify_all()
+
+    def before_fork(self) -> None:
+        """Hold new sections back and wait for those under way; shut until the fork is done."""
+        self._state.acquire()
+        self._forking = True
+        if not self._state.wait_for(lambda: not self._inside, FORK_WAIT_S):
+            logger.warning(
+                "[relay] fork() while store work ran for %gs: the child may find the store locked",
+                FORK_WAIT_S,
+            )
+
+    def after_fork_in_parent(self) -> None:
+        self._forking = False
+        self._state.notify_all()
+        self._state.release()
+
+    def after_fork_in_child(self) -> None:
+        # The parent's sections belong to threads the child does not have.
+        self._state = threading.Condition(threading.Lock())
+        self._inside = 0
+        self._forking = False
+
+
+GATE = ForkGate()
+os.register_at_fork(
+    before=GATE.before_fork,
+    after_in_parent=GATE.after_fork_in_parent,
+    after_in_child=GATE.after_fork_in_child,
+)
