@@ -41,26 +41,26 @@ async def test_concurrent_identity_mint_gives_one_value(store_url: str) -> None:
 
 
 async def test_concurrent_claims_never_share_an_entry(store_url: str) -> None:
-    """Four processes draining 400 started entries claim each exactly once, together all of them."""
-    sessions = [(f"session-{n:03d}", mp_workers.NOW + n) for n in range(400)]
+    """Four processes draining 100 started entries claim each exactly once, together all of them."""
+    sessions = [(f"session-{n:03d}", mp_workers.NOW + n) for n in range(100)]
     async with open_store(store_url) as store:
         await store.track_started(["prf_a"], mp_workers.NOW)
-        await store.record_started("prf_a", sessions, mp_workers.NOW + 400)
+        await store.record_started("prf_a", sessions, mp_workers.NOW + 100)
     results = run_processes(mp_workers.claim, WORKERS, store_url, "prf_a")
     claimed = [session for result in results for session in result]
     assert sorted(claimed) == sorted(session for session, _ in sessions)
     async with open_store(store_url) as store:
         (scope,) = await store.started_ledger()
         assert all(entry.sent for entry in scope.entries)
-        assert len(scope.entries) == 400
+        assert len(scope.entries) == 100
 
 
 async def test_concurrent_ledger_and_outbox_writes_lose_nothing(store_url: str) -> None:
-    """Four processes x 200 ledger and outbox writes: every one of them is there afterwards."""
+    """Four processes x 50 ledger and outbox writes: every one of them is there afterwards."""
     async with open_store(store_url) as store:
         await store.track_started(["prf_a"], mp_workers.NOW)
-    run_processes(mp_workers.record, WORKERS, store_url, "prf_a", 100)
-    expected = {f"w{w}-s{n}" for w in range(WORKERS) for n in range(100)}
+    run_processes(mp_workers.record, WORKERS, store_url, "prf_a", 25)
+    expected = {f"w{w}-s{n}" for w in range(WORKERS) for n in range(25)}
     async with open_store(store_url) as store:
         (scope,) = await store.started_ledger()
         assert {entry.session_id for entry in scope.entries} == expected

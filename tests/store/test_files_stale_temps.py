@@ -46,12 +46,16 @@ with open(os.path.join(state, temp), "w") as f:
     f.write("7\\n")
 print("ready", flush=True)
 if sys.argv[4] == "until-waited-for":
-    inode = f":{os.fstat(fd).st_ino} "
+    # The store polls for the lock (flock has no timeout), so no waiter shows in /proc/locks:
+    # it waits from the moment it holds the lock file open.
+    lock, fds = os.path.realpath(os.path.join(state, sys.argv[3])), f"/proc/{os.getppid()}/fd"
     for _ in range(1000):
-        with open("/proc/locks") as locks:
-            if any("->" in line and inode in line for line in locks):
-                break
+        if any(os.path.realpath(os.path.join(fds, n)) == lock for n in os.listdir(fds)):
+            break
         time.sleep(0.01)
+    else:
+        sys.exit("nobody waited for the lock")
+    time.sleep(0.05)
 else:
     sys.stdin.readline()
 os.replace(os.path.join(state, temp), os.path.join(state, "talaria-relay-revision"))

@@ -42,7 +42,7 @@ class Plan:
 
     @property
     def ledgers(self) -> tuple[int, ...]:
-        return (10, 1_000) if self.quick else (10, 10_000, 100_000)
+        return (10, 250) if self.quick else (10, 10_000, 100_000)
 
     @property
     def sessions(self) -> tuple[int, ...]:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+
+if TYPE_CHECKING:  # its import costs a tenth of a second (it loads the ORM): only to migrate
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 # Execution option that makes the next transaction `BEGIN IMMEDIATE` on SQLite.
 WRITE = "relay_write"
@@ -57,6 +59,8 @@ def postgres_engine(url: URL) -> AsyncEngine:
     SQLAlchemy would hand libpq parameters (`application_name`, `options`, `sslrootcert`, …) to
     `asyncpg.connect` as keywords it does not take; the runner's options pass them in a DSN.
     """
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     from relay.store.sql.postgres import connect_options
 
     options = connect_options(url)
