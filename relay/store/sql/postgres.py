@@ -26,7 +26,7 @@ from relay.store.budget import Budget, budget
 from relay.store.hosts import dsn
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
 from relay.store.sql.pgpool import Pool
-from relay.store.sql.runner import NO_PARAMS, Body, Stats
+from relay.store.sql.runner import NO_PARAMS, Body, Stats, Step, run_steps
 
 T = TypeVar("T")
 CONNECT_TIMEOUT_S = 10.0
@@ -138,6 +138,9 @@ class PostgresRunner:
 
     async def read(self, body: Body[T]) -> T:
         return await self._run(body, transaction=False)
+
+    async def batch(self, steps: Sequence[Step]) -> list[Row]:
+        return await self.write(lambda tx: run_steps(tx, steps))
 
     async def write(self, body: Body[T], *, single: bool = False) -> T:
         self.stats.writes += 1

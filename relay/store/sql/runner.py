@@ -32,6 +32,8 @@ class Tx(Protocol):
 
 
 Body = Callable[[Tx], Coroutine[Any, Any, T]]
+# One statement of a batch with its parameters; a sequence of parameter sets runs it once each.
+Step = tuple[Compiled, Mapping[str, Any] | Sequence[Mapping[str, Any]]]
 
 
 @dataclass(slots=True)
@@ -56,6 +58,11 @@ class Runner(Protocol):
         """Run `body` as one write transaction; `single` marks a body of one statement."""
         ...
 
+    async def batch(self, steps: Sequence[Step]) -> list[Row]:
+        """Run straight-line `steps` (none waits on an earlier one's answer) as one write
+        transaction; the rows of the last step."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -67,6 +74,18 @@ async def first(tx: Tx, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> R
 async def scalar(tx: Tx, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> Any:
     row = await first(tx, q, params)
     return None if row is None else row[0]
+
+
+async def run_steps(tx: Tx, steps: Sequence[Step]) -> list[Row]:
+    """`steps` in order on `tx`; the last step's rows."""
+    found: list[Row] = []
+    for q, params in steps:
+        if isinstance(params, Mapping):
+            found = await tx.rows(q, params)
+        else:
+            await tx.many(q, params)
+            found = []
+    return found
 
 
 def drive(coroutine: Coroutine[Any, Any, T]) -> T:

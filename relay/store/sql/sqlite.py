@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from relay.errors import StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql.dialect import SQLITE, Compiled, Row
-from relay.store.sql.runner import NO_PARAMS, Body, Stats, drive
+from relay.store.sql.runner import NO_PARAMS, Body, Stats, Step, drive, run_steps
 from relay.store.sql.worker import Worker
 
 T = TypeVar("T")
@@ -140,6 +140,9 @@ class SqliteRunner:
             if not _busy(error):
                 raise self._translated(error) from error
         return await self._in_thread(self._read_waiting, body)
+
+    async def batch(self, steps: Sequence[Step]) -> list[Row]:
+        return await self.write(lambda tx: run_steps(tx, steps))
 
     async def write(self, body: Body[T], *, single: bool = False) -> T:
         return await self._in_thread(self._transaction, body)
