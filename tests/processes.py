@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import queue
 from collections.abc import Callable
 from typing import Any
+
+import forked
 
 TIMEOUT_S = 300
 
@@ -15,8 +16,7 @@ def run_processes(target: Callable[..., None], count: int, *args: Any) -> list[A
     # Forked from a server that imported the workers' modules once: an interpreter start and the
     # library's imports cost about a second of CPU a process. The server is a fresh process of
     # its own, single-threaded, so a fork of it is as clean as a spawn (a fork of this one is not).
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([target.__module__])
+    context = forked.context()
     barrier = context.Barrier(count)
     results = context.Queue()
     processes = [

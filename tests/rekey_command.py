@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
-from cli_support import ROOT, Result, asyncpg_dsn, child_env, command, run
+import forked
+from cli_support import ROOT, Result, asyncpg_dsn, child_env, run
 from key_support import OTHER, PASSPHRASE
 
 from relay.store.files.io import TEMP
@@ -106,15 +107,10 @@ async def killed(
     Its code is -9 unless it ended first.
     """
     started = time.monotonic()
-    process = await asyncio.create_subprocess_exec(
-        *command("rekey", "--store", url, *move.args),
-        cwd=ROOT,
-        env=child_env(home, **move.env),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stdout is not None
-    assert process.stderr is not None
+    process = await forked.start(
+        "relay", "rekey", "--store", url, *move.args,
+        module=True, cwd=ROOT, env=child_env(home, **move.env),
+    )  # fmt: skip
     # Read all along: a command blocked on a full pipe would be killed there.
     output = asyncio.gather(process.stdout.read(), process.stderr.read())
     if delay is not None:
@@ -139,7 +135,7 @@ async def killed(
     )
 
 
-def _kill(process: asyncio.subprocess.Process) -> None:
+def _kill(process: forked.Child) -> None:
     # Through the process object: it signals nothing once the child is reaped.
     with contextlib.suppress(ProcessLookupError):  # it ended by itself: its code says so
         process.kill()

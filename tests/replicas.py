@@ -6,13 +6,14 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import forked
 
 from relay.testing import DevRelay, serve
 
@@ -26,7 +27,7 @@ class Replica:
     """One replica process and the pipe that drives it."""
 
     owner: str  # the name it was given
-    process: asyncio.subprocess.Process
+    process: forked.Child
     incarnation: str = ""  # its owner id in the store: the name and a suffix of this process
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -69,11 +70,7 @@ class Replica:
 async def spawn(
     store_url: str, relay_url: str, owner: str, *, lease_s: float = 20.0, heartbeat_s: float = 60.0
 ) -> Replica:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(PROC), store_url, relay_url, owner, str(lease_s), str(heartbeat_s),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(PROC.parent.parent)},
-    )  # fmt: skip
+    process = await forked.start(PROC, store_url, relay_url, owner, str(lease_s), str(heartbeat_s))
     assert process.stdout is not None
     ready = json.loads(await asyncio.wait_for(process.stdout.readline(), REPLY_TIMEOUT_S))
     assert ready["ok"], ready

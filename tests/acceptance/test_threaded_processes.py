@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 
+import forked
 import httpx
 import pytest
 from backends import on
@@ -36,12 +37,7 @@ OWNER = {"authorization": "Bearer owner-token", "connection": "close"}
 
 
 async def spawn(store_url: str, relay_url: str, name: str, heartbeat_s: float) -> Replica:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, str(PROC), store_url, relay_url, "20", str(heartbeat_s),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
-    assert process.stdout is not None
+    process = await forked.start(PROC, store_url, relay_url, "20", str(heartbeat_s))
     ready = await asyncio.wait_for(process.stdout.readline(), REPLY_TIMEOUT_S)
     assert b'"ok": true' in ready, ready
     return Replica(name, process)

@@ -27,12 +27,12 @@ import os
 import random
 import re
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import forked
 from backends import REAL, kill_runs, on
 from crash_model import Model, differences, matches, observe
 from crash_writer import BASE, KEY_IDS, ROUND_MS, SCOPES, clock, encoded, invocation, pem
@@ -103,13 +103,7 @@ class CrashRun:
 
     async def kill(self, round_: int) -> list[bytes]:
         """Run round `round_`'s writer, kill -9 it at a random moment; the lines it wrote."""
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, str(WRITER), self.url, str(round_),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(WRITER.parent.parent)},
-        )  # fmt: skip
-        assert process.stdout is not None
-        assert process.stderr is not None
+        process = await forked.start(WRITER, self.url, str(round_))
         lines: list[bytes] = []
         ready = asyncio.Event()
 
