@@ -19,8 +19,10 @@ import signal
 import socket
 import sys
 from collections.abc import Mapping, Sequence
+from multiprocessing import reduction
 from multiprocessing.process import BaseProcess
 from pathlib import Path
+from typing import Any
 
 # Imported by the fork server once, before its first fork (`__main__`: pytest, which each child
 # would import again otherwise).
@@ -49,7 +51,7 @@ def _child(
     env: Mapping[str, str],
     cwd: str,
     stdio: socket.socket,
-    stderr: socket.socket,
+    stderr: socket.socket | _Inherited,
 ) -> None:
     os.dup2(stdio.fileno(), 0)
     os.dup2(stdio.fileno(), 1)
@@ -72,6 +74,27 @@ def _child(
         runpy.run_path(target, run_name="__main__")
 
 
+class _Inherited:
+    """A descriptor of this process handed to the child (as a subprocess inherits one)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Pickled while the child is being spawned: the fork server passes the descriptor on.
+        return (_Inherited._received, (reduction.DupFd(self.fd),))
+
+    @staticmethod
+    def _received(handle: Any) -> _Inherited:
+        return _Inherited(handle.detach())
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class Child:
     """`asyncio.subprocess.Process`'s face over a forked child."""
 
@@ -80,8 +103,8 @@ class Child:
         process: BaseProcess,
         stdin: asyncio.StreamWriter,
         stdout: asyncio.StreamReader,
-        stderr: asyncio.StreamReader,
-        stderr_end: asyncio.StreamWriter,
+        stderr: asyncio.StreamReader | None,
+        stderr_end: asyncio.StreamWriter | None,
     ) -> None:
         self._process = process
         self._stderr_end = stderr_end
@@ -93,6 +116,11 @@ class Child:
         self.stderr = stderr
 
     @property
+    def captured_stderr(self) -> asyncio.StreamReader:
+        assert self.stderr is not None, "started without capture_stderr"
+        return self.stderr
+
+    @property
     def returncode(self) -> int | None:
         return self._process.exitcode
 
@@ -102,7 +130,8 @@ class Child:
             self._joined = asyncio.ensure_future(asyncio.to_thread(self._process.join))
         await asyncio.shield(self._joined)
         self.stdin.close()
-        self._stderr_end.close()
+        if self._stderr_end is not None:
+            self._stderr_end.close()
         code = self._process.exitcode
         assert code is not None
         return code
@@ -120,11 +149,13 @@ async def start(
     module: bool = False,
     env: Mapping[str, str] | None = None,
     cwd: str | Path | None = None,
+    capture_stderr: bool = True,
 ) -> Child:
-    """Run `target` (a script's path, or with `module` a module's name) with `argv` in a child."""
+    """Run `target` (a script's path, or with `module` a module's name) with `argv` in a child;
+    its stderr is `Child.stderr`, or without `capture_stderr` this process's own."""
     ours, theirs = socket.socketpair()
-    errors_ours, errors_theirs = socket.socketpair()
-    with theirs, errors_theirs:
+    errors_ours, errors_theirs = socket.socketpair() if capture_stderr else (None, None)
+    with theirs, errors_theirs or contextlib.nullcontext():
         process = context().Process(
             target=_child,
             args=(
@@ -134,12 +165,14 @@ async def start(
                 dict(os.environ if env is None else env),
                 str(cwd or os.getcwd()),
                 theirs,
-                errors_theirs,
+                errors_theirs or _Inherited(2),
             ),
             daemon=True,  # ended with the test process, whatever the test left running
         )
         process.start()
     stdout, stdin = await _streams(ours)
+    if errors_ours is None:
+        return Child(process, stdin, stdout, None, None)
     stderr, errors = await _streams(errors_ours)
     return Child(process, stdin, stdout, stderr, errors)
 

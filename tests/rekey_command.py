@@ -112,7 +112,7 @@ async def killed(
         module=True, cwd=ROOT, env=child_env(home, **move.env),
     )  # fmt: skip
     # Read all along: a command blocked on a full pipe would be killed there.
-    output = asyncio.gather(process.stdout.read(), process.stderr.read())
+    output = asyncio.gather(process.stdout.read(), process.captured_stderr.read())
     if delay is not None:
         await asyncio.sleep(delay)
         _kill(process)

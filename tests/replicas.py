@@ -70,8 +70,9 @@ class Replica:
 async def spawn(
     store_url: str, relay_url: str, owner: str, *, lease_s: float = 20.0, heartbeat_s: float = 60.0
 ) -> Replica:
-    process = await forked.start(PROC, store_url, relay_url, owner, str(lease_s), str(heartbeat_s))
-    assert process.stdout is not None
+    process = await forked.start(
+        PROC, store_url, relay_url, owner, str(lease_s), str(heartbeat_s), capture_stderr=False
+    )
     ready = json.loads(await asyncio.wait_for(process.stdout.readline(), REPLY_TIMEOUT_S))
     assert ready["ok"], ready
     return Replica(owner, process, ready["ready"])

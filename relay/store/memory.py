@@ -216,7 +216,8 @@ class MemoryStore(StoreGate):
         with self._locked() as s:
             run_rules.renew(s.runs, owner, until)
             unsent = ledger.unsent(s.started)
-            return run_rules.next_lease_end(owner, now_ms, s.runs, unsent, s.claims.values())
+            claims = outbox.held(s.deleted, s.claims)
+            return run_rules.next_lease_end(owner, now_ms, s.runs, unsent, claims)
 
     async def _release_runs(self, owner: str) -> None:
         with self._locked() as s:

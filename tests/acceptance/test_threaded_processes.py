@@ -37,7 +37,9 @@ OWNER = {"authorization": "Bearer owner-token", "connection": "close"}
 
 
 async def spawn(store_url: str, relay_url: str, name: str, heartbeat_s: float) -> Replica:
-    process = await forked.start(PROC, store_url, relay_url, "20", str(heartbeat_s))
+    process = await forked.start(
+        PROC, store_url, relay_url, "20", str(heartbeat_s), capture_stderr=False
+    )
     ready = await asyncio.wait_for(process.stdout.readline(), REPLY_TIMEOUT_S)
     assert b'"ok": true' in ready, ready
     return Replica(name, process)

@@ -114,7 +114,7 @@ class CrashRun:
                 ready.set()
 
         reader = asyncio.create_task(read(process.stdout))
-        errors = asyncio.create_task(process.stderr.read())
+        errors = asyncio.create_task(process.captured_stderr.read())
         if self.rng.random() < EARLY_SHARE:
             await asyncio.sleep(self.rng.uniform(0, EARLY_WINDOW_S))
         else:

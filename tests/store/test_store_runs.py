@@ -224,6 +224,16 @@ async def test_keep_alive_renews_and_tells_when_another_lease_ends(store: RelayS
     assert await store.keep_alive(B, NOW + 1 + 3 * SECOND, LEASE) == NOW + 7 + LEASE
 
 
+async def test_an_acknowledged_deletion_leaves_no_claim_to_wait_for(store: RelayStore) -> None:
+    """Its claim ends with the entry (memory and JSON kept it, found by the state machine)."""
+    view = await store.enqueue_deleted(
+        "gone", "default", NOW, session_live=False, identity=None, scope=None
+    )
+    assert await store.claim_deleted(A, NOW, 2 * SECOND)
+    assert await store.ack_deleted(view.id, view.through)
+    assert await store.keep_alive(B, NOW, LEASE) is None
+
+
 async def test_run_records_check_themselves() -> None:
     with pytest.raises(InvalidInputError, match="phase"):
         run(phase="done")

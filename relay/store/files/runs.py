@@ -142,12 +142,14 @@ class RunFiles(LockedDir):
         return await self._together((_RUNS, _FORGOTTEN), edit)
 
     async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None:
-        def edit(runs: run_rules.Runs, led: ledger.Ledger, claims: outbox.Claims) -> int | None:
+        def edit(
+            runs: run_rules.Runs, led: ledger.Ledger, views: outbox.Outbox, claims: outbox.Claims
+        ) -> int | None:
             run_rules.renew(runs, owner, until)
-            unsent = ledger.unsent(led)
-            return run_rules.next_lease_end(owner, now_ms, runs, unsent, claims.values())
+            held = outbox.held(views, claims)
+            return run_rules.next_lease_end(owner, now_ms, runs, ledger.unsent(led), held)
 
-        return await self._together((_RUNS, _STARTED, _CLAIMS), edit)
+        return await self._together((_RUNS, _STARTED, _DELETED, _CLAIMS), edit)
 
     async def _release_runs(self, owner: str) -> None:
         await self._together((_RUNS,), lambda runs: run_rules.release(runs, owner))

@@ -56,6 +56,12 @@ def claim(
     return free
 
 
+def held(outbox: Outbox, claims: Claims) -> list[tuple[str, int]]:
+    """The claims on entries still queued: an acknowledged entry's claim is over with it."""
+    queued = {view.id for view in outbox.values()}
+    return [held for view_id, held in claims.items() if view_id in queued]
+
+
 def ack(outbox: Outbox, view_id: str, through: int) -> bool:
     """Remove the entry only if it is still the one acknowledged (same id and `through`)."""
     for key, view in outbox.items():
