@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +22,53 @@ from relay.testing import Clock, DevRelay, MemoryHost, RecordedRequest, route_of
 
 RELAY_URL = "https://relay.example"
 PUBLISHER_ID = "https://hermes.example"
+
+
+class Stall:
+    """Every request to one route held at the wire until released, each by its path; counts
+    how many are in flight (arrived, not yet answered) at once."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, asyncio.Event] = {}  # by path: requests waiting to be released
+        self.answered: list[str] = []  # paths, in the order the relay's answers came back
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.open = False
+        self._changed = asyncio.Condition()
+
+    def release(self, path: str | None = None) -> None:
+        """Let the request held for `path` go on to the relay; without a path, every request,
+        now and from now on."""
+        if path is None:
+            self.open = True
+        for waiting in [path] if path is not None else list(self.held):
+            self.held.pop(waiting).set()
+
+    async def until(self, done: Callable[[Stall], bool]) -> None:
+        """Wait until `done(self)` holds; fail after 5 s (what never happens, say, a PUT never
+        sent while others are held)."""
+        async with asyncio.timeout(5), self._changed:
+            await self._changed.wait_for(lambda: done(self))
+
+    async def through(
+        self, path: str, forward: Callable[[], Awaitable[httpx.Response]]
+    ) -> httpx.Response:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if not self.open:
+                gate = self.held[path] = asyncio.Event()
+                await self._notify()
+                await gate.wait()
+            return await forward()
+        finally:
+            self.in_flight -= 1
+            self.answered.append(path)
+            await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
 
 
 class Wire(httpx.AsyncBaseTransport):
@@ -40,6 +87,7 @@ class Wire(httpx.AsyncBaseTransport):
         self.replies: dict[str, httpx.Response] = {}
         self.gates: dict[str, asyncio.Event] = {}
         self.held = asyncio.Event()
+        self.stalls: dict[str, Stall] = {}
 
     def fail(self, route: str, error: type[httpx.TransportError]) -> None:
         """The next request to `route` never reaches the relay: it raises `error`."""
@@ -60,6 +108,11 @@ class Wire(httpx.AsyncBaseTransport):
         self.gates[route] = gate
         self.held.clear()
         return gate
+
+    def stall(self, route: str) -> Stall:
+        """Hold every request to `route` from now on, each until the stall releases it."""
+        stall = self.stalls[route] = Stall()
+        return stall
 
     def bodies(self, route: str) -> list[dict[str, Any]]:
         """The JSON bodies of every attempt at `route`, reached the relay or not."""
@@ -88,6 +141,9 @@ class Wire(httpx.AsyncBaseTransport):
         if gate is not None:
             self.held.set()
             await gate.wait()
+        if route is not None and (stall := self.stalls.get(route)) is not None:
+            path = request.url.raw_path.decode("ascii").partition("?")[0]
+            return await stall.through(path, lambda: self.inner.handle_async_request(request))
         return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:

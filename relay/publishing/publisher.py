@@ -11,7 +11,9 @@ The parts live in `relay.publishing`; this class gathers the records and compose
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 import math
 import random
@@ -38,7 +40,7 @@ from relay.protocol import (
     snapshot_body,
     snapshot_path,
 )
-from relay.publishing import states
+from relay.publishing import fanout, states
 from relay.publishing.announcements import Announcements
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
 from relay.publishing.levels import Backlog, Levels
@@ -56,10 +58,6 @@ logger = logging.getLogger("relay.publisher")
 
 class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Backlog, Protocol):
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
-
-
-def _asks_longer(error: RelayHttpError, than: RelayHttpError) -> bool:
-    return (error.retry_after or 0.0) > (than.retry_after or 0.0)
 
 
 def load_key(pem: str) -> Ed25519PrivateKey:
@@ -100,6 +98,7 @@ class RelayPublisher:
         self._new_id = new_id
         self._background = background
         self._key: Ed25519PrivateKey | None = None
+        self._following = asyncio.Lock()
         self._disabled: set[str] = set()
         self._alert_eligibility = True
         self._identities: dict[str, str | None] | None = None
@@ -215,45 +214,68 @@ class RelayPublisher:
             self._owned = None
             self._swallowed.settle()
 
-    async def _follow_registration(self) -> bool:
-        """Adopt a registration another replica saved (a new key or profile); whether one was."""
-        latest = await self._store.load_config()
-        # Another relay is another registration: the service swaps publishers for that.
-        if (
-            latest is None
-            or latest.generation == self.config.generation
-            or latest.url != self.config.url
-        ):
-            return False
-        self._key = load_key(await self._store.load_key(latest.key_ref))
-        self.config = latest
-        return True
+    async def _follow_registration(self, refused: int | None = None) -> bool:
+        """Adopt a registration another replica saved (a new key or profile); whether one was.
+
+        `refused`: the generation a request the relay refused (401) was signed under. Requests
+        side by side may all be refused at once: the first adopts the new registration, the
+        others find it adopted and need not read the store again.
+        """
+        async with self._following:  # one swap at a time; held over store reads, never a PUT
+            if refused is not None and refused != self.config.generation:
+                return True
+            latest = await self._store.load_config()
+            # Another relay is another registration: the service swaps publishers for that.
+            if (
+                latest is None
+                or latest.generation == self.config.generation
+                or latest.url != self.config.url
+            ):
+                return False
+            key = load_key(await self._store.load_key(latest.key_ref))
+            # Key and config change together, with no await between: a PUT signs with a pair.
+            self._key, self.config = key, latest
+            return True
 
     # ── snapshots ─────────────────────────────────────────────────────────────
 
     async def publish_snapshot(self, *, isolate_permanent: bool = False) -> None:
-        """Publish every profile; with isolation a permanent error disables only that profile."""
-        retryable: RelayHttpError | None = None
+        """Publish every profile: each one's states built in turn, then their PUTs side by side.
+
+        Every profile is attempted whatever the others' outcomes (`publishing.fanout`). Without
+        isolation the error of the earliest failed profile (config order: by name) is raised.
+        With it, a permanent HTTP error disables only its profile, and the other failures back
+        off the publisher: the one asking the longest Retry-After is raised (of equals, the
+        earliest profile's), so neither depends on which answer came back first.
+        """
+        # Store work first, profile by profile (revisions as before); no store call is in flight
+        # while the PUTs are.
+        built: list[tuple[str, str, list[RelayState]]] = []
         for profile, grant in self.config.profiles.items():
-            if not await self._publishes(profile, grant):
+            if await self._publishes(profile, grant):
+                built.append((profile, grant.profile_id, await self.build_states(profile)))
+        outcomes = await fanout.attempt_all(
+            [functools.partial(self._send_snapshot, *one) for one in built]
+        )
+        failed = [
+            (profile, profile_id, error)
+            for (profile, profile_id, _), error in zip(built, outcomes, strict=True)
+            if error is not None
+        ]
+        if failed and not isolate_permanent:
+            raise failed[0][2]
+        backoff: list[Exception] = []
+        for profile, profile_id, error in failed:
+            if not isinstance(error, RelayHttpError) or error.retryable:
+                backoff.append(error)
                 continue
-            try:
-                await self._publish_profile_snapshot(profile, grant.profile_id)
-            except RelayHttpError as error:
-                if not isolate_permanent:
-                    raise
-                if error.retryable:
-                    # The relay's longest Retry-After is the one the backoff must honour.
-                    if retryable is None or _asks_longer(error, retryable):
-                        retryable = error
-                    continue
-                self._disabled.add(grant.profile_id)
-                self._report.error(
-                    f"[relay] Talaria relay disabled profile {profile} after permanent "
-                    f"HTTP {error.status}"
-                )
-        if retryable is not None:
-            raise retryable
+            self._disabled.add(profile_id)
+            self._report.error(
+                f"[relay] Talaria relay disabled profile {profile} after permanent "
+                f"HTTP {error.status}"
+            )
+        if backoff:
+            raise fanout.longest_wait(backoff)
 
     async def publish_profile(self, profile_id: str, expected_identity: str) -> None:
         """The validation publish of a newly enrolled profile."""
@@ -264,14 +286,15 @@ class RelayPublisher:
             if grant.identity != expected_identity or current != expected_identity:
                 raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
             try:
-                await self._publish_profile_snapshot(profile, profile_id)
+                built = await self.build_states(profile)
+                await self._send_snapshot(profile, profile_id, built)
             finally:
                 await self._runs.release()
             return
         raise RelayPairingError("Talaria Relay profile enrollment is unavailable", 502)
 
-    async def _publish_profile_snapshot(self, profile: str, profile_id: str) -> None:
-        built = await self.build_states(profile)
+    async def _send_snapshot(self, profile: str, profile_id: str, built: list[RelayState]) -> None:
+        """One profile's snapshot; sent again without alertEligible if the relay refuses it."""
         try:
             await self._put_snapshot(profile, profile_id, built, with_eligibility=True)
         except RelayHttpError as error:
@@ -341,10 +364,11 @@ class RelayPublisher:
     async def _put(self, path: str, body: bytes) -> None:
         if self._key is None:
             raise RuntimeError("RelayPublisher.initialize() was not awaited")
+        key, key_id, generation = self._key, self.config.key_id, self.config.generation
         try:
-            await self._client.put(path, body, key=self._key, key_id=self.config.key_id)
+            await self._client.put(path, body, key=key, key_id=key_id)
         except RelayHttpError as error:
             # Another replica may have re-registered: the old key's 401 is no reason to stop.
-            if error.status != 401 or not await self._follow_registration():
+            if error.status != 401 or not await self._follow_registration(generation):
                 raise
             await self._client.put(path, body, key=self._key, key_id=self.config.key_id)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 
+import pytest
 from backends import REAL, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import (
@@ -14,7 +16,7 @@ from cryptography.hazmat.primitives.serialization import (
 )
 from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env, restarted
 
-from relay.protocol import b64url, compact
+from relay.protocol import b64url, compact, snapshot_path
 from relay.store import RelayStore
 
 pytestmark = on(*REAL)
@@ -110,4 +112,40 @@ async def test_a_key_rotated_on_another_replica_is_reloaded_not_refused(store: R
             assert publisher.config.key_id == new_key
             assert env.sent("snapshot")[-1].status == 200
             assert await publisher.run_once() is None
+            assert not [line for line in env.logs if "disabled" in line or "stopped" in line]
+
+
+async def test_refusals_side_by_side_after_a_rotation_adopt_the_new_key_once(
+    store: RelayStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another replica re-registers: this replica's three snapshot PUTs, in flight together
+    under the old key, are all refused (401); the new key is read from the store once, and
+    every profile is sent again under it, none disabled."""
+    profiles = ("default", "home", "work")
+    async with relay_env(store, profiles=profiles) as env:
+        await env.pair()
+        for profile in profiles[1:]:
+            await env.pair(profile, user=f"usr_{profile}")
+        async with restarted(env) as publisher:
+            new_key = await reregister(env)
+            assert await env.publish() is None  # the new key's first publication revokes the old
+            config = await env.config()
+            paths = [snapshot_path(PUBLISHER_ID, g.profile_id) for g in config.profiles.values()]
+            loaded: list[str] = []
+            load_key = env.store.load_key
+
+            async def counted(ref: str) -> str:
+                loaded.append(ref)
+                return await load_key(ref)
+
+            monkeypatch.setattr(env.store, "load_key", counted)
+            mark = len(env.relay.requests)
+            stall = env.wire.stall("snapshot")
+            publishing = asyncio.create_task(publisher.publish_snapshot(isolate_permanent=True))
+            await stall.until(lambda s: len(s.held) == len(paths))
+            stall.release()
+            await publishing
+            sent = [(r.path, r.status) for r in env.relay.requests[mark:] if r.route == "snapshot"]
+            assert sorted(sent) == sorted([(p, 401) for p in paths] + [(p, 200) for p in paths])
+            assert (publisher.config.key_id, loaded) == (new_key, [config.key_ref])
             assert not [line for line in env.logs if "disabled" in line or "stopped" in line]

@@ -1,0 +1,67 @@
+"""Profiles side by side: the snapshot PUTs of a pass in flight together, a few at a time.
+
+Upstream sends a pass's snapshots one after another, so with the relay 50 to 100 ms away the last
+profile's row moves P round trips after the pass began. Here they go out together, at most
+`SNAPSHOT_CONCURRENCY` at once (a relay need not see one replica open dozens of connections),
+the earliest profiles (config order) first.
+
+Upstream's isolation is kept by making each profile's outcome a value of its own: a failure is
+caught where it happens and returned, so it neither cancels nor delays another profile's PUT,
+and what the pass makes of the failures is decided once every profile was attempted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from relay.errors import RelayHttpError
+
+# Snapshot PUTs of one pass in flight at once: P = 10 profiles take two relay round trips.
+SNAPSHOT_CONCURRENCY = 8
+
+Attempt = Callable[[], Awaitable[None]]
+
+
+async def attempt_all(
+    attempts: Sequence[Attempt], limit: int = SNAPSHOT_CONCURRENCY
+) -> list[Exception | None]:
+    """Await every attempt, at most `limit` at once, in order of starting; each one's failure
+    (or None), in the order given.
+
+    Only a cancellation of the caller (a stop) ends the others early.
+    """
+    outcomes: list[Exception | None] = [None] * len(attempts)
+    # Shared by the workers: each takes the next attempt not yet started.
+    queue = iter(enumerate(attempts))
+
+    async def worker() -> None:
+        for index, attempt in queue:
+            try:
+                await attempt()
+            except Exception as error:  # this profile's outcome, never the others'
+                outcomes[index] = error
+
+    if len(attempts) <= 1:
+        await worker()  # nothing to overlap: no task to start
+        return outcomes
+    async with asyncio.TaskGroup() as group:
+        for _ in range(min(limit, len(attempts))):
+            group.create_task(worker())
+    return outcomes
+
+
+def _wait_asked(error: Exception) -> float:
+    """The seconds the relay asked to wait (`Retry-After`), 0 when it asked nothing."""
+    return (error.retry_after or 0.0) if isinstance(error, RelayHttpError) else 0.0
+
+
+def longest_wait(errors: Sequence[Exception]) -> Exception:
+    """The failure a pass raises for its backoff: the one whose Retry-After is longest, so the
+    backoff honours it; of equals the first given (the earliest profile), so what is raised does
+    not depend on which PUT came back first."""
+    chosen = errors[0]
+    for error in errors[1:]:
+        if _wait_asked(error) > _wait_asked(chosen):
+            chosen = error
+    return chosen
