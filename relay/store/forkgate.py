@@ -1,9 +1,10 @@
 """Store work on local files never straddles `fork()`: a fork waits for the work under way.
 
-A child forked while a thread of its parent was inside a SQLite transaction, or held the JSON
-state dir's `flock`, inherits that lock's bookkeeping (SQLite's per-process lock tables, the
-`flock` shared by an inherited file descriptor) but not the thread that would release it: every
-store call of the child then waits out its busy timeout, for ever. So each such critical section
+A child forked while a thread of its parent was inside SQLite (a transaction, or only an open or
+a close: SQLite's global mutexes), or held the JSON state dir's `flock`, inherits that lock's
+bookkeeping (SQLite's per-process lock tables and mutexes, the `flock` shared by an inherited file
+descriptor) but not the thread that would release it: the child's store then waits out its busy
+timeout on every call, or hangs in its first open. So each such critical section
 runs inside `with GATE:`, and a hook run before every `fork()` (gunicorn's, multiprocessing's,
 `os.fork`'s) waits until none is under way and holds new ones back until the fork is done.
 """
@@ -13,8 +14,11 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 logger = logging.getLogger("relay.store")
+T = TypeVar("T")
 
 # A section is one transaction or one locked file operation: milliseconds, unless another
 # process holds the file; a fork waits no longer than this for it.
@@ -40,6 +44,11 @@ class ForkGate:
             self._inside -= 1
             if not self._inside:
                 self._state.notify_all()
+
+    def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` as one section (for `asyncio.to_thread`)."""
+        with self:
+            return fn(*args)
 
     def before_fork(self) -> None:
         """Hold new sections back and wait for those under way; shut until the fork is done."""

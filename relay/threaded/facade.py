@@ -15,6 +15,8 @@ Fork: a service used before `os.fork()` (gunicorn `--preload`, multiprocessing's
 again in the child, with a new loop, a new store connection and a new owner id: at once and
 started if the parent had started it, else on the child's first call. The parent's connections
 are left alone, and a fork never happens inside a store transaction (`relay.store.forkgate`).
+On SQLite the child is refused the parent's file, which SQLite cannot share across a fork: its
+first call raises `StoreError` saying to start the service after the fork.
 """
 
 from __future__ import annotations

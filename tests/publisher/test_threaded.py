@@ -60,9 +60,12 @@ def dev() -> Iterator[RelayThread]:
         yield relay
 
 
-def make(dev: RelayThread, tmp_path: Path, host: Sessions, **options: Any) -> ThreadedRelayService:
+def make(
+    dev: RelayThread, tmp_path: Path, host: Sessions, store: str = "sqlite", **options: Any
+) -> ThreadedRelayService:
+    url = f"sqlite:///{tmp_path / 'relay.db'}" if store == "sqlite" else f"json://{tmp_path}"
     return ThreadedRelayService(
-        f"sqlite:///{tmp_path / 'relay.db'}",
+        url,
         host,
         relay_url=dev.url,
         allow_insecure_loopback=True,
@@ -239,23 +242,52 @@ def test_a_forked_child_gets_a_service_of_its_own(dev: RelayThread, tmp_path: Pa
     """After `fork()` the child's first call makes it a service of its own (a new owner, started
     again because the parent's was), which publishes; the parent's goes on untouched."""
     host = Sessions()
-    with make(dev, tmp_path, host) as relay:
+    with make(dev, tmp_path, host, store="json") as relay:
         relay.pair(dev.pairing(), "default")
         parent_owner = relay.owner
-        context = multiprocessing.get_context("fork")
-        answers = context.Queue()
-        child = context.Process(target=_child, args=(relay, host, answers))
-        child.start()
-        status, owner, presence = answers.get(timeout=60)
-        child.join(30)
+        status, owner, presence, code = _forked(relay, host)
         assert status == "ok", owner
         assert owner not in (None, parent_owner)
         assert presence == {"ok": True, "lease_seconds": 90}
-        assert child.exitcode == 0
+        assert code == 0
         until(lambda: any(r["sessionId"] == "child-1" for r in dev.rows()))
         assert relay.owner == parent_owner
         assert relay.update_presence({**BEAT, "seq": 2}, "default")["ok"] is True
         assert relay.health().store_reachable
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_child_is_told_to_open_sqlite_after_the_fork(
+    dev: RelayThread, tmp_path: Path
+) -> None:
+    """SQLite cannot share a database across fork(): the child's first call says so (and where
+    to start the service instead); the parent's service goes on untouched."""
+    host = Sessions()
+    with make(dev, tmp_path, host) as relay:
+        relay.pair(dev.pairing(), "default")
+        status, error, _, code = _forked(relay, host)
+        assert status == "error"
+        assert "StoreError" in error, error
+        assert "forked" in error, error
+        assert "post_fork" in error, error
+        assert code == 0
+        assert relay.update_presence(BEAT, "default")["ok"] is True
+        host.create("parent-1", "default", "From the parent")
+        host.start_run("parent-1", "p1")
+        relay.changed()
+        relay.flush()
+        assert any(r["sessionId"] == "parent-1" for r in dev.rows())
+
+
+def _forked(relay: ThreadedRelayService, host: Sessions) -> tuple[str, str, Any, int | None]:
+    """`_child` in a forked child: its answer and exit code."""
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    child = context.Process(target=_child, args=(relay, host, answers))
+    child.start()
+    status, owner, presence = answers.get(timeout=60)
+    child.join(30)
+    return status, owner, presence, child.exitcode
 
 
 def test_ordered_shutdown_leaves_no_registration(tmp_path: Path) -> None:

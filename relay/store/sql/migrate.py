@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from relay.errors import InvalidInputError, SchemaError, StoreUnavailableError
+from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.schema import HEAD_REVISION
 from relay.store.sql.sqlite import connect_read_only
@@ -106,7 +107,7 @@ async def current(target: StoreTarget) -> str | None:
                 conn.close()
 
         try:
-            return await asyncio.to_thread(on_sqlite)
+            return await asyncio.to_thread(FORK_GATE.run, on_sqlite)
         except sqlite3.Error as exc:
             raise file_error(exc, target) from exc
     engine = postgres_engine(target.sqlalchemy_url)
@@ -166,7 +167,7 @@ async def run(target: StoreTarget, step: Callable[[Connection], None]) -> None:
             engine.dispose()
 
     try:
-        await asyncio.to_thread(on_sqlite)
+        await asyncio.to_thread(FORK_GATE.run, on_sqlite)
     except (OSError, sqlite3.Error, DBAPIError) as exc:
         raise file_error(exc, target) from exc
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import Column, MetaData, String, Table, func, select, text
 
+from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql import migrate
 from relay.store.sql.engines import WRITE, sqlite_engine
 from relay.store.sql.runner import Runner, Tx, first, scalar
@@ -55,7 +56,7 @@ async def unwritable(runner: Runner) -> str | None:
 
 async def ensure_sqlite_schema(path: Path) -> None:
     """Migrate an embedded SQLite file to head, once, whoever of several processes comes first."""
-    await asyncio.to_thread(_migrate, path)
+    await asyncio.to_thread(FORK_GATE.run, _migrate, path)
 
 
 def _migrate(path: Path) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -92,6 +93,31 @@ def create_private(path: Path) -> None:
     os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
 
 
+# The files this process has open, and those the process it was forked from had open. SQLite's
+# per-process lock tables and WAL-index bookkeeping are keyed by file: a child that opens one of
+# its parent's files shares that inherited state without the locks behind it, and can lose its
+# writes when the parent checkpoints (seen: a child's committed row gone).
+_open_files: Counter[str] = Counter()
+_inherited: set[str] = set()
+
+
+def _after_fork_in_child() -> None:
+    _inherited.update(name for name, count in _open_files.items() if count)
+    _open_files.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _refuse_inherited(name: str, display: str) -> None:
+    if name in _inherited:
+        raise StoreError(
+            f"relay store {display} was open in the process this one was forked from, and "
+            "SQLite cannot share a database across fork(): open it in a process that never had "
+            "it open (start the relay service after the fork, e.g. in gunicorn's post_fork)"
+        )
+
+
 class SqliteRunner:
     """Runs bodies on one SQLite file; `await SqliteRunner.open(path, display)`."""
 
@@ -100,6 +126,7 @@ class SqliteRunner:
     def __init__(self, display: str, thread: Worker) -> None:
         self.stats = Stats()
         self._display = display
+        self._name: str | None = None  # registered in `_open_files`
         self._thread: Worker | None = thread
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
@@ -115,6 +142,11 @@ class SqliteRunner:
     ) -> SqliteRunner:
         runner = cls(display, Worker("relay-sqlite"))
         try:
+            # By its real path: the same file under another name is the same SQLite state.
+            name = await runner._in_thread(os.path.realpath, path)
+            _refuse_inherited(name, display)
+            _open_files[name] += 1
+            runner._name = name
             if read_only:
                 # One connection that cannot write; a write on it fails as SQLite refuses it.
                 conn = await runner._in_thread(connect_read_only, path)
@@ -149,24 +181,22 @@ class SqliteRunner:
 
     def _read_waiting(self, body: Body[T]) -> T:
         assert self._writer is not None
-        with FORK_GATE:
-            return drive(body(SqliteTx(self._writer, self.stats)))
+        return drive(body(SqliteTx(self._writer, self.stats)))
 
     def _transaction(self, body: Body[T]) -> T:
         conn = self._writer
         assert conn is not None
         self.stats.transactions += 1
         self.stats.writes += 1
-        with FORK_GATE:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = drive(body(SqliteTx(conn, self.stats)))
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = drive(body(SqliteTx(conn, self.stats)))
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return result
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         if self._thread is None:
@@ -187,11 +217,15 @@ class SqliteRunner:
         return StoreError(f"relay store {self._display} failed: {text}")
 
     async def close(self) -> None:
+        if self._name is not None:
+            _open_files[self._name] -= 1
+            self._name = None
         thread, self._thread = self._thread, None
         reader, self._reader = self._reader, None
         writer, self._writer = self._writer, None
         if reader is not None and reader is not writer:
-            reader.close()
+            with FORK_GATE:
+                reader.close()
         if thread is not None:
             if writer is not None:
                 await thread.run(writer.close)

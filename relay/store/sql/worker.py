@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from relay.store.forkgate import GATE as FORK_GATE
+
 T = TypeVar("T")
 Call = tuple[Callable[..., Any], tuple[Any, ...], asyncio.Future[Any], asyncio.AbstractEventLoop]
 
@@ -54,7 +56,8 @@ class Worker:
             fn, args, future, loop = call
             result, error = None, None
             try:
-                result = fn(*args)
+                with FORK_GATE:  # every call here is SQLite's: never cut in two by a fork
+                    result = fn(*args)
             except BaseException as raised:  # handed to the caller, as an executor would
                 error = raised
             # A closed loop raises RuntimeError: its caller is gone, and nobody is waiting.
