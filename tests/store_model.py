@@ -76,6 +76,30 @@ class Model:
                     entries[session_id], sent=True, claimed_by=None, claimed_until=None
                 )
 
+    def record_scopes(self, seen: dict[str, list[tuple[str, int]]], now_ms: int) -> None:
+        for profile_id, sightings in seen.items():
+            self.record(profile_id, sightings, now_ms)
+
+    def claim_scopes(
+        self,
+        profile_ids: list[str],
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        limit: int | None,
+        sent: list[tuple[str, str]],
+    ) -> list[StartedEntry]:
+        """Mark `sent`, then claim scope by scope in the order listed (each once)."""
+        for profile_id, session_id in sent:
+            self.mark_sent(profile_id, [session_id])
+        claimed: list[StartedEntry] = []
+        for profile_id in dict.fromkeys(profile_ids):
+            left = None if limit is None else limit - len(claimed)
+            if left == 0:
+                break
+            claimed += self.claim_started(profile_id, owner, now_ms, lease_ms, left)
+        return claimed
+
     def ledger(self) -> list[StartedScope]:
         return [
             StartedScope(p, floor, tuple(oldest_first(self.entries.get(p, {}).values())))

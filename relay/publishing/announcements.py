@@ -19,8 +19,10 @@ from relay.publishing.logs import Refusals, Reporter, Swallowed
 from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import StartedLedger
 
-# Announcements are claimed a few at a time; a claim is renewed while its batch is still going out.
-STARTED_BATCH = 16
+# Announcements are claimed a batch at a time; a claim is renewed while its batch is still going
+# out. Each batch costs one transaction (its mark, with the next claim), so bigger is cheaper, up
+# to what one lease can send.
+STARTED_BATCH = 64
 
 
 class Announcements:
@@ -57,58 +59,73 @@ class Announcements:
     ) -> None:
         """Announce each newly seen session of the `publishing` profiles once, oldest first.
 
-        Each claimed batch is marked sent in one transaction, so a pass that announces S sessions
-        costs O(profiles + S / STARTED_BATCH) transactions.
+        One claim covers every publishing profile (profile by profile, each oldest first), and
+        the batch that went out is marked sent in the transaction that claims the next. So a
+        pass that announces S sessions costs ⌈S / STARTED_BATCH⌉ + 2 transactions (its
+        sightings, its first claim, a mark-and-claim per batch), whatever the number of profiles;
+        no transaction is open while a batch goes out.
         """
         await self._observe(config, publishing)
+        profiles = {grant.profile_id: profile for profile, grant in publishing}
+        scopes = list(profiles)
         leases = self._leases
-        for profile, grant in publishing:
-            while entries := await self._store.claim_started(
-                grant.profile_id, leases.owner, leases.now_ms(), leases.lease_ms, STARTED_BATCH
-            ):
+        done: list[tuple[str, str]] = []
+        try:
+            while True:
+                entries = await self._store.claim_started_scopes(
+                    scopes, leases.owner, leases.now_ms(), leases.lease_ms, STARTED_BATCH, sent=done
+                )
+                done = []
+                if not entries:
+                    return
                 until = leases.until()
-                done: list[str] = []
-                try:
-                    for entry in entries:
-                        if done and leases.expiring(until):
-                            break  # claim the rest again before the lease can lapse mid-send
-                        await self._announce(
-                            config, profile, grant.profile_id, entry.session_id, entry.started_at
-                        )
-                        done.append(entry.session_id)
-                finally:
-                    # What went out stays sent even when a later one of the batch failed.
-                    if done:
-                        await self._store.mark_started_sent(grant.profile_id, *done)
+                for entry in entries:
+                    if done and leases.expiring(until):
+                        break  # claim the rest again before the lease can lapse mid-send
+                    profile = profiles[entry.profile_id]
+                    await self._announce(
+                        config, profile, entry.profile_id, entry.session_id, entry.started_at
+                    )
+                    done.append((entry.profile_id, entry.session_id))
+        finally:
+            # What went out stays sent even when a later one of the batch failed.
+            if done:
+                await self._store.claim_started_scopes(
+                    (), leases.owner, leases.now_ms(), leases.lease_ms, sent=done
+                )
 
     async def _observe(
         self, config: RelayConfig, publishing: list[tuple[str, ProfileGrant]]
     ) -> None:
-        """Record every messageful session started in a publishing profile."""
+        """Record every messageful session started in a publishing profile, in one transaction."""
         index: list[IndexRow] = await self._swallowed.call(
             "session_index", self._index, [], "announcing Agent sessions only"
         )
         await self.track(config)
         self._forget_old_sightings()
+        seen: dict[str, list[tuple[str, int]]] = {}
         for profile, grant in publishing:
             agent: list[AgentSessionRow] = await self._swallowed.call(
                 "agent_sessions", partial(self._agent, profile), [], "announcing no Agent session"
             )
             # A compressed Agent chat keeps its lineage root's id and start: not a new session.
-            seen = [
+            found = [
                 (row.session_id, row.created_at)
                 for row in index
                 if row.message_count > 0 and self._host.profiles_match(row.profile, profile)
             ]
-            seen += [(row.lineage_root_id or row.id, row.started_at) for row in agent]
+            found += [(row.lineage_root_id or row.id, row.started_at) for row in agent]
             sightings = [
                 (sid, ms)
-                for sid, at in seen
+                for sid, at in found
                 if (ms := _ms(at)) is not None and (grant.profile_id, sid) not in self._recorded
             ]
             if sightings:
-                await self._store.record_started(grant.profile_id, sightings, self._now_ms())
-                self._recorded.update(((grant.profile_id, sid), ms) for sid, ms in sightings)
+                seen.setdefault(grant.profile_id, []).extend(sightings)
+        if seen:
+            await self._store.record_started_scopes(seen, self._now_ms())
+            for profile_id, sightings in seen.items():
+                self._recorded.update(((profile_id, sid), ms) for sid, ms in sightings)
 
     async def _index(self) -> list[IndexRow]:
         return list(await self._host.session_index())

@@ -6,7 +6,7 @@ locked file update. Arguments are checked before any backend code runs (`relay.s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from relay.store.keys.keyring import Passphrase
@@ -144,6 +144,31 @@ class StartedLedger(Protocol):
 
     async def mark_started_sent(self, profile_id: str, *session_ids: str) -> None:
         """Record that these sessions' starts were announced (or permanently refused)."""
+        ...
+
+    async def record_started_scopes(
+        self, seen: Mapping[str, Iterable[tuple[str, int]]], now_ms: int
+    ) -> None:
+        """`record_started` for each scope of `seen` (by profile_id), all in one transaction."""
+        ...
+
+    async def claim_started_scopes(
+        self,
+        profile_ids: Iterable[str],
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        limit: int | None = None,
+        *,
+        sent: Iterable[tuple[str, str]] = (),
+    ) -> list[StartedEntry]:
+        """Mark the `sent` (profile_id, session_id) pairs announced, then lease the unsent
+        entries of the `profile_ids` scopes to `owner` until now + `lease_ms`: one transaction.
+
+        Entries go scope by scope in the order listed, each scope's oldest first, as
+        `claim_started` of each scope in turn would, and come back in that order. With no scope
+        listed, nothing is claimed: the marks alone.
+        """
         ...
 
     async def started_ledger(self) -> list[StartedScope]:

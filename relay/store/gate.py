@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TypeVar
 
 from relay import metrics
@@ -133,6 +133,37 @@ class StoreGate(KeyGate, RunGate, RelayStore):
         ids = [checks.text("session_id", s) for s in checks.items("session_ids", session_ids)]
         if ids:
             await self._mark_started_sent(profile_id, list(dict.fromkeys(ids)))
+
+    async def record_started_scopes(
+        self, seen: Mapping[str, Iterable[tuple[str, int]]], now_ms: int
+    ) -> None:
+        scopes = {
+            checks.text("profile_id", p): sightings(s)
+            for p, s in checks.mapping("seen", seen).items()
+        }
+        checks.time_ms("now_ms", now_ms)
+        if scopes:
+            await self._record_started_scopes(scopes, now_ms)
+
+    async def claim_started_scopes(
+        self,
+        profile_ids: Iterable[str],
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        limit: int | None = None,
+        *,
+        sent: Iterable[tuple[str, str]] = (),
+    ) -> list[StartedEntry]:
+        scopes = [checks.text("profile_id", p) for p in checks.items("profile_ids", profile_ids)]
+        until = claim(owner, now_ms, lease_ms, limit)
+        marks = [_scope_session(pair) for pair in checks.items("sent", sent)]
+        if not scopes and not marks:
+            return []
+        claimed = self._claim_started_scopes(
+            list(dict.fromkeys(scopes)), owner, now_ms, until, limit, list(dict.fromkeys(marks))
+        )
+        return await read("started entry", claimed)
 
     async def started_ledger(self) -> list[StartedScope]:
         return await read("started ledger", self._started_ledger())
@@ -275,6 +306,22 @@ class StoreGate(KeyGate, RunGate, RelayStore):
     async def _mark_started_sent(self, profile_id: str, session_ids: list[str]) -> None: ...
 
     @abstractmethod
+    async def _record_started_scopes(self, seen: dict[str, dict[str, int]], now_ms: int) -> None:
+        """`_record_started` of each scope of `seen`, in one transaction."""
+
+    @abstractmethod
+    async def _claim_started_scopes(
+        self,
+        profile_ids: list[str],
+        owner: str,
+        now_ms: int,
+        until: int,
+        limit: int | None,
+        sent: list[tuple[str, str]],
+    ) -> list[StartedEntry]:
+        """Mark `sent`, then claim in `profile_ids` (none: no claim), in one transaction."""
+
+    @abstractmethod
     async def _started_ledger(self) -> list[StartedScope]: ...
 
     @abstractmethod
@@ -330,6 +377,13 @@ def sightings(seen: object) -> dict[str, int]:
             continue
         fresh[session_id] = started_at
     return fresh
+
+
+def _scope_session(pair: object) -> tuple[str, str]:
+    """A (profile_id, session_id) pair of texts."""
+    if isinstance(pair, str | bytes) or not isinstance(pair, tuple | list) or len(pair) != 2:
+        raise InvalidInputError("sent must hold (profile_id, session_id) pairs")
+    return checks.text("profile_id", pair[0]), checks.text("session_id", pair[1])
 
 
 def claim(owner: str, now_ms: int, lease_ms: int, limit: int | None) -> int:

@@ -164,6 +164,23 @@ class MemoryStore(StoreGate):
         with self._locked() as s:
             ledger.mark_sent(s.started, profile_id, session_ids)
 
+    async def _record_started_scopes(self, seen: dict[str, dict[str, int]], now_ms: int) -> None:
+        with self._locked() as s:
+            for profile_id, sightings in seen.items():
+                ledger.record(s.started, profile_id, sightings, now_ms)
+
+    async def _claim_started_scopes(
+        self,
+        profile_ids: list[str],
+        owner: str,
+        now_ms: int,
+        until: int,
+        limit: int | None,
+        sent: list[tuple[str, str]],
+    ) -> list[StartedEntry]:
+        with self._locked() as s:
+            return ledger.advance(s.started, profile_ids, owner, now_ms, until, limit, sent)
+
     async def _started_ledger(self) -> list[StartedScope]:
         with self._locked() as s:
             return ledger.scopes(s.started)

@@ -677,6 +677,149 @@ async def test_mark_started_sent_of_missing_entry_is_noop(store: RelayStore) -> 
     assert await store.started_ledger() == before
 
 
+async def test_record_started_scopes_records_each_scope(store: RelayStore) -> None:
+    """Several scopes at once: each as record_started would, a new one tracked at now."""
+    await store.track_started(["prf_a"], NOW)
+    await store.record_started("prf_a", [("early", NOW + 1)], NOW + 1)
+    now = NOW + DAY + 2
+    await store.record_started_scopes(
+        {
+            "prf_a": [("late", now), ("stale", now - DAY - 1), ("", now)],
+            "prf_new": [("before", now - 1), ("at", now), ("at", now + 1)],
+        },
+        now,
+    )
+    assert await entries(store, "prf_a") == [("late", now, False)]
+    assert await floor_of(store, "prf_a") == NOW
+    assert await entries(store, "prf_new") == [("at", now, False)]
+    assert await floor_of(store, "prf_new") == now
+
+
+async def test_record_started_scopes_keeps_sent_and_claims(store: RelayStore) -> None:
+    """Recording known sessions again in several scopes changes none of them."""
+    await three_started(store, "prf_a")
+    await three_started(store, "prf_b")
+    await store.mark_started_sent("prf_a", "s1")
+    await store.claim_started("prf_b", "owner-a", NOW + 20, 1000)
+    before = await store.started_ledger()
+    again = [("s1", NOW + 5), ("s2", NOW + 6)]
+    await store.record_started_scopes({"prf_a": again, "prf_b": again}, NOW + 30)
+    assert await store.started_ledger() == before
+
+
+async def test_claim_started_scopes_goes_scope_by_scope_in_the_order_listed(
+    store: RelayStore,
+) -> None:
+    """One claim over several scopes takes them in the order listed, each oldest first, up to
+    the limit; an unlisted scope is left alone and an unknown one gives nothing."""
+    for scope in ("prf_a", "prf_b", "prf_c"):
+        await three_started(store, scope)
+    got = await store.claim_started_scopes(
+        ["prf_b", "prf_unknown", "prf_a"], "owner-a", NOW + 20, 1000, limit=4
+    )
+    assert [(e.profile_id, e.session_id) for e in got] == [
+        ("prf_b", "s1"),
+        ("prf_b", "s2"),
+        ("prf_b", "s3"),
+        ("prf_a", "s1"),
+    ]
+    assert {(e.claimed_by, e.claimed_until) for e in got} == {("owner-a", NOW + 1020)}
+    rest = await store.claim_started_scopes(["prf_a", "prf_b"], "owner-b", NOW + 20, 1000)
+    assert [(e.profile_id, e.session_id) for e in rest] == [("prf_a", "s2"), ("prf_a", "s3")]
+    (scope_c,) = [scope for scope in await store.started_ledger() if scope.profile_id == "prf_c"]
+    assert all(e.claimed_by is None for e in scope_c.entries)
+
+
+async def test_claim_started_scopes_leases_each_entry_of_its_own_scope(store: RelayStore) -> None:
+    """A session id in two scopes is two entries: another owner's lease on one does not keep the
+    other from a claim, nor does a claim of one take the other over."""
+    await three_started(store, "prf_a")
+    await three_started(store, "prf_b")
+    await store.claim_started("prf_a", "owner-a", NOW + 20, 1000, limit=1)
+    got = await store.claim_started_scopes(["prf_a", "prf_b"], "owner-b", NOW + 30, 1000, limit=3)
+    assert [(e.profile_id, e.session_id) for e in got] == [
+        ("prf_a", "s2"),
+        ("prf_a", "s3"),
+        ("prf_b", "s1"),
+    ]
+    (scope_a, _) = await store.started_ledger()
+    assert claimed(list(scope_a.entries))[0] == ("s1", "owner-a", NOW + 1020)
+    # The owner renews its own claims; once the lease ended, another owner takes them over.
+    mine = await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 40, 1000)
+    assert claimed(mine) == [("s1", "owner-a", NOW + 1040)]
+    taken = await store.claim_started_scopes(["prf_a"], "owner-b", NOW + 1040, 1000)
+    assert claimed(taken) == [(s, "owner-b", NOW + 2040) for s in ("s1", "s2", "s3")]
+
+
+async def test_claim_started_scopes_marks_sent_then_claims(store: RelayStore) -> None:
+    """The pairs in `sent` are marked sent (and unclaimed) before the claim, so it skips them;
+    a pair of an unknown entry changes nothing."""
+    await three_started(store, "prf_a")
+    await three_started(store, "prf_b")
+    first = await store.claim_started_scopes(["prf_a", "prf_b"], "owner-a", NOW + 20, 1000, 2)
+    assert [(e.profile_id, e.session_id) for e in first] == [("prf_a", "s1"), ("prf_a", "s2")]
+    sent = [("prf_a", "s1"), ("prf_a", "s2"), ("prf_b", "gone")]
+    got = await store.claim_started_scopes(
+        ["prf_a", "prf_b"], "owner-a", NOW + 30, 1000, 2, sent=sent
+    )
+    assert [(e.profile_id, e.session_id) for e in got] == [("prf_a", "s3"), ("prf_b", "s1")]
+    assert await entries(store, "prf_a") == [
+        ("s1", NOW + 1, True),
+        ("s2", NOW + 2, True),
+        ("s3", NOW + 3, False),
+    ]
+    (scope_a, _) = await store.started_ledger()
+    assert claimed(list(scope_a.entries))[:2] == [("s1", None, None), ("s2", None, None)]
+
+
+async def test_claim_started_scopes_without_scopes_only_marks(store: RelayStore) -> None:
+    """With no scope listed the call marks its pairs sent and claims nothing."""
+    await three_started(store, "prf_a")
+    await store.claim_started("prf_a", "owner-a", NOW + 20, 1000)
+    got = await store.claim_started_scopes([], "owner-b", NOW + 30, 1000, sent=[("prf_a", "s2")])
+    assert got == []
+    (scope,) = await store.started_ledger()
+    assert claimed(list(scope.entries)) == [
+        ("s1", "owner-a", NOW + 1020),
+        ("s2", None, None),
+        ("s3", "owner-a", NOW + 1020),
+    ]
+    assert [e.sent for e in scope.entries] == [False, True, False]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.record_started_scopes([("prf_a", [("s1", NOW)])], NOW),
+        lambda s: s.record_started_scopes({"": [("s1", NOW)]}, NOW),
+        lambda s: s.record_started_scopes({"prf_a": [("s1", NOW)]}, -1),
+        lambda s: s.claim_started_scopes("prf_a", "owner-a", NOW, 1000),
+        lambda s: s.claim_started_scopes(["prf_a"], "", NOW, 1000),
+        lambda s: s.claim_started_scopes(["prf_a"], "owner-a", NOW, 1000, 0),
+        lambda s: s.claim_started_scopes(["prf_a"], "owner-a", NOW, 1000, sent=["s1"]),
+        lambda s: s.claim_started_scopes([], "owner-a", NOW, 1000, sent=[("prf_a", "")]),
+    ],
+    ids=[
+        "record-not-mapping",
+        "record-empty-scope",
+        "record-negative-now",
+        "claim-scopes-text",
+        "claim-empty-owner",
+        "claim-zero-limit",
+        "claim-sent-not-pairs",
+        "claim-sent-empty-session",
+    ],
+)
+async def test_started_scopes_calls_refuse_bad_input(store: RelayStore, call: Any) -> None:
+    """A malformed argument is an InvalidInputError and changes nothing."""
+    await three_started(store)
+    await store.claim_started("prf_a", "owner-a", NOW + 20, 1000, limit=1)
+    before = await store.started_ledger()
+    with pytest.raises(InvalidInputError):
+        await call(store)
+    assert await store.started_ledger() == before
+
+
 # ── deleted outbox ────────────────────────────────────────────────────────────
 
 

@@ -99,6 +99,26 @@ class Differential(RuleBasedStateMachine):
     def mark_started_sent(self, scope: str, sessions: list[str]) -> None:
         self.same(lambda s: s.mark_started_sent(scope, *sessions))
 
+    @rule(
+        seen=st.dictionaries(
+            st.sampled_from(SCOPES), st.lists(st.sampled_from(SESSIONS), max_size=3), max_size=2
+        )
+    )
+    def record_started_scopes(self, seen: dict[str, list[str]]) -> None:
+        sightings = {scope: [(sid, self.now) for sid in sids] for scope, sids in seen.items()}
+        self.same(lambda s: s.record_started_scopes(sightings, self.now))
+
+    @rule(
+        scopes=st.lists(st.sampled_from(SCOPES), max_size=2),
+        owner=st.sampled_from(OWNERS),
+        lease=leases,
+        sent=st.lists(st.tuples(st.sampled_from(SCOPES), st.sampled_from(SESSIONS)), max_size=2),
+    )
+    def claim_started_scopes(
+        self, scopes: list[str], owner: str, lease: int, sent: list[tuple[str, str]]
+    ) -> None:
+        self.same(lambda s: s.claim_started_scopes(scopes, owner, self.now, lease, 3, sent=sent))
+
     @rule(session=st.sampled_from(SESSIONS), live=st.booleans())
     def enqueue_deleted(self, session: str, live: bool) -> None:
         # Ids are random, and they break ties of `through`: a tick apart, there are none.

@@ -1,10 +1,11 @@
 """The store contract as a state machine: random runs of its operations on every backend.
 
 Hypothesis draws a run of operations (revisions, identities, the started ledger's track, record,
-claim and mark, the outbox's enqueue, bind, claim and ack, presence leases, run state's save,
-sync, release and keep-alive by incarnations of two names, the clock moving) and checks each
-answer, and every read of whole state, against `store_model.Model` and `run_model.RunModel`;
-run state also against what reads alone show: never an older turn, an ended turn never changes.
+claim and mark, in one scope or in several at once, the outbox's enqueue, bind, claim and ack,
+presence leases, run state's save, sync, release and keep-alive by incarnations of two names, the
+clock moving) and checks each answer, and every read of whole state, against `store_model.Model`
+and `run_model.RunModel`; run state also against what reads alone show: never an older turn, an
+ended turn never changes.
 Each example runs on a fresh store of its own, driven by an event loop of its own. Few names and
 small times make collisions, expired claims, pruning and fences common.
 """
@@ -166,6 +167,42 @@ class StoreMachine(RuleBasedStateMachine):
     def mark_started_sent(self, scope: str, sessions: list[str]) -> None:
         self.run(self.store.mark_started_sent(scope, *sessions))
         self.model.mark_sent(scope, sessions)
+
+    @rule(
+        seen=st.dictionaries(
+            st.sampled_from(SCOPE_IDS),
+            st.lists(st.tuples(st.sampled_from(SESSIONS), ages), max_size=3),
+            max_size=2,
+        )
+    )
+    def record_started_scopes(self, seen: dict[str, list[tuple[str, int]]]) -> None:
+        sightings = {
+            scope: [(session, self.now - age) for session, age in pairs]
+            for scope, pairs in seen.items()
+        }
+        self.run(self.store.record_started_scopes(sightings, self.now))
+        self.model.record_scopes(sightings, self.now)
+
+    @rule(
+        # Both scopes, in either order, half the time: the order is the rule most worth a test.
+        scopes=st.permutations(SCOPE_IDS) | st.lists(st.sampled_from(SCOPE_IDS), max_size=3),
+        owner=st.sampled_from(OWNERS),
+        lease=leases_ms,
+        limit=limits,
+        sent=st.lists(st.tuples(st.sampled_from(SCOPE_IDS), st.sampled_from(SESSIONS)), max_size=3),
+    )
+    def claim_started_scopes(
+        self,
+        scopes: list[str],
+        owner: str,
+        lease: int,
+        limit: int | None,
+        sent: list[tuple[str, str]],
+    ) -> None:
+        got = self.run(
+            self.store.claim_started_scopes(scopes, owner, self.now, lease, limit, sent=sent)
+        )
+        assert got == self.model.claim_scopes(scopes, owner, self.now, lease, limit, sent)
 
     @invariant()
     def started_ledger(self) -> None:

@@ -152,10 +152,10 @@ async def passes(stores: dict[int, RelayStore], steady_rounds: int) -> list[dict
     return document
 
 
-def batches(sessions: int, profiles: int) -> int:
-    """Claims a first pass makes: `passes` spreads the sessions over the profiles in turn, and
-    each profile claims its new entries `STARTED_BATCH` at a time."""
-    return sum(-(-len(range(p, sessions, profiles)) // STARTED_BATCH) for p in range(profiles))
+def batches(sessions: int) -> int:
+    """Batches a first pass announces `sessions` in: one claim spans every profile, so the
+    sessions of all profiles go out `STARTED_BATCH` at a time."""
+    return -(-sessions // STARTED_BATCH)
 
 
 def _kind(passes: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -164,23 +164,24 @@ def _kind(passes: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 def shape(passes: list[dict[str, Any]]) -> dict[str, Any]:
     """The passes against the issue's targets: the steady pass costs the same at every S, and
-    the first pass costs `per_profile` * P + `per_batch` * batches of 16 (fitted on the smallest
-    and largest S); None where the store counts no transactions."""
+    the first pass costs the steady pass's transactions + `fixed` + `per_batch` * batches of
+    `STARTED_BATCH` (fitted on the smallest and largest S); None where the store counts no
+    transactions."""
     first, steady = _kind(passes, "first"), _kind(passes, "steady")
     walls = [float(p["wall_ms"]) for p in steady]
     figures: dict[str, Any] = {
         "steady_wall_largest_vs_smallest": round(walls[-1] / walls[0], 3) if walls[0] else None,
         "steady_same_cost": None,
-        "first_transactions_per_profile": None,
+        "first_transactions_fixed": None,
         "first_transactions_per_batch": None,
     }
     if any(p["transactions"] is None for p in passes) or len(first) < 2:
         return figures
     figures["steady_same_cost"] = len({(p["transactions"], p["statements"]) for p in steady}) == 1
     low, high = first[0], first[-1]
-    b_low, b_high = (batches(p["sessions"], p["profiles"]) for p in (low, high))
+    b_low, b_high = (batches(p["sessions"]) for p in (low, high))
     per_batch = (high["transactions"] - low["transactions"]) / (b_high - b_low)
     figures["first_transactions_per_batch"] = round(per_batch, 2)
-    fixed = low["transactions"] - per_batch * b_low
-    figures["first_transactions_per_profile"] = round(fixed / low["profiles"], 2)
+    fixed = low["transactions"] - steady[0]["transactions"] - per_batch * b_low
+    figures["first_transactions_fixed"] = round(fixed, 2)
     return figures

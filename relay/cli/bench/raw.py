@@ -33,8 +33,16 @@ class Statements:
         self.transfer = transfer.statements(d)
 
 
-def cutoff(floor: int, now_ms: int) -> int:
-    return max(floor, now_ms - STARTED_WINDOW_MS)
+def record_steps(
+    q: ledger.Statements, profile_id: str, session_id: str, at: int, now_ms: int
+) -> list[Step]:
+    """One sighting, as the store's ledger hook records it (its cutoff read by the statements)."""
+    scope, window = {"profile_id": profile_id}, now_ms - STARTED_WINDOW_MS
+    return [
+        (q.add_scope, {**scope, "floor": now_ms}),
+        (q.prune, {**scope, "window": window}),
+        (q.add_entry, {**scope, "session_id": session_id, "started_at": at, "window": window}),
+    ]
 
 
 def allocate_params(count: int, now_ms: int) -> dict[str, int]:
@@ -91,22 +99,7 @@ class SqliteRaw:
         return None if found is None else str(found)
 
     async def record_started(self, profile_id: str, session_id: str, at: int, now_ms: int) -> None:
-        q, scope = self.q.ledger, {"profile_id": profile_id}
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            floor = self._scalar(q.scope_floor, scope)
-            if floor is None:
-                self.conn.execute(q.add_scope.sql, q.add_scope.args({**scope, "floor": now_ms}))
-                floor = self._scalar(q.scope_floor, scope)
-            edge = cutoff(floor, now_ms)
-            self.conn.execute(q.prune.sql, q.prune.args({**scope, "cutoff": edge}))
-            if at >= edge:
-                row = {**scope, "session_id": session_id, "started_at": at}
-                self.conn.execute(q.add_entry.sql, q.add_entry.args(row))
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+        self._write(*record_steps(self.q.ledger, profile_id, session_id, at, now_ms))
 
     async def claim_mark(self, profile_id: str, owner: str, now_ms: int, lease_ms: int) -> int:
         q = self.q.ledger
@@ -166,17 +159,9 @@ class PostgresRaw:
         return None if found is None else str(found)
 
     async def record_started(self, profile_id: str, session_id: str, at: int, now_ms: int) -> None:
-        q, scope, conn = self.q.ledger, {"profile_id": profile_id}, self.conn
-        async with conn.transaction():
-            floor = await conn.fetchval(q.scope_floor.sql, *q.scope_floor.args(scope))
-            if floor is None:
-                await conn.execute(q.add_scope.sql, *q.add_scope.args({**scope, "floor": now_ms}))
-                floor = await conn.fetchval(q.scope_floor.sql, *q.scope_floor.args(scope))
-            edge = cutoff(floor, now_ms)
-            await conn.execute(q.prune.sql, *q.prune.args({**scope, "cutoff": edge}))
-            if at >= edge:
-                row = {**scope, "session_id": session_id, "started_at": at}
-                await conn.execute(q.add_entry.sql, *q.add_entry.args(row))
+        async with self.conn.transaction():
+            for q, params in record_steps(self.q.ledger, profile_id, session_id, at, now_ms):
+                await self.conn.execute(q.sql, *q.args(params))
 
     async def claim_mark(self, profile_id: str, owner: str, now_ms: int, lease_ms: int) -> int:
         q = self.q.ledger

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay.publishing.announcements import STARTED_BATCH
+
 
 def _number(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
@@ -62,8 +64,9 @@ def render(document: dict[str, Any]) -> list[str]:
             f"  publisher steady pass, largest S ÷ smallest: wall "
             f"{_number(shape['steady_wall_largest_vs_smallest'], 3)}, same cost "
             f"{'-' if shape['steady_same_cost'] is None else shape['steady_same_cost']}; "
-            f"first pass: {_number(shape['first_transactions_per_profile'], 2)} transactions "
-            f"per profile + {_number(shape['first_transactions_per_batch'], 2)} per batch of 16"
+            f"first pass: the steady pass's transactions + "
+            f"{_number(shape['first_transactions_fixed'], 2)} + "
+            f"{_number(shape['first_transactions_per_batch'], 2)} per batch of {STARTED_BATCH}"
         )
         lines += _distance(store.get("distance") or {})
     return lines + _targets(document["targets"])

@@ -188,6 +188,27 @@ class FileStore(KeyFiles, RunFiles, StoreGate):
     async def _mark_started_sent(self, profile_id: str, session_ids: list[str]) -> None:
         await self._change(_STARTED, lambda led: ledger.mark_sent(led, profile_id, session_ids))
 
+    async def _record_started_scopes(self, seen: dict[str, dict[str, int]], now_ms: int) -> None:
+        def edit(led: ledger.Ledger) -> None:
+            for profile_id, sightings in seen.items():
+                ledger.record(led, profile_id, sightings, now_ms)
+
+        await self._change(_STARTED, edit)
+
+    async def _claim_started_scopes(
+        self,
+        profile_ids: list[str],
+        owner: str,
+        now_ms: int,
+        until: int,
+        limit: int | None,
+        sent: list[tuple[str, str]],
+    ) -> list[StartedEntry]:
+        def edit(led: ledger.Ledger) -> list[StartedEntry]:
+            return ledger.advance(led, profile_ids, owner, now_ms, until, limit, sent)
+
+        return await self._change(_STARTED, edit)
+
     async def _started_ledger(self) -> list[StartedScope]:
         return ledger.scopes(await self._load(_STARTED))
 

@@ -36,21 +36,39 @@ def claim(
     ledger: Ledger, profile_id: str, owner: str, now_ms: int, until: int, limit: int | None
 ) -> list[StartedEntry]:
     """Lease the scope's unsent entries, oldest first: free ones, expired ones and the owner's."""
-    scope = ledger.get(profile_id)
-    if scope is None:
-        return []
+    return claim_scopes(ledger, [profile_id], owner, now_ms, until, limit)
+
+
+def claim_scopes(
+    ledger: Ledger,
+    profile_ids: Iterable[str],
+    owner: str,
+    now_ms: int,
+    until: int,
+    limit: int | None,
+) -> list[StartedEntry]:
+    """`claim` across scopes: scope by scope in the order listed, each oldest first."""
 
     def claimable(entry: StartedEntry) -> bool:
         expired = entry.claimed_until is None or entry.claimed_until <= now_ms
         return not entry.sent and (entry.claimed_by in (None, owner) or expired)
 
-    claims = {
-        e.session_id: replace(e, claimed_by=owner, claimed_until=until)
-        for e in [e for e in scope.entries if claimable(e)][:limit]
-    }
-    entries = tuple(claims.get(e.session_id, e) for e in scope.entries)
-    ledger[profile_id] = replace(scope, entries=entries)
-    return list(claims.values())
+    free = [
+        e
+        for profile_id in profile_ids
+        if (scope := ledger.get(profile_id)) is not None
+        for e in scope.entries
+        if claimable(e)
+    ][:limit]
+    claimed = [replace(e, claimed_by=owner, claimed_until=until) for e in free]
+    by_scope: dict[str, dict[str, StartedEntry]] = {}
+    for e in claimed:
+        by_scope.setdefault(e.profile_id, {})[e.session_id] = e
+    for profile_id, claims in by_scope.items():
+        scope = ledger[profile_id]
+        entries = tuple(claims.get(e.session_id, e) for e in scope.entries)
+        ledger[profile_id] = replace(scope, entries=entries)
+    return claimed
 
 
 def mark_sent(ledger: Ledger, profile_id: str, session_ids: Iterable[str]) -> None:
@@ -63,6 +81,24 @@ def mark_sent(ledger: Ledger, profile_id: str, session_ids: Iterable[str]) -> No
         for e in scope.entries
     )
     ledger[profile_id] = replace(scope, entries=entries)
+
+
+def advance(
+    ledger: Ledger,
+    profile_ids: Iterable[str],
+    owner: str,
+    now_ms: int,
+    until: int,
+    limit: int | None,
+    sent: Iterable[tuple[str, str]],
+) -> list[StartedEntry]:
+    """Mark the `sent` (scope, session) pairs, then `claim_scopes`: one announcing step."""
+    by_scope: dict[str, list[str]] = {}
+    for profile_id, session_id in sent:
+        by_scope.setdefault(profile_id, []).append(session_id)
+    for profile_id, session_ids in by_scope.items():
+        mark_sent(ledger, profile_id, session_ids)
+    return claim_scopes(ledger, profile_ids, owner, now_ms, until, limit)
 
 
 def scopes(ledger: Ledger) -> list[StartedScope]:

@@ -3,37 +3,59 @@
 A row is free to claim when it was never claimed, its lease has ended, or its claim is already
 the caller's. The claim takes at most `:limit` free rows under `FOR UPDATE SKIP LOCKED`, so
 concurrent claimers pass over each other's rows instead of queueing (a no-op on SQLite, whose
-writers are serial anyway), and leases them to `:owner` until `:until`.
+writers are serial anyway), and leases them to `:owner` until `:until`. A claim may choose among
+the rows of a join (the started ledger's scopes listed in a parameter); only `table`'s rows are
+locked and leased.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, Update, bindparam, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    FromClause,
+    Table,
+    Update,
+    bindparam,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 
 from relay.store.sql.dialect import Dialect, bind
 
 
-def claim(table: Table, key: Any, *where: ColumnElement[bool], order_by: Any) -> Update:
-    """Claim the free rows of `table` matching `where`, first in `order_by`, by `key`."""
+def claim(
+    table: Table,
+    key: Any,
+    *where: ColumnElement[bool],
+    order_by: Any,
+    joined: FromClause | None = None,
+) -> Update:
+    """Claim the free rows of `table` matching `where`, first in `order_by`, by `key` (a column,
+    or a tuple of columns); chosen from the rows of `joined` (`table` joined to more) if given."""
     c = table.c
+    keys = key if isinstance(key, tuple) else (key,)
     owner, now = bind(c.claimed_by, "owner"), bind(c.claimed_until, "now")
     free = (
-        select(key)
+        select(*keys)
+        .select_from(table if joined is None else joined)
         .where(
             *where, or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner)
         )
         .order_by(*order_by)
         .limit(bindparam("limit"))
-        .with_for_update(skip_locked=True)
+        .with_for_update(of=None if joined is None else table, skip_locked=True)
         # Chosen once: as a plain subquery Postgres may rescan it per row, past the limit.
         .cte("claimable")
         .prefix_with("MATERIALIZED")
     )
+    chosen = select(*(free.c[k.key] for k in keys))
     return (
         update(table)
-        .where(*where, key.in_(select(free.c[key.key])))
+        .where(*where, keys[0].in_(chosen) if len(keys) == 1 else tuple_(*keys).in_(chosen))
         .values(claimed_by=owner, claimed_until=bind(c.claimed_until, "until"))
     )
 

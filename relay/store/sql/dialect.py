@@ -3,20 +3,22 @@
 `schema.py` and the Core statements of each aggregate stay the one description of tables and
 queries; what runs per call is the SQL text compiled from them at first use, with its parameters
 in the driver's order. Only the few constructs SQLAlchemy has no generic form for differ by
-dialect (`insert` with `ON CONFLICT`, two-argument `greatest`/`least`).
+dialect (`insert` with `ON CONFLICT`, two-argument `greatest`/`least`, a list parameter).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import BindParameter, ColumnElement, Executable, Table, bindparam, func
+from sqlalchemy import BindParameter, ColumnElement, Executable, Table, Text, bindparam, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.sql.compiler import Compiled as SaCompiled
+from sqlalchemy.sql.selectable import TableValuedAlias
 
 Name = Literal["sqlite", "postgres"]
 Params = Mapping[str, Any]
@@ -59,6 +61,29 @@ class Dialect:
 
     def least(self, a: Any, b: Any) -> ColumnElement[Any]:
         return func.least(a, b) if self.postgres else func.min(a, b)
+
+    def listed(self, name: str) -> TableValuedAlias:
+        """The text values of list parameter `name` as a table: `value`, and `rank` (its place).
+
+        A statement compiled once cannot take `IN (:a, :b, …)` of any length, so the list is one
+        parameter: a text[] that Postgres unnests, a JSON array that SQLite's json_each reads.
+        """
+        if self.postgres:
+            values = func.unnest(bindparam(name, type_=postgresql.ARRAY(Text)))
+            return values.table_valued("value", with_ordinality="rank").render_derived("listed")
+        # json_each names its columns itself: `key` is an array member's index.
+        return (
+            func.json_each(bindparam(name, type_=Text)).table_valued("key", "value").alias("listed")
+        )
+
+    @staticmethod
+    def rank(listed: TableValuedAlias) -> ColumnElement[Any]:
+        """A member's place in its `listed` parameter."""
+        return listed.c.rank if "rank" in listed.c else listed.c.key
+
+    def list_value(self, values: Sequence[str]) -> Any:
+        """What a `listed` parameter is bound to."""
+        return list(values) if self.postgres else json.dumps(list(values))
 
     def compile(self, statement: Executable) -> Compiled:
         compiled: SaCompiled = statement.compile(dialect=_sa_dialect(self.name))  # type: ignore[attr-defined]
