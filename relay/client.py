@@ -8,14 +8,15 @@ rewrite before sending (dot segments, characters it escapes) is refused instead 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import AsyncGenerator, Callable, Generator
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -39,6 +40,12 @@ from relay.protocol import (
 UNREACHABLE = "Could not reach Talaria Relay"
 # An error answer is read this far for its reason; it is a code, not a document.
 ERROR_BODY_CAP = 4096
+# A successful PUT's answer is read (and dropped) only so that its connection can carry the next
+# request instead of a new TCP and TLS handshake; past this size or time it is not worth it and
+# the connection is closed, as when nothing is read. The relay's answer is a few bytes sent with
+# its head: even 100 ms away it arrives in the same round trip as the status.
+DRAIN_CAP = 64 * 1024
+DRAIN_S = 0.5
 
 
 class TalariaAuth(httpx.Auth):
@@ -87,12 +94,14 @@ class RelayClient:
         # A bare origin without a trailing slash, so `origin + path` is the URL as built.
         self._origin = validated_origin(base_url)
         self._owns_http = http is None
+        # httpx's default pool (100 connections, 20 kept alive for 5 s idle) keeps a connection
+        # for each of a pass's `SNAPSHOT_CONCURRENCY` PUTs in flight, for the next pass to reuse.
         self._http = http if http is not None else httpx.AsyncClient()
         self._clock = clock
         self._timeout = timeout
 
     async def put(self, path: str, body: bytes, *, key: Ed25519PrivateKey, key_id: str) -> None:
-        """A signed PUT; only the status matters, the answer's body is never read."""
+        """A signed PUT; only the status matters: the answer's body is never used (see `_drain`)."""
         await self._send("PUT", path, body, TalariaAuth(key, key_id, clock=self._clock), None)
 
     async def post(
@@ -119,7 +128,7 @@ class RelayClient:
     async def _send(
         self, method: str, path: str, body: bytes, auth: httpx.Auth | None, cap: int | None
     ) -> bytes:
-        """Send one request; the 2xx answer's body up to `cap` bytes, or none read without a cap."""
+        """Send one request; the 2xx answer's body up to `cap` bytes, or none without a cap."""
         try:
             url = httpx.URL(self._origin + path)
         except httpx.InvalidURL as exc:
@@ -138,25 +147,33 @@ class RelayClient:
         try:
             # httpx's timeout bounds each network operation; this bounds the whole exchange, as
             # upstream's abort signal does, so a relay trickling bytes cannot hold the loop.
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._timeout) as bound:
                 # A redirect is an error (retried, never followed): its signature would not cover
                 # the path it leads to, and the host it names is not the one pairing trusted.
                 # `auth=None` also keeps an injected client's default auth off unsigned requests.
                 response = await self._http.send(
                     request, auth=auth, stream=True, follow_redirects=False
                 )
-                try:
-                    if not response.is_success:
-                        # A PUT's answer stays unread (as upstream); a redeem's refusal says why.
+                if not response.is_success:
+                    try:
+                        # A PUT's refusal stays unread (as upstream); a redeem's says why.
                         code = None if cap is None else await _error_code(response)
-                        raise _http_error(response, self._clock(), code)
-                    return b"" if cap is None else await _read_capped(response, cap)
-                finally:
-                    await response.aclose()
+                    finally:
+                        await response.aclose()
+                    raise _http_error(response, self._clock(), code)
+                if cap is not None:
+                    try:
+                        return await _read_capped(response, cap)
+                    finally:
+                        await response.aclose()
         except (httpx.TimeoutException, TimeoutError) as exc:
             raise RelayTimeoutError(f"{UNREACHABLE}: {describe(exc)}") from exc
         except httpx.TransportError as exc:
             raise RelayUnreachableError(f"{UNREACHABLE}: {describe(exc)}") from exc
+        # A PUT the relay accepted: the status was its whole answer, whatever its body does next
+        # (so this is outside the timeout's block, which would make a slow body a failure).
+        await _drain(response, bound.when())
+        return b""
 
     async def aclose(self) -> None:
         """Close the AsyncClient if this client created it; an injected one belongs to its owner."""
@@ -188,6 +205,30 @@ async def _read_capped(response: httpx.Response, cap: int) -> bytes:
     except httpx.DecodingError:  # a Content-Encoding that does not decode
         raise RelayResponseError from None
     return b"".join(chunks)
+
+
+async def _drain(response: httpx.Response, deadline: float | None) -> None:
+    """Read a successful PUT's answer to its end and drop it, so that httpx returns the connection
+    to its pool; one over `DRAIN_CAP` bytes, slower than `DRAIN_S` (or than the request's own
+    `deadline`, a loop time) or cut off closes its connection instead. Never fails."""
+    until = asyncio.get_running_loop().time() + DRAIN_S
+    size = 0
+    try:
+        if response.is_stream_consumed:
+            return  # an answer built in memory (a mock transport, say): nothing left to read
+        async with (
+            asyncio.timeout_at(until if deadline is None else min(until, deadline)),
+            # Raw: nothing is decoded. Closed here, not left for the garbage collector.
+            contextlib.aclosing(cast(AsyncGenerator[bytes, None], response.aiter_raw())) as chunks,
+        ):
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > DRAIN_CAP:
+                    break  # closing the response mid-body closes its connection
+    except (httpx.HTTPError, TimeoutError):
+        pass  # only the connection is lost: the relay took the PUT
+    finally:
+        await response.aclose()
 
 
 async def _error_code(response: httpx.Response) -> str | None:

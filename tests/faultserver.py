@@ -3,7 +3,8 @@
     async with fault_server(reset_before_answer) as server:
         env.wire.divert("snapshot", server.origin)
 
-Each behaviour is an async function of the connection; the server counts the requests it read.
+Each behaviour is an async function of the connection; the server counts the connections it
+accepted and the requests it read.
 """
 
 from __future__ import annotations
@@ -32,14 +33,20 @@ OVERSIZE = 300 * 1024  # past the 256 KiB the publisher reads of an answer
 class Server:
     origin: str
     requests: list[bytes] = field(default_factory=list)  # each request's head, as received
+    connections: int = 0  # accepted
 
 
 @contextlib.asynccontextmanager
 async def fault_server(
-    behaviour: Behaviour, *, tls: ssl.SSLContext | None = None, read_first: bool = True
+    behaviour: Behaviour,
+    *,
+    tls: ssl.SSLContext | None = None,
+    read_first: bool = True,
+    keep_alive: bool = False,
 ) -> AsyncIterator[Server]:
     """Serve `behaviour` on a free loopback port, after reading each request unless told not
-    to; every connection is cut when the block ends."""
+    to; with `keep_alive`, once more for each further request on the connection, else the
+    connection is cut after one. Every connection is cut when the block ends."""
     handlers: set[asyncio.Task[None]] = set()
     server = Server("")
 
@@ -47,12 +54,16 @@ async def fault_server(
         task = asyncio.current_task()
         assert task is not None
         handlers.add(task)
+        server.connections += 1
         try:
-            if read_first:
-                if not (request := await read_request(reader)):
+            while True:
+                if read_first:
+                    if not (request := await read_request(reader)):
+                        return
+                    server.requests.append(request)
+                await behaviour(reader, writer)
+                if not (keep_alive and read_first):
                     return
-                server.requests.append(request)
-            await behaviour(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass  # the client gave up first: that is what some faults are for
         except asyncio.CancelledError:
@@ -109,11 +120,12 @@ def head(status: int, *headers: str) -> bytes:
 # ── behaviours ───────────────────────────────────────────────────────────────
 
 
-def answer(status: int, body: bytes = b"", *headers: str) -> Behaviour:
-    """A whole answer, then the connection closes."""
+def answer(status: int, body: bytes = b"", *headers: str, close: bool = True) -> Behaviour:
+    """A whole answer; unless told not to, it says the connection closes after it."""
+    closing = ("Connection: close",) if close else ()
 
     async def behaviour(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(head(status, f"Content-Length: {len(body)}", "Connection: close", *headers))
+        writer.write(head(status, f"Content-Length: {len(body)}", *closing, *headers))
         writer.write(body)
         await writer.drain()
 

@@ -16,7 +16,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secrets_support import verify
 
-from relay.client import RelayClient, TalariaAuth
+from relay.client import DRAIN_CAP, DRAIN_S, RelayClient, TalariaAuth
 from relay.errors import (
     InvalidInputError,
     RelayHttpError,
@@ -293,16 +293,59 @@ async def test_redirect_is_not_followed(connect: Connect, seen: list[httpx.Reque
     assert len(seen) == 1
 
 
-@pytest.mark.parametrize("status", [200, 503])
-async def test_put_never_reads_the_answer(connect: Connect, status: int) -> None:
-    """A PUT's answer body is closed unread, on success and on failure."""
+async def test_a_put_refusal_is_closed_unread(connect: Connect) -> None:
+    """A PUT's refusal is closed with its body unread, as upstream leaves it."""
     stream = Stream(iter([b"{}"]))
-    client = connect(lambda request: httpx.Response(status, stream=stream))
-    try:
+    client = connect(lambda request: httpx.Response(503, stream=stream))
+    with pytest.raises(RelayHttpError):
         await client.put(SNAPSHOT, BODY, key=KEY, key_id=KEY_ID)
-    except RelayHttpError:
-        assert status == 503
     assert stream.read == 0
+    assert stream.closed
+
+
+async def test_a_put_success_is_read_to_its_end_and_dropped(connect: Connect) -> None:
+    """A PUT's 2xx answer is read to its end (so httpx can pool its connection) and closed;
+    what it says is not used, even when it does not parse."""
+    stream = Stream(iter([b'{"ok":', b"nonsense"]))
+    client = connect(lambda request: httpx.Response(200, stream=stream))
+    await client.put(SNAPSHOT, BODY, key=KEY, key_id=KEY_ID)
+    assert stream.read == 2
+    assert stream.closed
+
+
+async def test_a_put_success_stops_reading_once_over_the_drain_cap(connect: Connect) -> None:
+    """An endless 2xx answer to a PUT is abandoned once past `DRAIN_CAP`: still a success."""
+    stream = Stream(iter(lambda: b"x" * 65536, None))
+    client = connect(lambda request: httpx.Response(200, stream=stream))
+    await client.put(SNAPSHOT, BODY, key=KEY, key_id=KEY_ID)
+    assert stream.read == DRAIN_CAP // 65536 + 1
+    assert stream.closed
+
+
+@pytest.mark.parametrize("limit", [10.0, 0.05], ids=["drain-bound", "request-timeout"])
+async def test_a_put_success_trickling_its_answer_is_not_waited_for(
+    connect: Connect, limit: float
+) -> None:
+    """A PUT's 2xx answer trickling in is read for at most `DRAIN_S`, or what is left of the
+    request's timeout when that is shorter, then abandoned: still a success."""
+    stream = Stream(iter([b" "] * 10_000), delay=0.01)
+    client = connect(lambda request: httpx.Response(200, stream=stream), timeout=limit)
+    await client.put(SNAPSHOT, BODY, key=KEY, key_id=KEY_ID)
+    assert stream.read < min(DRAIN_S, limit) * 100 + 1
+    assert stream.closed
+
+
+async def test_a_put_success_cut_off_mid_answer_is_a_success(connect: Connect) -> None:
+    """A 2xx answer to a PUT whose body breaks off (a reset) leaves the PUT a success."""
+
+    def cut() -> Iterator[bytes]:
+        yield b'{"ok":'
+        raise httpx.ReadError("Connection reset by peer")
+
+    stream = Stream(cut())
+    client = connect(lambda request: httpx.Response(200, stream=stream))
+    await client.put(SNAPSHOT, BODY, key=KEY, key_id=KEY_ID)
+    assert stream.read == 1
     assert stream.closed
 
 
