@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, Update, bindparam, or_, select, update
+from sqlalchemy import BigInteger, ColumnElement, Table, Update, bindparam, or_, select, update
 
 from relay.store.sql.dialect import Dialect, bind
 
@@ -25,7 +25,8 @@ def claim(table: Table, key: Any, *where: ColumnElement[bool], order_by: Any) ->
             *where, or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner)
         )
         .order_by(*order_by)
-        .limit(bindparam("limit"))
+        # Typed, so the statement can go into a Postgres batch (`Compiled.batched`).
+        .limit(bindparam("limit", type_=BigInteger))
         .with_for_update(skip_locked=True)
         # Chosen once: as a plain subquery Postgres may rescan it per row, past the limit.
         .cte("claimable")
