@@ -3,9 +3,12 @@
 Deploys run `migrate` as an owner role (it creates and alters the tables); the replicas connect
 as a runtime role that may only read and write rows: CONNECT on the database, USAGE on the
 schema, SELECT/INSERT/UPDATE/DELETE on every relay table at head, SELECT on `alembic_version` (a
-store checks the schema is at head when it opens), and the same on tables the owner creates
-later (default privileges). No sequence exists, so none needs a grant. Nothing is contacted:
-an operator (or `psql -v ON_ERROR_STOP=1`) runs what it prints, as the owner.
+store checks the schema is at head when it opens), EXECUTE on `relay_batch` (its write batches;
+PUBLIC may run a new function unless the owner's default privileges revoke that, so it is
+granted by name), and the same on tables and functions the owner creates later (default
+privileges). The function runs as its caller (SECURITY INVOKER): it gives the role nothing the
+table grants do not. No sequence exists, so none needs a grant. Nothing is contacted: an
+operator (or `psql -v ON_ERROR_STOP=1`) runs what it prints, as the owner.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from relay.cli.output import OK, say
 from relay.errors import InvalidInputError
 from relay.store import resolve
 from relay.store.sql import migrate
+from relay.store.sql.pgbatch import ARGUMENTS, FUNCTION
 from relay.store.sql.schema import metadata
 
 DML = "SELECT, INSERT, UPDATE, DELETE"
@@ -49,12 +53,13 @@ def grants_sql(role: str, database: str, schema: str = "public", owner: str | No
         f"GRANT USAGE ON SCHEMA {where} TO {who};",
         f"GRANT {DML} ON TABLE {tables} TO {who};",
         f'GRANT SELECT ON TABLE {where}."alembic_version" TO {who};',
+        f'GRANT EXECUTE ON FUNCTION {where}."{FUNCTION}"({", ".join(ARGUMENTS)}) TO {who};',
     ]
     if not owner:
         lines.append("-- Run this as the role that migrates: its future tables are the ones meant.")
-    lines.append(
-        f"ALTER DEFAULT PRIVILEGES {creator}IN SCHEMA {where} GRANT {DML} ON TABLES TO {who};"
-    )
+    default = f"ALTER DEFAULT PRIVILEGES {creator}IN SCHEMA {where} GRANT"
+    lines.append(f"{default} {DML} ON TABLES TO {who};")
+    lines.append(f"{default} EXECUTE ON FUNCTIONS TO {who};")
     return "\n".join(lines)
 
 

@@ -46,6 +46,11 @@ class Budget:
             f"SET LOCAL lock_timeout = {_ms(self.lock_timeout)}"
         )
 
+    def batch_settings(self) -> dict[str, str]:
+        """What a one-call write batch sets for its transaction (`set_config(…, true)`): the
+        lock wait's bound. Its statement's bound comes from the client (`sql/pgbatch.py`)."""
+        return {"lock_timeout": str(_ms(self.lock_timeout))}
+
 
 PARAMETERS = tuple(Budget.__dataclass_fields__)
 DEFAULT = Budget()

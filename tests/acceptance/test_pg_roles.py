@@ -1,5 +1,6 @@
 """Least privilege as an operator deploys it, on a cluster of the tests' own: the owner applies
-what `talaria-relay grants ROLE` prints with psql, and a replica runs as the runtime role."""
+what `talaria-relay grants ROLE` prints with psql, and a replica runs as the runtime role, its
+write batches one call of `relay_batch` each."""
 
 from __future__ import annotations
 
@@ -11,6 +12,13 @@ from cli_support import pg_tables, run
 from databases import admin_execute
 from pgcluster import SUPERUSER, PgCluster, migrated_database, sh
 from replicas import cluster
+from sqlalchemy import insert, select
+
+from relay.store import open_store
+from relay.store.sql import SqlStore
+from relay.store.sql import schema as t
+from relay.store.sql.dialect import POSTGRES, bind
+from relay.store.sql.postgres import PostgresRunner
 
 pytest_plugins = ["pgdeploy"]
 pytestmark = pytest.mark.postgres
@@ -65,3 +73,38 @@ async def test_a_runtime_role_publishes_while_migrate_with_it_is_refused(
         await replica.call("flush")
         assert [row["streamId"] for row in group.grant_rows()] == ["t1"]
         assert group.stale() == 0
+
+
+MINT = POSTGRES.compile(
+    insert(t.identities).values(
+        profile=bind(t.identities.c.profile), identity=bind(t.identities.c.identity)
+    )
+)
+IDENTITIES = POSTGRES.compile(
+    select(t.identities.c.profile, t.identities.c.identity).order_by(t.identities.c.profile)
+)
+
+
+async def test_the_runtime_role_runs_batches_even_where_public_may_not_run_functions(
+    extra_cluster: PgCluster, tmp_path: Path
+) -> None:
+    """An owner that took EXECUTE on new functions away from PUBLIC (a hardened database): with
+    the printed grants, the runtime role's batch is one call of `relay_batch`, not a loop."""
+    role = f"relay_runtime_{uuid.uuid4().hex[:8]}"
+    await admin_execute(extra_cluster.url(), f'CREATE ROLE "{role}" LOGIN')
+    database = await migrated_database(extra_cluster)
+    await admin_execute(
+        extra_cluster.url(database),
+        "REVOKE EXECUTE ON FUNCTION relay_batch("
+        "text[], text[], text[], text[], boolean, text[]) FROM PUBLIC",
+    )
+    apply_grants(extra_cluster, database, role, tmp_path)
+    runtime_url = extra_cluster.url(database).replace(f"{SUPERUSER}@", f"{role}@", 1)
+    async with open_store(runtime_url) as store:
+        assert isinstance(store, SqlStore)
+        db = store._db
+        assert isinstance(db, PostgresRunner)
+        minted = [{"profile": f"p{n}", "identity": f"pfi_{n}"} for n in range(3)]
+        found = await db.batch([(MINT, minted[:1]), (MINT, minted[1:]), (IDENTITIES, {})])
+        assert [tuple(row) for row in found] == [("p0", "pfi_0"), ("p1", "pfi_1"), ("p2", "pfi_2")]
+        assert db.batch_calls

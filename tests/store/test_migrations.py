@@ -122,6 +122,23 @@ def test_offline_sql_takes_the_replica_lock() -> None:
     assert result.stdout.index("pg_advisory_xact_lock") < result.stdout.index("CREATE TABLE")
 
 
+def test_offline_sql_of_0006_creates_the_batch_function_on_postgres_only(tmp_path: Path) -> None:
+    """0006 prints `CREATE FUNCTION relay_batch` for Postgres (and its downgrade drops it);
+    for SQLite it prints only the revision's bump."""
+    pg = "postgresql://nobody@127.0.0.1:1/none"
+    upgraded = _alembic("upgrade", "0005:0006", "--sql", url=pg)
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert "CREATE FUNCTION relay_batch(" in upgraded.stdout
+    assert "SECURITY INVOKER" in upgraded.stdout
+    downgraded = _alembic("downgrade", "0006:0005", "--sql", url=pg)
+    assert downgraded.returncode == 0, downgraded.stderr
+    assert "DROP FUNCTION IF EXISTS relay_batch(text[]" in downgraded.stdout
+    lite = _alembic("upgrade", "0005:0006", "--sql", url=f"sqlite:///{tmp_path / 'r.db'}")
+    assert lite.returncode == 0, lite.stderr
+    assert "FUNCTION" not in lite.stdout
+    assert "0006" in lite.stdout
+
+
 def test_wheel_ships_the_migrations(tmp_path: Path) -> None:
     """The wheel carries the migrations, so `upgrade()` works from a plain `pip install`."""
     # The test extra installs the build backend: no isolated environment to fetch and set up.

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     FromClause,
     Table,
@@ -46,7 +47,8 @@ def claim(
             *where, or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner)
         )
         .order_by(*order_by)
-        .limit(bindparam("limit"))
+        # Typed, so the statement can go into a Postgres batch (`Compiled.batched`).
+        .limit(bindparam("limit", type_=BigInteger))
         .with_for_update(of=None if joined is None else table, skip_locked=True)
         # Chosen once: as a plain subquery Postgres may rescan it per row, past the limit.
         .cte("claimable")

@@ -10,15 +10,29 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import BindParameter, ColumnElement, Executable, Table, Text, bindparam, func
+from sqlalchemy import (
+    BindParameter,
+    Boolean,
+    ColumnElement,
+    Executable,
+    Integer,
+    String,
+    Table,
+    Text,
+    TextClause,
+    bindparam,
+    func,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import asyncpg as pg_asyncpg
 from sqlalchemy.sql.compiler import Compiled as SaCompiled
 from sqlalchemy.sql.selectable import TableValuedAlias
+from sqlalchemy.types import NullType, TypeEngine
 
 Name = Literal["sqlite", "postgres"]
 Params = Mapping[str, Any]
@@ -33,6 +47,14 @@ class Compiled:
     names: tuple[str, ...] | None
     # Values SQLAlchemy bound from literals in the statement (`id = 1`, `+ 1`).
     defaults: Mapping[str, Any]
+    # Postgres: the text `relay_batch` runs (`pgbatch`), each `$n` read from one text array as
+    # `($1[n]::TYPE)`; None where a parameter has no SQL type (such a batch runs as a loop).
+    batched: str | None = None
+    # Whether it answers rows (a SELECT, or RETURNING), and whether those rows, as a batch
+    # gives them back (JSON), decode to what the driver gives: every column of an integer,
+    # boolean or string type (not a void function's, nor a float's NaN, nor a timestamp).
+    returns: bool = False
+    json_rows: bool = False
 
     def args(self, params: Params) -> Any:
         values = {**self.defaults, **params} if self.defaults else params
@@ -92,8 +114,17 @@ class Dialect:
         # the rendered name, so only that goes in (it keeps the per-call merge small).
         rendered = compiled.bind_names  # type: ignore[attr-defined]
         defaults = {rendered[bind]: bind.value for bind in binds.values() if not bind.required}
-        names = tuple(compiled.positiontup) if self.postgres else None  # type: ignore[attr-defined]
-        return Compiled(str(compiled), names, defaults)
+        sql = str(compiled)
+        if not self.postgres:
+            return Compiled(sql, None, defaults)
+        names = tuple(compiled.positiontup)  # type: ignore[attr-defined]
+        types = {rendered[bind]: bind.type for bind in binds.values()}
+        returns = statement.is_select or bool(getattr(compiled, "effective_returning", None))
+        columns = getattr(statement, "exported_columns", ())
+        json_rows = all(isinstance(column.type, _JSON_EXACT) for column in columns)
+        # A text() statement may or may not answer rows: it never goes into a batch.
+        batched = None if isinstance(statement, TextClause) else _for_batch(sql, names, types)
+        return Compiled(sql, names, defaults, batched, bool(returns), returns and json_rows)
 
 
 def bind(column: Any, name: str | None = None) -> BindParameter[Any]:
@@ -110,6 +141,29 @@ def _sa_dialect(name: Name) -> Any:
     if name == "postgres":
         return pg_asyncpg.dialect()  # type: ignore[no-untyped-call]
     return sqlite.dialect(paramstyle="named")
+
+
+# Column types whose JSON form (`row_to_json`) reads back as the value asyncpg decodes.
+_JSON_EXACT = (Integer, Boolean, String)
+# A parameter `$n` (not part of an identifier such as `a$1`), and a type's modifier `(64)`.
+_PARAMETER = re.compile(r"(?<![\w$])\$(\d+)")
+_MODIFIER = re.compile(r"\([^)]*\)")
+
+
+def _for_batch(sql: str, names: tuple[str, ...], types: Mapping[str, Any]) -> str | None:
+    """`sql` with each `$n` read from a batch's text array: `($1[n]::TYPE)`, the bind's own type
+    without its modifier (a cast to VARCHAR(64) would cut a longer value short; the column
+    refuses it, as it does the driver's). None if a parameter has no type, or the text holds a
+    literal (a `$n` inside one is not a parameter)."""
+    if "'" in sql:
+        return None
+    casts: list[str] = []
+    for name in names:
+        type_: TypeEngine[Any] = types[name]
+        if isinstance(type_, NullType):
+            return None
+        casts.append(_MODIFIER.sub("", type_.compile(dialect=_sa_dialect("postgres"))))
+    return _PARAMETER.sub(lambda found: f"($1[{found[1]}]::{casts[int(found[1]) - 1]})", sql)
 
 
 Row = Sequence[Any]

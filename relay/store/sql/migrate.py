@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from relay.errors import InvalidInputError, SchemaError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql.engines import WRITE, postgres_engine, sqlite_engine
-from relay.store.sql.schema import HEAD_REVISION
+from relay.store.sql.schema import HEAD_REVISION, TABLES_REVISION
 from relay.store.sql.sqlite import connect_read_only
 from relay.store.url import StoreTarget, driver_error, resolve
 
@@ -54,6 +54,12 @@ def alembic_config(url: str | None = None, connection: Connection | None = None)
 def head_revision() -> str:
     """The revision the scripts end at: the one `schema.py` describes (a test holds them equal)."""
     return HEAD_REVISION
+
+
+def runnable(current: str | None) -> bool:
+    """Whether a store runs on a database at `current`: head, or a revision with head's tables
+    (below head `check` still says so, and `migrate` brings it there)."""
+    return current in (HEAD_REVISION, TABLES_REVISION)
 
 
 def current_revision(connection: Connection) -> str | None:

@@ -2,6 +2,8 @@
 
 A body of one statement runs in autocommit: one round trip, no BEGIN/COMMIT. A transaction opens
 with its timeouts in the same round trip as its BEGIN (`SET LOCAL`, see `relay.store.budget`). A
+batch of straight-line steps is one call of the `relay_batch` function, one round trip in all
+(`pgbatch`), or, where the database has no such function, a transaction like any other. A
 task cancelled mid-transaction leaves the server holding its row locks until the connection ends,
 so such a connection is terminated, never handed back to the pool (sqlalchemy/sqlalchemy#12099 is
 the same trap); so is one whose server turned read-only or is going away (`relay.store.sqlstate`),
@@ -13,6 +15,7 @@ back to the pool as it is (`pgpool`).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -24,11 +27,13 @@ from relay.store import sqlstate
 from relay.store.budget import PARAMETERS as BUDGET_PARAMETERS
 from relay.store.budget import Budget, budget
 from relay.store.hosts import dsn
+from relay.store.sql import pgbatch
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
 from relay.store.sql.pgpool import Pool
-from relay.store.sql.runner import NO_PARAMS, Body, Stats, Step, run_steps
+from relay.store.sql.runner import NO_PARAMS, Body, Stats, Step, Tx, run_steps
 
 T = TypeVar("T")
+logger = logging.getLogger("relay.store")
 CONNECT_TIMEOUT_S = 10.0
 # What a connection that broke while in use raises: the server's goodbye (class 08), or
 # asyncpg's own complaints about a connection that is gone.
@@ -112,6 +117,10 @@ class PostgresRunner:
         self._password = password
         self._pool: Pool | None = None
         self._begin = limits.set_local()
+        self._batch_settings = limits.batch_settings()
+        # Until a call says the function is missing or not ours to run: then, for this
+        # runner's life, batches are transactions of their statements.
+        self._batch_calls = True
 
     @classmethod
     async def open(cls, url: URL, display: str) -> PostgresRunner:
@@ -139,8 +148,39 @@ class PostgresRunner:
     async def read(self, body: Body[T]) -> T:
         return await self._run(body, transaction=False)
 
+    @property
+    def batch_calls(self) -> bool:
+        """Whether batches go to `relay_batch` (one round trip) rather than a transaction."""
+        return self._batch_calls
+
     async def batch(self, steps: Sequence[Step]) -> list[Row]:
+        params = pgbatch.call_params(steps, self._batch_settings) if self._batch_calls else None
+        if params is not None:
+            try:
+                return await self._call_batch(len(steps), params)
+            except StoreError as error:
+                if not pgbatch.unusable(error.__cause__):
+                    raise
+                # Nothing ran: the call was refused before its first step.
+                if self._batch_calls:  # said once, by whichever call found it first
+                    self._batch_calls = False
+                    logger.warning(
+                        "%s; until a restart its write batches run statement by statement "
+                        "(run `talaria-relay migrate`, and what `talaria-relay grants ROLE` "
+                        "prints)",
+                        error,
+                    )
         return await self.write(lambda tx: run_steps(tx, steps))
+
+    async def _call_batch(self, steps: int, params: Mapping[str, Any]) -> list[Row]:
+        self.stats.writes += 1
+
+        async def body(tx: Tx) -> list[Row]:
+            # Counted as the statements it runs, as a transaction of them would be.
+            self.stats.statements += steps - 1
+            return pgbatch.decoded(await tx.rows(pgbatch.CALL, params))
+
+        return await self._run(body, transaction=False)
 
     async def write(self, body: Body[T], *, single: bool = False) -> T:
         self.stats.writes += 1

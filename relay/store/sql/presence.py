@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from sqlalchemy import and_, bindparam, delete, exists, func, not_, select, true, tuple_
+from sqlalchemy import BigInteger, and_, bindparam, delete, exists, func, not_, select, true, tuple_
 
 from relay.store.records import PresenceLease
 from relay.store.sql import schema as t
@@ -35,7 +35,7 @@ def statements(d: Dialect) -> Statements:
         select(p.profile, p.tab_id)
         .where(not_(this_tab))
         .order_by(p.updated_at, p.profile, p.tab_id)
-        .limit(bindparam("excess"))
+        .limit(bindparam("excess", type_=BigInteger))
     )
     return Statements(
         forget_expired=d.compile(

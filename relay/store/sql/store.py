@@ -35,7 +35,8 @@ class SqlStore(
 
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlStore:
-        """Connect; migrate an embedded SQLite file, but require Postgres to be at head already.
+        """Connect; migrate an embedded SQLite file, but require Postgres to be migrated already
+        (to head, or to a revision with head's tables: `migrate.runnable`).
 
         `read_only` (SQLite): create, migrate and write nothing, so a read-only file can be read.
         """
@@ -55,10 +56,11 @@ class SqlStore(
         try:
             current = await schema_revision(runner)
             if current != migrate.head_revision():
-                if target.backend == "postgres" or read_only:
+                if target.backend == "sqlite" and not read_only:
+                    assert target.path is not None
+                    await ensure_sqlite_schema(target.path)
+                elif not migrate.runnable(current):
                     raise migrate.schema_error(current)
-                assert target.path is not None
-                await ensure_sqlite_schema(target.path)
         except BaseException:
             await runner.close()
             raise
