@@ -15,15 +15,19 @@ from sqlalchemy import ColumnElement, Table, Update, bindparam, or_, select, upd
 from relay.store.sql.dialect import Dialect, bind
 
 
+def free(table: Table, owner: Any, now: Any) -> ColumnElement[bool]:
+    """Whether a row of `table` is free for `owner` to claim at `now`."""
+    c = table.c
+    return or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner)
+
+
 def claim(table: Table, key: Any, *where: ColumnElement[bool], order_by: Any) -> Update:
     """Claim the free rows of `table` matching `where`, first in `order_by`, by `key`."""
     c = table.c
     owner, now = bind(c.claimed_by, "owner"), bind(c.claimed_until, "now")
-    free = (
+    claimable = (
         select(key)
-        .where(
-            *where, or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner)
-        )
+        .where(*where, free(table, owner, now))
         .order_by(*order_by)
         .limit(bindparam("limit"))
         .with_for_update(skip_locked=True)
@@ -33,7 +37,7 @@ def claim(table: Table, key: Any, *where: ColumnElement[bool], order_by: Any) ->
     )
     return (
         update(table)
-        .where(*where, key.in_(select(free.c[key.key])))
+        .where(*where, key.in_(select(claimable.c[key.key])))
         .values(claimed_by=owner, claimed_until=bind(c.claimed_until, "until"))
     )
 

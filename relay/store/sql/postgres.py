@@ -142,7 +142,9 @@ class PostgresRunner:
     async def batch(self, steps: Sequence[Step]) -> list[Row]:
         return await self.write(lambda tx: run_steps(tx, steps))
 
-    async def write(self, body: Body[T], *, single: bool = False) -> T:
+    async def write(self, body: Body[T], *, single: bool = False, durable: bool = True) -> T:
+        # Every commit is durable here: asynchronous commit would need a SET LOCAL, and with it
+        # a transaction, which costs a single statement round trips.
         self.stats.writes += 1
         return await self._run(body, transaction=not single)
 
