@@ -18,6 +18,7 @@ from relay.publishing.leases import Leases
 from relay.publishing.logs import Refusals, Reporter, Swallowed
 from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import StartedLedger
+from relay.store.records import PassView
 
 # Announcements are claimed a few at a time; a claim is renewed while its batch is still going out.
 STARTED_BATCH = 16
@@ -53,14 +54,25 @@ class Announcements:
         await self._store.track_started(scopes, self._now_ms())
 
     async def publish(
-        self, config: RelayConfig, publishing: list[tuple[str, ProfileGrant]]
+        self,
+        config: RelayConfig,
+        publishing: list[tuple[str, ProfileGrant]],
+        view: PassView | None = None,
     ) -> None:
         """Announce each newly seen session of the `publishing` profiles once, oldest first.
 
         Each claimed batch is marked sent in one transaction, so a pass that announces S sessions
-        costs O(profiles + S / STARTED_BATCH) transactions.
+        costs O(profiles + S / STARTED_BATCH) transactions. With the pass's `view`, a scope is
+        claimed from only if the view found unsent entries there or this pass recorded some, and
+        the floors are set only if the view found a scope without one.
         """
-        await self._observe(config, publishing)
+        recorded = await self._observe(config, publishing, view is None or bool(view.untracked))
+        if view is not None:
+            publishing = [
+                (profile, grant)
+                for profile, grant in publishing
+                if grant.profile_id in view.unsent or grant.profile_id in recorded
+            ]
         leases = self._leases
         for profile, grant in publishing:
             while entries := await self._store.claim_started(
@@ -82,14 +94,17 @@ class Announcements:
                         await self._store.mark_started_sent(grant.profile_id, *done)
 
     async def _observe(
-        self, config: RelayConfig, publishing: list[tuple[str, ProfileGrant]]
-    ) -> None:
-        """Record every messageful session started in a publishing profile."""
+        self, config: RelayConfig, publishing: list[tuple[str, ProfileGrant]], track: bool
+    ) -> set[str]:
+        """Record every messageful session started in a publishing profile; the scopes that got
+        new sightings. `track`: start the floors of scopes without a ledger first."""
         index: list[IndexRow] = await self._swallowed.call(
             "session_index", self._index, [], "announcing Agent sessions only"
         )
-        await self.track(config)
+        if track:
+            await self.track(config)
         self._forget_old_sightings()
+        recorded: set[str] = set()
         for profile, grant in publishing:
             agent: list[AgentSessionRow] = await self._swallowed.call(
                 "agent_sessions", partial(self._agent, profile), [], "announcing no Agent session"
@@ -109,6 +124,8 @@ class Announcements:
             if sightings:
                 await self._store.record_started(grant.profile_id, sightings, self._now_ms())
                 self._recorded.update(((grant.profile_id, sid), ms) for sid, ms in sightings)
+                recorded.add(grant.profile_id)
+        return recorded
 
     async def _index(self) -> list[IndexRow]:
         return list(await self._host.session_index())

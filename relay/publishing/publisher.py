@@ -12,12 +12,13 @@ The parts live in `relay.publishing`; this class gathers the records and compose
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -47,14 +48,15 @@ from relay.publishing.loop import LoopHealth, PassLoop
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
 from relay.publishing.states import Terminal
-from relay.store import ProfileGrant, RelayConfig, RunState
-from relay.store.contract import LeaseWatch, Registration, Revisions, RunStates
+from relay.store import ProfileGrant, RelayConfig
+from relay.store.contract import LeaseWatch, Passes, Registration, Revisions, RunStates
+from relay.store.records import PassRows, PassView
 
 # The name predates this module's move into `publishing/`; operators filter on it (README).
 logger = logging.getLogger("relay.publisher")
 
 
-class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Backlog, Protocol):
+class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Passes, Backlog, Protocol):
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
 
 
@@ -126,8 +128,11 @@ class RelayPublisher:
             swallowed=self._swallowed,
             report=self._report,
         )
-        # The rows this replica publishes, read once a pass.
-        self._owned: list[RunState] | None = None
+        # A pass's one read, and its one write: the rows this replica publishes, and the
+        # revisions allocated for them, handed out as the profiles' states are built.
+        self._view: PassView | None = None
+        self._rows: PassRows | None = None
+        self._revisions: Iterator[int] = iter(())
         self._levels = Levels(store)
 
     @property
@@ -197,12 +202,16 @@ class RelayPublisher:
         return await self._loop.run_once()
 
     async def _pass(self) -> None:
-        await self._follow_registration()
+        """One read (what changed, what work waits), the host's answers, one write (the runs and
+        their revisions), the snapshots, the release of the rows' sending marks; claims and
+        their sends only where the read found work, or this pass just recorded some."""
+        self._view = await self._read_view()
         # Each profile's identity is read once a pass, however many steps ask for it.
         self._identities = {}
         try:
-            ready = await self._outbox.ready(self.config)
-            self._owned = await self._runs.sync()
+            ready = await self._outbox.ready(self.config, claim=self._view.deleted)
+            self._rows = await self._runs.sync()
+            self._revisions = iter(self._rows.revisions)
             try:
                 await self.publish_snapshot(isolate_permanent=True)
             finally:
@@ -212,8 +221,22 @@ class RelayPublisher:
             await self._levels.sample()
         finally:
             self._identities = None
-            self._owned = None
+            self._view, self._rows, self._revisions = None, None, iter(())
             self._swallowed.settle()
+
+    async def _read_view(self) -> PassView:
+        """The pass's view; after adopting another replica's registration, that one's."""
+        view = await self._pass_view()
+        if view.generation in (None, self.config.generation):
+            return view
+        return await self._pass_view() if await self._follow_registration() else view
+
+    async def _pass_view(self) -> PassView:
+        grants = self.config.profiles
+        scopes = [grant.profile_id for grant in grants.values()]
+        return await self._store.pass_view(
+            self._leases.owner, list(grants), scopes, self._leases.now_ms()
+        )
 
     async def _follow_registration(self) -> bool:
         """Adopt a registration another replica saved (a new key or profile); whether one was."""
@@ -299,12 +322,19 @@ class RelayPublisher:
 
     async def build_states(self, profile: str) -> list[RelayState]:
         """One row per session of `profile` whose newest turn this replica publishes."""
-        owned = self._owned if self._owned is not None else await self._runs.sync()
-        rows = [run for run in owned if self._host.profiles_match(run.profile, profile)]
-        eligible = not await self._presence.active(profile) if self._alert_eligibility else True
+        written, allocated = self._rows, self._revisions
+        if written is None:  # outside a pass: a write of its own
+            written = await self._runs.sync()
+            allocated = iter(written.revisions)
+        rows = [run for run in written.runs if self._host.profiles_match(run.profile, profile)]
+        eligible = True
+        if self._alert_eligibility:
+            eligible = not await self._presence.active(profile, self._view)
         now_ms = self._leases.now_ms()
         planned = states.drafts(rows, now_ms)
-        revisions = await self._store.allocate_revisions(len(planned), now_ms)
+        revisions = list(itertools.islice(allocated, len(planned)))
+        if len(revisions) < len(planned):  # a row shown under two profiles takes two
+            revisions += await self._store.allocate_revisions(len(planned) - len(revisions), now_ms)
         return states.states(planned, revisions, eligible=eligible)
 
     async def _publishes(self, profile: str, grant: ProfileGrant) -> bool:
@@ -319,8 +349,11 @@ class RelayPublisher:
             return self._identities[profile]
         identity = None
         if await self._host.profile_available(profile):
-            with contextlib.suppress(CorruptStateError):
-                identity = await self._store.profile_identity(profile)
+            if self._view is not None:
+                identity = self._view.identities.get(profile)
+            if identity is None:  # none stored yet (or unreadable): mint it, as upstream
+                with contextlib.suppress(CorruptStateError):
+                    identity = await self._store.profile_identity(profile)
         if self._identities is not None:
             self._identities[profile] = identity
         return identity
@@ -334,7 +367,7 @@ class RelayPublisher:
             for profile, grant in self.config.profiles.items()
             if await self._publishes(profile, grant)
         ]
-        await self._announcements.publish(self.config, publishing)
+        await self._announcements.publish(self.config, publishing, self._view)
 
     # ── helpers ───────────────────────────────────────────────────────────────
 
