@@ -1,24 +1,31 @@
 """What one publisher pass costs the store: transactions and statements, at S=20 and S=200.
 
-A steady pass (nothing new) costs the same whatever the number of sessions, and a first pass
+A steady pass (nothing new) costs the same whatever the number of sessions or profiles: one read,
+one write transaction and the release of its sending marks (on SQLite one fsync, the release
+committing without one; on Postgres three round trips once a batch is one). A first pass
 announcing S sessions costs O(P + S/16) transactions, not one or more per session.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from harness import Env, relay_env
+from backends import on
+from databases import behind_the_store
+from harness import PUBLISHER_ID, Env, relay_env
+from sqlalchemy import text
 
+from relay.cli.bench.proxy import latency_proxy
 from relay.publishing.announcements import STARTED_BATCH
-from relay.store import open_store
+from relay.store import open_store, resolve
 from relay.store.sql import SqlStore, Stats
 
 PROFILES = ("default", "work", "home")
-
-pytestmark = pytest.mark.sqlite
+sqlite = pytest.mark.sqlite
 
 
 @pytest.fixture
@@ -64,6 +71,7 @@ async def _costs(store: SqlStore, sessions: int) -> tuple[tuple[int, int], tuple
     raise AssertionError("unreachable")
 
 
+@sqlite
 async def test_a_steady_pass_costs_the_same_at_20_and_200_sessions(tmp_path: Path) -> None:
     """With nothing new to announce, 200 sessions cost the store what 20 do."""
     costs = []
@@ -74,11 +82,124 @@ async def test_a_steady_pass_costs_the_same_at_20_and_200_sessions(tmp_path: Pat
     assert costs[0] == costs[1]
 
 
+@sqlite
 @pytest.mark.parametrize("sessions", [20, 200])
 async def test_a_first_pass_batches_its_announcements(sql_store: SqlStore, sessions: int) -> None:
-    """Announcing S sessions in P profiles costs at most a few transactions per profile plus two
-    per batch of 16 (its claim and its mark), never one per session."""
+    """Announcing S sessions in P profiles costs at most two transactions per profile (its
+    sightings recorded, and the claim that finds the batches' end) plus two per batch of 16
+    (its claim and its mark), never one per session."""
     (first_tx, _), (steady_tx, _) = await _costs(sql_store, sessions)
     batches = len(PROFILES) * -(-sessions // STARTED_BATCH)
-    assert first_tx <= steady_tx + len(PROFILES) + 2 * batches
+    assert first_tx <= steady_tx + 2 * len(PROFILES) + 2 * batches
     assert first_tx < sessions * len(PROFILES)
+
+
+# ── a steady pass: one read, one write, one release ──────────────────────────
+
+
+def _spent(before: Stats, after: Stats) -> Stats:
+    return Stats(
+        after.transactions - before.transactions,
+        after.statements - before.statements,
+        after.writes - before.writes,
+        after.unsynced - before.unsynced,
+    )
+
+
+@asynccontextmanager
+async def _steady(store: SqlStore, profiles: int, sessions: int) -> AsyncIterator[Env]:
+    """`profiles` paired profiles with `sessions` live sessions spread over them, announced and
+    published: what is left for the next pass is a steady one."""
+    names = ("default", *(f"p{n}" for n in range(1, profiles)))
+    async with relay_env(store, profiles=names) as env:
+        await env.pair(names[0])
+        for name in names[1:]:
+            await env.pair(name, user=f"usr_{name}")
+        env.clock.advance(1)
+        for n in range(sessions):
+            env.host.create_session(f"s-{n}", names[n % profiles], f"Chat {n}")
+            env.host.start_run(f"s-{n}")
+        assert await env.publish() is None  # the first pass: the sightings announced
+        assert await env.publish() is None  # every statement prepared, every pool warm
+        yield env
+
+
+async def _published_all(env: Env, sessions: int, snapshots: int) -> None:
+    """The pass just run sent every profile's snapshot, with every session in it."""
+    config = await env.config()
+    assert len(env.accepted("snapshot")) - snapshots == len(config.profiles)
+    rows = {
+        row.session_id
+        for grant in config.profiles.values()
+        for row in env.relay.rows(PUBLISHER_ID, grant.profile_id)
+    }
+    assert rows == {f"s-{n}" for n in range(sessions)}
+
+
+async def _steady_pass(store: SqlStore, profiles: int, sessions: int) -> Stats:
+    """What a steady pass costs the store."""
+    async with _steady(store, profiles, sessions) as env:
+        before, snapshots = replace(store.stats), len(env.accepted("snapshot"))
+        assert await env.publish() is None
+        spent = _spent(before, store.stats)
+        await _published_all(env, sessions, snapshots)
+        return spent
+    raise AssertionError("unreachable")
+
+
+@sqlite
+@pytest.mark.parametrize("profiles", [3, 20])
+@pytest.mark.parametrize("sessions", [20, 200])
+async def test_a_steady_pass_is_one_read_one_write_and_one_release(
+    tmp_path: Path, profiles: int, sessions: int
+) -> None:
+    """On SQLite a steady pass is three transactions, one of them fsync-bearing (its write): the
+    release of its sending marks commits without an fsync, whatever P and S."""
+    async with open_store(f"sqlite:///{tmp_path / 'relay.db'}") as store:
+        assert isinstance(store, SqlStore)
+        spent = await _steady_pass(store, profiles, sessions)
+    assert spent.transactions <= 3
+    assert spent.writes <= 1
+    assert spent.unsynced <= 1
+
+
+@on("postgres")
+async def test_a_steady_pass_on_postgres_is_three_transactions(store_url: str) -> None:
+    """On Postgres a steady pass is three transactions (read, write, release) at P=20, S=200."""
+    async with open_store(store_url) as store:
+        assert isinstance(store, SqlStore)
+        spent = await _steady_pass(store, 20, 200)
+    assert spent.transactions <= 3
+
+
+async def _has_batch_function(store_url: str) -> bool:
+    rows = await behind_the_store(
+        store_url, text("SELECT EXISTS (SELECT 1 FROM pg_proc WHERE proname = 'relay_batch')")
+    )
+    return bool(rows[0][0][0])
+
+
+@on("postgres")
+async def test_a_steady_pass_on_postgres_is_three_round_trips(store_url: str) -> None:
+    """Counted at a proxy in front of Postgres, a steady pass at P=20, S=200 is three round
+    trips: the read, the write sent as one batch, the release.
+
+    PENDING until `Runner.batch` sends a batch in one round trip on Postgres (a server-side
+    `relay_batch` function, another change): skipped while the schema has no such function,
+    since each statement of a batch is a round trip of its own until then.
+    """
+    if not await _has_batch_function(store_url):
+        pytest.skip("pending: no relay_batch function, a batch is a round trip a statement")
+    address = resolve(store_url).sqlalchemy_url
+    async with latency_proxy(address.host or "127.0.0.1", address.port or 5432, 0) as (
+        port,
+        counts,
+    ):
+        proxied = address.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
+        async with open_store(proxied) as store:
+            assert isinstance(store, SqlStore)
+            async with _steady(store, 20, 200) as env:
+                before, snapshots = counts.round_trips, len(env.accepted("snapshot"))
+                assert await env.publish() is None
+                assert counts.round_trips - before <= 3
+                await _published_all(env, 200, snapshots)
