@@ -255,13 +255,19 @@ class RelayPublisher:
     # ── snapshots ─────────────────────────────────────────────────────────────
 
     async def publish_snapshot(self, *, isolate_permanent: bool = False) -> None:
-        """Publish every profile; with isolation a permanent error disables only that profile."""
+        """Publish every profile; with isolation a permanent error disables only that profile.
+
+        Every profile's states are built (from the pass's write) before the first is sent.
+        """
         retryable: RelayHttpError | None = None
-        for profile, grant in self.config.profiles.items():
-            if not await self._publishes(profile, grant):
-                continue
+        snapshots = [
+            (profile, grant, await self.build_states(profile))
+            for profile, grant in self.config.profiles.items()
+            if await self._publishes(profile, grant)
+        ]
+        for profile, grant, built in snapshots:
             try:
-                await self._publish_profile_snapshot(profile, grant.profile_id)
+                await self._publish_profile_snapshot(profile, grant.profile_id, built)
             except RelayHttpError as error:
                 if not isolate_permanent:
                     raise
@@ -287,18 +293,23 @@ class RelayPublisher:
             if grant.identity != expected_identity or current != expected_identity:
                 raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
             try:
-                await self._publish_profile_snapshot(profile, profile_id)
+                await self._publish_profile_snapshot(
+                    profile, profile_id, await self.build_states(profile)
+                )
             finally:
                 await self._runs.release()
             return
         raise RelayPairingError("Talaria Relay profile enrollment is unavailable", 502)
 
-    async def _publish_profile_snapshot(self, profile: str, profile_id: str) -> None:
-        built = await self.build_states(profile)
+    async def _publish_profile_snapshot(
+        self, profile: str, profile_id: str, built: list[RelayState]
+    ) -> None:
+        # Read at the send: the states may have been built before a send found it refused.
+        eligibility = self._alert_eligibility
         try:
-            await self._put_snapshot(profile, profile_id, built, with_eligibility=True)
+            await self._put_snapshot(profile, profile_id, built, with_eligibility=eligibility)
         except RelayHttpError as error:
-            if error.retryable or all(state.alert_eligible for state in built):
+            if error.retryable or not eligibility or all(s.alert_eligible for s in built):
                 raise
             # A relay that predates alertEligible rejects the field: resend without it, for good.
             await self._put_snapshot(profile, profile_id, built, with_eligibility=False)
