@@ -23,6 +23,8 @@ from relay.cli.bench.proxy import latency_proxy
 from relay.publishing.announcements import STARTED_BATCH
 from relay.store import open_store, resolve
 from relay.store.sql import SqlStore, Stats
+from relay.store.sql.dialect import Compiled
+from relay.store.sql.runner import Tx
 
 PROFILES = ("default", "work", "home")
 sqlite = pytest.mark.sqlite
@@ -203,3 +205,29 @@ async def test_a_steady_pass_on_postgres_is_three_round_trips(store_url: str) ->
                 assert await env.publish() is None
                 assert counts.round_trips - before <= 3
                 await _published_all(env, 200, snapshots)
+
+
+@sqlite
+async def test_only_a_write_asked_not_to_be_durable_commits_without_an_fsync(
+    sql_store: SqlStore,
+) -> None:
+    """`durable=False` commits its own transaction at `synchronous=NORMAL` (in WAL mode: no
+    fsync), and every write before and after it, failed or not, at FULL."""
+    pragma = Compiled("PRAGMA synchronous", None, {})
+
+    async def level(tx: Tx) -> int:
+        return int((await tx.rows(pragma))[0][0])
+
+    async def failing(tx: Tx) -> None:
+        raise RuntimeError("the body failed")
+
+    runner = sql_store._db
+    full, normal = 2, 1
+    assert await runner.write(level) == full
+    before = replace(runner.stats)
+    assert await runner.write(level, single=True, durable=False) == normal
+    assert (runner.stats.writes, runner.stats.unsynced) == (before.writes, before.unsynced + 1)
+    assert await runner.write(level) == full
+    with pytest.raises(RuntimeError):
+        await runner.write(failing, durable=False)
+    assert await runner.write(level) == full
