@@ -21,6 +21,7 @@ from relay.protocol import (
 )
 from relay.store import checks
 from relay.store.contract import PresenceLeases
+from relay.store.records import PassView
 
 # Upstream admits 2^53 itself; one less keeps every stored sequence a safe integer.
 MAX_SEQ = MAX_SAFE_INTEGER
@@ -66,9 +67,13 @@ class Presence:
         )
         return {"ok": True, "lease_seconds": PRESENCE_LEASE_MS // 1000 if active else 0}
 
-    async def active(self, profile: str) -> bool:
-        """Whether a tab of the profile holds an active, unexpired lease."""
-        return await self._store.presence_active(checks.text("profile", profile), self._now_ms())
+    async def active(self, profile: str, view: PassView | None = None) -> bool:
+        """Whether a tab of the profile holds an active, unexpired lease; as a publishing pass's
+        `view` read it, when it read the profile's."""
+        checks.text("profile", profile)
+        if view is not None and profile in view.presence:
+            return view.presence[profile]
+        return await self._store.presence_active(profile, self._now_ms())
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from relay.protocol import STARTED_WINDOW_MS
 from relay.store import DeletedScope, DeletedView, PresenceLease, StartedEntry, StartedScope
+from relay.store.records import PassView
 
 
 @dataclass
@@ -186,6 +187,30 @@ class Model:
 
     def presence(self) -> list[PresenceLease]:
         return sorted(self.leases.values(), key=lambda v: (-v.updated_at, v.profile, v.tab_id))
+
+    # ── a publishing pass's view (of stores with no registration) ──
+
+    def view(self, owner: str, profiles: list[str], scopes: list[str], now_ms: int) -> PassView:
+        """What `pass_view` must answer: what a claim by `owner` would take, and the rest."""
+
+        def claimable(entry: StartedEntry) -> bool:
+            free = entry.claimed_until is None or entry.claimed_until <= now_ms
+            return not entry.sent and (free or entry.claimed_by == owner)
+
+        def deletable(view: DeletedView) -> bool:
+            holder, until = self.claims.get(view.id, (owner, 0))
+            return holder == owner or until <= now_ms
+
+        return PassView(
+            None,
+            {p: self.identities.get(p) for p in profiles},
+            {p: self.active(p, now_ms) for p in profiles},
+            any(deletable(view) for view in self.views.values()),
+            frozenset(
+                s for s in scopes if any(claimable(e) for e in self.entries.get(s, {}).values())
+            ),
+            frozenset(s for s in scopes if s not in self.scopes),
+        )
 
 
 def oldest_first(entries: Iterable[StartedEntry]) -> list[StartedEntry]:

@@ -18,6 +18,7 @@ from relay.publishing.leases import Leases
 from relay.publishing.logs import Refusals, Reporter, Swallowed
 from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import StartedLedger
+from relay.store.records import PassView
 
 # Announcements are claimed a batch at a time; a claim is renewed while its batch is still going
 # out. Each batch costs one transaction (its mark, with the next claim), so bigger is cheaper, up
@@ -55,7 +56,10 @@ class Announcements:
         await self._store.track_started(scopes, self._now_ms())
 
     async def publish(
-        self, config: RelayConfig, publishing: list[tuple[str, ProfileGrant]]
+        self,
+        config: RelayConfig,
+        publishing: list[tuple[str, ProfileGrant]],
+        view: PassView | None = None,
     ) -> None:
         """Announce each newly seen session of the `publishing` profiles once, oldest first.
 
@@ -63,9 +67,19 @@ class Announcements:
         the batch that went out is marked sent in the transaction that claims the next. So a
         pass that announces S sessions costs ⌈S / STARTED_BATCH⌉ + 2 transactions (its
         sightings, its first claim, a mark-and-claim per batch), whatever the number of profiles;
-        no transaction is open while a batch goes out.
+        no transaction is open while a batch goes out. With the pass's `view`, a scope is claimed
+        from only if the view found unsent entries there or this pass recorded some, and the
+        floors are set only if the view found a scope without one.
         """
-        await self._observe(config, publishing)
+        recorded = await self._observe(config, publishing, view is None or bool(view.untracked))
+        if view is not None:
+            publishing = [
+                (profile, grant)
+                for profile, grant in publishing
+                if grant.profile_id in view.unsent or grant.profile_id in recorded
+            ]
+        if not publishing:
+            return
         profiles = {grant.profile_id: profile for profile, grant in publishing}
         scopes = list(profiles)
         leases = self._leases
@@ -95,13 +109,16 @@ class Announcements:
                 )
 
     async def _observe(
-        self, config: RelayConfig, publishing: list[tuple[str, ProfileGrant]]
-    ) -> None:
-        """Record every messageful session started in a publishing profile, in one transaction."""
+        self, config: RelayConfig, publishing: list[tuple[str, ProfileGrant]], track: bool
+    ) -> set[str]:
+        """Record every messageful session started in a publishing profile, in one transaction;
+        the scopes that got new sightings. `track`: start the floors of scopes without a ledger
+        first."""
         index: list[IndexRow] = await self._swallowed.call(
             "session_index", self._index, [], "announcing Agent sessions only"
         )
-        await self.track(config)
+        if track:
+            await self.track(config)
         self._forget_old_sightings()
         seen: dict[str, list[tuple[str, int]]] = {}
         for profile, grant in publishing:
@@ -126,6 +143,7 @@ class Announcements:
             await self._store.record_started_scopes(seen, self._now_ms())
             for profile_id, sightings in seen.items():
                 self._recorded.update(((profile_id, sid), ms) for sid, ms in sightings)
+        return set(seen)
 
     async def _index(self) -> list[IndexRow]:
         return list(await self._host.session_index())

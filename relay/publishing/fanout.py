@@ -51,6 +51,18 @@ async def attempt_all(
     return outcomes
 
 
+Failed = tuple[str, str, Exception]  # a profile, its relay scope, what its attempt raised
+
+
+def sort_out(failed: Sequence[Failed]) -> tuple[list[Failed], list[Exception]]:
+    """The permanent refusals (each disables its profile alone) and the failures that back off
+    the publisher (network errors, retryable statuses, anything unexpected)."""
+    permanent = [
+        one for one in failed if isinstance(one[2], RelayHttpError) and not one[2].retryable
+    ]
+    return permanent, [one[2] for one in failed if one not in permanent]
+
+
 def _wait_asked(error: Exception) -> float:
     """The seconds the relay asked to wait (`Retry-After`), 0 when it asked nothing."""
     return (error.retry_after or 0.0) if isinstance(error, RelayHttpError) else 0.0

@@ -58,9 +58,16 @@ class Outbox:
             report, "viewed acknowledgement", "Live Activities clear only from the app"
         )
 
-    async def ready(self, config: RelayConfig) -> list[tuple[str, View]]:
-        """What a pass sends after its snapshot: the queued views, then the deleted outbox."""
+    async def ready(self, config: RelayConfig, *, claim: bool = True) -> list[tuple[str, View]]:
+        """What a pass sends after its snapshot: the queued views, then the deleted outbox.
+
+        Without `claim` (the pass's view found nothing this replica would claim) the outbox is
+        left alone: this replica holds no claim on it either.
+        """
         ready = list(self.views.items())
+        if not claim:
+            self._claimed = set()
+            return ready
         deleted = await self._deleted(config)
         return ready + [(v.session_id, View(v.profile, v.through, v)) for v in deleted]
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import math
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -49,14 +50,15 @@ from relay.publishing.loop import LoopHealth, PassLoop
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
 from relay.publishing.states import Terminal
-from relay.store import ProfileGrant, RelayConfig, RunState
-from relay.store.contract import LeaseWatch, Registration, Revisions, RunStates
+from relay.store import ProfileGrant, RelayConfig
+from relay.store.contract import LeaseWatch, Passes, Registration, Revisions, RunStates
+from relay.store.records import PassRows, PassView
 
 # The name predates this module's move into `publishing/`; operators filter on it (README).
 logger = logging.getLogger("relay.publisher")
 
 
-class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Backlog, Protocol):
+class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Passes, Backlog, Protocol):
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
 
 
@@ -125,8 +127,11 @@ class RelayPublisher:
             swallowed=self._swallowed,
             report=self._report,
         )
-        # The rows this replica publishes, read once a pass.
-        self._owned: list[RunState] | None = None
+        # A pass's one read, and its one write: the rows this replica publishes, and the
+        # revisions allocated for them, handed out as the profiles' states are built.
+        self._view: PassView | None = None
+        self._rows: PassRows | None = None
+        self._revisions: Iterator[int] = iter(())
         self._levels = Levels(store)
 
     @property
@@ -196,12 +201,16 @@ class RelayPublisher:
         return await self._loop.run_once()
 
     async def _pass(self) -> None:
-        await self._follow_registration()
+        """One read (what changed, what work waits), the host's answers, one write (the runs and
+        their revisions), the snapshots, the release of the rows' sending marks; claims and
+        their sends only where the read found work, or this pass just recorded some."""
+        self._view = await self._read_view()
         # Each profile's identity is read once a pass, however many steps ask for it.
         self._identities = {}
         try:
-            ready = await self._outbox.ready(self.config)
-            self._owned = await self._runs.sync()
+            ready = await self._outbox.ready(self.config, claim=self._view.deleted)
+            self._rows = await self._runs.sync()
+            self._revisions = iter(self._rows.revisions)
             try:
                 await self.publish_snapshot(isolate_permanent=True)
             finally:
@@ -211,8 +220,19 @@ class RelayPublisher:
             await self._levels.sample()
         finally:
             self._identities = None
-            self._owned = None
+            self._view, self._rows, self._revisions = None, None, iter(())
             self._swallowed.settle()
+
+    async def _read_view(self, following: bool = True) -> PassView:
+        """The pass's view; after adopting another replica's registration, that one's."""
+        grants = self.config.profiles
+        scopes = [grant.profile_id for grant in grants.values()]
+        view = await self._store.pass_view(
+            self._leases.owner, list(grants), scopes, self._leases.now_ms()
+        )
+        if following and view.generation not in (None, self.config.generation):
+            return await self._read_view(False) if await self._follow_registration() else view
+        return view
 
     async def _follow_registration(self, refused: int | None = None) -> bool:
         """Adopt a registration another replica saved (a new key or profile); whether one was.
@@ -240,16 +260,11 @@ class RelayPublisher:
     # ── snapshots ─────────────────────────────────────────────────────────────
 
     async def publish_snapshot(self, *, isolate_permanent: bool = False) -> None:
-        """Publish every profile: each one's states built in turn, then their PUTs side by side.
-
-        Every profile is attempted whatever the others' outcomes (`publishing.fanout`). Without
-        isolation the error of the earliest failed profile (config order: by name) is raised.
-        With it, a permanent HTTP error disables only its profile, and the other failures back
-        off the publisher: the one asking the longest Retry-After is raised (of equals, the
-        earliest profile's), so neither depends on which answer came back first.
-        """
-        # Store work first, profile by profile (revisions as before); no store call is in flight
-        # while the PUTs are.
+        """Publish every profile: all states built, then the PUTs side by side (`fanout`), each
+        attempted whatever the others do. Without isolation the earliest failed profile's error
+        is raised; with it a permanent refusal disables its profile alone, and the failure
+        asking the longest Retry-After backs off the publisher."""
+        # No store call is in flight while the PUTs are.
         built: list[tuple[str, str, list[RelayState]]] = []
         for profile, grant in self.config.profiles.items():
             if await self._publishes(profile, grant):
@@ -264,15 +279,12 @@ class RelayPublisher:
         ]
         if failed and not isolate_permanent:
             raise failed[0][2]
-        backoff: list[Exception] = []
-        for profile, profile_id, error in failed:
-            if not isinstance(error, RelayHttpError) or error.retryable:
-                backoff.append(error)
-                continue
+        permanent, backoff = fanout.sort_out(failed)
+        for profile, profile_id, error in permanent:
             self._disabled.add(profile_id)
+            status = error.status if isinstance(error, RelayHttpError) else None
             self._report.error(
-                f"[relay] Talaria relay disabled profile {profile} after permanent "
-                f"HTTP {error.status}"
+                f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
             )
         if backoff:
             raise fanout.longest_wait(backoff)
@@ -295,10 +307,12 @@ class RelayPublisher:
 
     async def _send_snapshot(self, profile: str, profile_id: str, built: list[RelayState]) -> None:
         """One profile's snapshot; sent again without alertEligible if the relay refuses it."""
+        # Read at the send: the states may have been built before a send found it refused.
+        eligibility = self._alert_eligibility
         try:
-            await self._put_snapshot(profile, profile_id, built, with_eligibility=True)
+            await self._put_snapshot(profile, profile_id, built, with_eligibility=eligibility)
         except RelayHttpError as error:
-            if error.retryable or all(state.alert_eligible for state in built):
+            if error.retryable or not eligibility or all(s.alert_eligible for s in built):
                 raise
             # A relay that predates alertEligible rejects the field: resend without it, for good.
             await self._put_snapshot(profile, profile_id, built, with_eligibility=False)
@@ -322,12 +336,19 @@ class RelayPublisher:
 
     async def build_states(self, profile: str) -> list[RelayState]:
         """One row per session of `profile` whose newest turn this replica publishes."""
-        owned = self._owned if self._owned is not None else await self._runs.sync()
-        rows = [run for run in owned if self._host.profiles_match(run.profile, profile)]
-        eligible = not await self._presence.active(profile) if self._alert_eligibility else True
+        written, allocated = self._rows, self._revisions
+        if written is None:  # outside a pass: a write of its own
+            written = await self._runs.sync()
+            allocated = iter(written.revisions)
+        rows = [run for run in written.runs if self._host.profiles_match(run.profile, profile)]
+        eligible = True
+        if self._alert_eligibility:
+            eligible = not await self._presence.active(profile, self._view)
         now_ms = self._leases.now_ms()
         planned = states.drafts(rows, now_ms)
-        revisions = await self._store.allocate_revisions(len(planned), now_ms)
+        revisions = list(itertools.islice(allocated, len(planned)))
+        if len(revisions) < len(planned):  # a row shown under two profiles takes two
+            revisions += await self._store.allocate_revisions(len(planned) - len(revisions), now_ms)
         return states.states(planned, revisions, eligible=eligible)
 
     async def _publishes(self, profile: str, grant: ProfileGrant) -> bool:
@@ -342,8 +363,11 @@ class RelayPublisher:
             return self._identities[profile]
         identity = None
         if await self._host.profile_available(profile):
-            with contextlib.suppress(CorruptStateError):
-                identity = await self._store.profile_identity(profile)
+            if self._view is not None:
+                identity = self._view.identities.get(profile)
+            if identity is None:  # none stored yet (or unreadable): mint it, as upstream
+                with contextlib.suppress(CorruptStateError):
+                    identity = await self._store.profile_identity(profile)
         if self._identities is not None:
             self._identities[profile] = identity
         return identity
@@ -357,7 +381,7 @@ class RelayPublisher:
             for profile, grant in self.config.profiles.items()
             if await self._publishes(profile, grant)
         ]
-        await self._announcements.publish(self.config, publishing)
+        await self._announcements.publish(self.config, publishing, self._view)
 
     # ── helpers ───────────────────────────────────────────────────────────────
 

@@ -20,13 +20,14 @@ from relay.publishing.leases import Leases
 from relay.publishing.logs import Swallowed
 from relay.publishing.states import Terminal
 from relay.store import RunState
-from relay.store.contract import LeaseWatch, RunStates
+from relay.store.contract import LeaseWatch, Passes, RunStates
+from relay.store.records import PassRows
 
 # How often a replica looks whether another one has finished sending a row it took over.
 SENDING_POLL_S = 0.05
 
 
-class RunStore(RunStates, LeaseWatch, Protocol):
+class RunStore(RunStates, LeaseWatch, Passes, Protocol):
     """The aggregates this side reads and writes."""
 
 
@@ -59,11 +60,14 @@ class HostedRuns:
     def ended(self, run: ActiveRun, phase: str) -> None:
         self.terminal[run.session_id.strip()] = Terminal(run, phase, self._clock())
 
-    async def sync(self) -> list[RunState]:
-        """Tell the others what this replica hosts; the rows it publishes (its own, taken over).
+    async def sync(self) -> PassRows:
+        """Tell the others what this replica hosts; the rows it publishes (its own, taken over),
+        each with a revision, in the pass's one write.
 
         A row just taken from a replica still sending it is published after that send, so the
-        relay never gets its older turn last: this waits a request's time at most.
+        relay never gets its older turn last: this waits a request's time at most (each try
+        allocates revisions anew; those of the earlier tries are never used, a gap the relay
+        does not mind: revisions only have to rise).
         """
         now = self._clock()
         self.terminal = states.retained(self.terminal, now)
@@ -84,15 +88,15 @@ class HostedRuns:
         give_up = clock() + REQUEST_TIMEOUT_S + 1
         while True:
             now_ms = self._leases.now_ms()
-            owned = await self._store.sync_runs(
+            written = await self._store.pass_write(
                 owner,
                 hosted,
                 now_ms,
                 lease_ms=self._leases.lease_ms,
                 retention_ms=TERMINAL_RETENTION_S * 1000,
             )
-            if clock() >= give_up or not any(r.sent_elsewhere(owner, now_ms) for r in owned):
-                return owned
+            if clock() >= give_up or not any(r.sent_elsewhere(owner, now_ms) for r in written.runs):
+                return written
             await asyncio.sleep(SENDING_POLL_S)
 
     async def release(self) -> None:

@@ -13,6 +13,8 @@ from relay.store.keys.keyring import Passphrase
 from relay.store.records import (
     DeletedScope,
     DeletedView,
+    PassRows,
+    PassView,
     PresenceLease,
     RelayConfig,
     RunState,
@@ -307,6 +309,38 @@ class LeaseWatch(Protocol):
         ...
 
 
+class Passes(Protocol):
+    """A publishing pass's store work: one read before it, one write transaction, whatever the
+    number of profiles. Each is what the methods it stands for would answer, read or do."""
+
+    async def pass_view(
+        self, owner: str, profiles: Iterable[str], scopes: Iterable[str], now_ms: int
+    ) -> PassView:
+        """In one read: the registration's generation; each of `profiles`' identity (minting
+        none) and presence; whether `owner` would claim anything from the deleted outbox now;
+        which of `scopes` hold unsent announcements `owner` would claim now, and which have no
+        ledger yet. Nothing changes.
+        """
+        ...
+
+    async def pass_write(
+        self,
+        owner: str,
+        live: Iterable[RunState],
+        now_ms: int,
+        *,
+        lease_ms: int,
+        retention_ms: int,
+    ) -> PassRows:
+        """`sync_runs`, and one revision for each row it returns, in one transaction.
+
+        The revisions are what `allocate_revisions(len(rows), now_ms)` would hand out; none when
+        no row is returned. When they would pass 2^53-1, `CorruptStateError`, and nothing
+        changes (not the runs either).
+        """
+        ...
+
+
 class StateTransfer(Protocol):
     """Folding in state copied from another store."""
 
@@ -330,6 +364,7 @@ class RelayStore(
     PresenceLeases,
     RunStates,
     LeaseWatch,
+    Passes,
     StateTransfer,
     Protocol,
 ):

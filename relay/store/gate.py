@@ -20,6 +20,7 @@ from relay.store import checks
 from relay.store.checks import read
 from relay.store.contract import RelayStore
 from relay.store.keys.gate import KeyGate
+from relay.store.pass_gate import PAST_THE_CAP, PassGate
 from relay.store.records import (
     OWNER_LIMIT,
     DeletedScope,
@@ -38,7 +39,7 @@ T = TypeVar("T")
 @metrics.timed_methods(
     RelayStore, skip=("close", "display_url", "backend", "schema_revision", "unwritable")
 )
-class StoreGate(KeyGate, RunGate, RelayStore):
+class StoreGate(KeyGate, RunGate, PassGate, RelayStore):
     """Every public method of `RelayStore`: check, call the backend's hook, check its answer.
 
     Each one is timed into `relay.store.transaction.duration` (the decorator above).
@@ -90,9 +91,7 @@ class StoreGate(KeyGate, RunGate, RelayStore):
             return []
         last = await self._allocate_revisions(count, now_ms)
         if last is None:
-            raise CorruptStateError(
-                "the revision counter would pass 2^53-1; nothing was handed out"
-            )
+            raise CorruptStateError(PAST_THE_CAP)
         if type(last) is not int or not count <= last <= MAX_SAFE_INTEGER:
             raise CorruptStateError(f"stored revision floor {last!r} is invalid")
         return list(range(last - count + 1, last + 1))

@@ -27,7 +27,7 @@ from relay.store.records import (
     StartedScope,
     StateBatch,
 )
-from relay.store.rules import ledger, outbox, presence, revisions
+from relay.store.rules import ledger, outbox, passes, presence, revisions
 from relay.store.rules import runs as run_rules
 from relay.store.url import MEMORY
 
@@ -243,6 +243,34 @@ class MemoryStore(StoreGate):
     async def _run_states(self) -> list[RunState]:
         with self._locked() as s:
             return [s.runs[sid] for sid in sorted(s.runs)]
+
+    # ── publishing passes ─────────────────────────────────────────────────────
+
+    async def _pass_view(
+        self, owner: str, profiles: list[str], scopes: list[str], now_ms: int
+    ) -> passes.Reading:
+        with self._locked() as s:
+            reading = passes.read(owner, now_ms, s.started, s.deleted, s.claims, s.presence)
+            reading.generation = None if s.config is None else s.config.generation
+            reading.identities = dict(s.identities)
+            return reading
+
+    async def _pass_write(
+        self,
+        owner: str,
+        live: list[RunState],
+        now_ms: int,
+        until: int,
+        cutoff: int,
+        forget_before: int,
+    ) -> tuple[list[RunState], int] | None:
+        with self._locked() as s:
+            written = passes.write(
+                s.runs, s.forgotten, s.floor, owner, live, now_ms, until, cutoff, forget_before
+            )
+            if written is not None:
+                s.floor = written[1]
+            return written
 
     # ── presence leases ───────────────────────────────────────────────────────
 

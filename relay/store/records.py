@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from relay.errors import InvalidInputError
-from relay.protocol import MAX_ID, PHASES, TERMINAL_PHASES
+from relay.protocol import MAX_ID, MAX_SAFE_INTEGER, PHASES, TERMINAL_PHASES
 from relay.store import checks
 
 CONFIG_VERSION = 2
@@ -202,6 +202,74 @@ class RunState:
     def sent_elsewhere(self, owner: str, now_ms: int) -> bool:
         """Whether another replica may still be sending a snapshot that holds this row."""
         return self.sending_by not in (None, owner) and self.sending_until > now_ms
+
+
+@dataclass(frozen=True, slots=True)
+class PassView:
+    """What a publishing pass reads before it starts, all in one read: what has changed since the
+    last pass, and what work is waiting for it.
+
+    `identities` and `presence` hold every profile asked about (an identity None when none is
+    stored, or the stored one is invalid); `unsent` and `untracked` are subsets of the scopes
+    asked about.
+    """
+
+    # The stored registration's generation; None when there is none (absent, or not version 2).
+    generation: int | None
+    identities: Mapping[str, str | None]
+    presence: Mapping[str, bool]
+    # Whether the deleted outbox holds entries the owner may claim.
+    deleted: bool
+    # Scopes holding unsent announcements the owner may claim.
+    unsent: frozenset[str]
+    # Scopes without a ledger yet.
+    untracked: frozenset[str]
+
+    def __post_init__(self) -> None:
+        try:
+            if self.generation is not None:
+                checks.int64("generation", self.generation)
+            identities = dict(checks.mapping("identities", self.identities))
+            for name, identity in identities.items():
+                checks.text("profile", name)
+                if identity is not None:
+                    checks.identity(f"identity of profile {name!r}", identity)
+            presence = dict(checks.mapping("presence", self.presence))
+            for name, active in presence.items():
+                checks.text("profile", name)
+                checks.flag(f"presence of profile {name!r}", active)
+            checks.flag("deleted", self.deleted)
+            for kind, scopes in (("unsent", self.unsent), ("untracked", self.untracked)):
+                checks.instance(kind, scopes, frozenset)
+                for scope in scopes:
+                    checks.text(f"{kind} scope", scope)
+        except InvalidInputError as error:
+            raise _fields("PassView", error) from None
+        object.__setattr__(self, "identities", MappingProxyType(identities))
+        object.__setattr__(self, "presence", MappingProxyType(presence))
+
+
+@dataclass(frozen=True, slots=True)
+class PassRows:
+    """A publishing pass's write: the rows its replica publishes, oldest first, and one revision
+    allocated for each, in increasing order."""
+
+    runs: tuple[RunState, ...]
+    revisions: range
+
+    def __post_init__(self) -> None:
+        try:
+            runs = tuple(checks.items("runs", self.runs, None))
+            for run in runs:
+                checks.instance("run", run, RunState)
+            checks.instance("revisions", self.revisions, range)
+            if self.revisions.step != 1 or len(self.revisions) != len(runs):
+                raise InvalidInputError("revisions must be one increasing run, one per row")
+            if runs and not 1 <= self.revisions[0] <= self.revisions[-1] <= MAX_SAFE_INTEGER:
+                raise InvalidInputError("revisions must lie in 1..2^53-1")
+        except InvalidInputError as error:
+            raise _fields("PassRows", error) from None
+        object.__setattr__(self, "runs", runs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,27 @@ def lease_end(now_ms: int, lease_ms: int) -> int:
     return checks.until("lease", now_ms, checks.safe_int("lease_ms", lease_ms, 1))
 
 
+def sync_arguments(
+    owner: str, live: Iterable[RunState], now_ms: int, lease_ms: int, retention_ms: int
+) -> tuple[list[RunState], int, int, int]:
+    """A sync's arguments checked: (the live runs in session order, the lease's end, the
+    retention's cutoff, when remembered turns are forgotten)."""
+    checks.text("owner", owner, OWNER_LIMIT)
+    runs: dict[str, RunState] = {}
+    for run in checks.items("live", live):
+        checks.instance("live run", run, RunState)
+        if run.owner != owner:
+            raise InvalidInputError(f"live run {run.session_id!r} is not owned by {owner!r}")
+        if run.session_id in runs:
+            raise InvalidInputError(f"live runs name session {run.session_id!r} twice")
+        runs[run.session_id] = run
+    until = lease_end(now_ms, lease_ms)
+    cutoff = max(now_ms - checks.time_ms("retention_ms", retention_ms), 0)
+    forget_before = max(now_ms - max(TURN_MEMORY_MS, retention_ms), 0)
+    # Rows are locked in one order by every replica.
+    return [runs[sid] for sid in sorted(runs)], until, cutoff, forget_before
+
+
 class RunGate(RunStates, LeaseWatch):
     """Checks what goes into the run-state hooks; records check what comes out."""
 
@@ -38,20 +59,9 @@ class RunGate(RunStates, LeaseWatch):
         lease_ms: int,
         retention_ms: int,
     ) -> list[RunState]:
-        checks.text("owner", owner, OWNER_LIMIT)
-        runs: dict[str, RunState] = {}
-        for run in checks.items("live", live):
-            checks.instance("live run", run, RunState)
-            if run.owner != owner:
-                raise InvalidInputError(f"live run {run.session_id!r} is not owned by {owner!r}")
-            if run.session_id in runs:
-                raise InvalidInputError(f"live runs name session {run.session_id!r} twice")
-            runs[run.session_id] = run
-        until = lease_end(now_ms, lease_ms)
-        cutoff = max(now_ms - checks.time_ms("retention_ms", retention_ms), 0)
-        forget_before = max(now_ms - max(TURN_MEMORY_MS, retention_ms), 0)
-        # Rows are locked in one order by every replica.
-        ordered = [runs[sid] for sid in sorted(runs)]
+        ordered, until, cutoff, forget_before = sync_arguments(
+            owner, live, now_ms, lease_ms, retention_ms
+        )
         return await read(
             "run", self._sync_runs(owner, ordered, now_ms, until, cutoff, forget_before)
         )

@@ -186,6 +186,21 @@ class Differential(RuleBasedStateMachine):
     def keep_alive(self, owner: str, lease: int) -> None:
         self.same(lambda s: s.keep_alive(owner, self.now, lease))
 
+    @rule(owner=st.sampled_from(OWNERS), scopes=st.lists(st.sampled_from(SCOPES), unique=True))
+    def pass_view(self, owner: str, scopes: list[str]) -> None:
+        self.same(lambda s: s.pass_view(owner, ["default", "work"], scopes, self.now))
+
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        hosted=st.dictionaries(st.sampled_from(SESSIONS[:2]), st.tuples(st.integers(0, 5), phases)),
+        lease=leases,
+    )
+    def pass_write(self, owner: str, hosted: dict[str, tuple[int, str]], lease: int) -> None:
+        live = [self._turn(s, turn, phase, owner) for s, (turn, phase) in sorted(hosted.items())]
+        self.same(
+            lambda s: s.pass_write(owner, live, self.now, lease_ms=lease, retention_ms=RETENTION)
+        )
+
     @invariant()
     def whole_state(self) -> None:
         """Every read of whole state is the same on both."""
@@ -198,7 +213,7 @@ class Differential(RuleBasedStateMachine):
 
 
 def test_memory_and_a_real_backend_answer_alike(fresh_stores: FreshStores) -> None:
-    """The same random run of ledger, outbox, presence, revision and run-state calls gives the
-    same answers and the same state on `memory://` as on this backend."""
+    """The same random run of ledger, outbox, presence, revision, run-state and pass calls gives
+    the same answers and the same state on `memory://` as on this backend."""
     Differential.stores = fresh_stores
     run_state_machine_as_test(Differential)

@@ -2,10 +2,10 @@
 
 Hypothesis draws a run of operations (revisions, identities, the started ledger's track, record,
 claim and mark, in one scope or in several at once, the outbox's enqueue, bind, claim and ack,
-presence leases, run state's save, sync, release and keep-alive by incarnations of two names, the
-clock moving) and checks each answer, and every read of whole state, against `store_model.Model`
-and `run_model.RunModel`; run state also against what reads alone show: never an older turn, an
-ended turn never changes.
+presence leases, run state's save, sync, release and keep-alive by incarnations of two names, a
+pass's view and write, the clock moving) and checks each answer, and every read of whole state,
+against `store_model.Model` and `run_model.RunModel`; run state also against what reads alone
+show: never an older turn, an ended turn never changes.
 Each example runs on a fresh store of its own, driven by an event loop of its own. Few names and
 small times make collisions, expired claims, pruning and fences common.
 """
@@ -350,6 +350,36 @@ class StoreMachine(RuleBasedStateMachine):
         live = {view.id for view in self.model.views.values()}
         claims = [claim for view_id, claim in self.model.claims.items() if view_id in live]
         assert got == self.runs.keep_alive(owner, self.now, lease, started, claims)
+
+    # ── a publishing pass ──
+
+    @rule(
+        owner=st.sampled_from(OWNERS),
+        profiles=st.lists(st.sampled_from(PROFILES), unique=True),
+        scopes=st.lists(st.sampled_from(SCOPE_IDS), unique=True),
+    )
+    def pass_view(self, owner: str, profiles: list[str], scopes: list[str]) -> None:
+        got = self.run(self.store.pass_view(owner, profiles, scopes, self.now))
+        assert got == self.model.view(owner, profiles, scopes, self.now)
+
+    @rule(
+        owner=st.sampled_from(RUN_OWNERS),
+        hosted=st.dictionaries(st.sampled_from(SESSIONS[:2]), st.tuples(turns, phases)),
+        lease=leases_ms,
+        behind=st.sampled_from([0, 0, 5 * SECOND]),
+    )
+    def pass_write(
+        self, owner: str, hosted: dict[str, tuple[int, str]], lease: int, behind: int
+    ) -> None:
+        """`sync_runs` and, for the rows it returns, `allocate_revisions`, in one."""
+        live = [self._run(s, turn, phase, owner) for s, (turn, phase) in sorted(hosted.items())]
+        now = self.now - behind  # a replica whose clock is behind the floor
+        got = self.run(
+            self.store.pass_write(owner, live, now, lease_ms=lease, retention_ms=RETENTION)
+        )
+        rows = self.runs.sync(owner, live, now, lease, RETENTION)
+        assert list(got.runs) == rows
+        assert list(got.revisions) == self.model.allocate(len(rows), now)
 
     @invariant()
     def run_states(self) -> None:

@@ -31,6 +31,7 @@ from relay.store.files.documents import (
 )
 from relay.store.files.io import _fsync_dir, _read, _write
 from relay.store.files.keys import KeyFiles
+from relay.store.files.passes import PassFiles, shown_generation
 from relay.store.files.runs import RunFiles
 from relay.store.gate import StoreGate
 from relay.store.records import (
@@ -49,7 +50,7 @@ R = TypeVar("R")
 ProfileHome = Callable[[str], Path]
 
 
-class FileStore(KeyFiles, RunFiles, StoreGate):
+class FileStore(KeyFiles, RunFiles, PassFiles, StoreGate):
     """Relay state in one directory (`json:///state-dir`), safe across threads and processes."""
 
     backend = "json"
@@ -97,20 +98,12 @@ class FileStore(KeyFiles, RunFiles, StoreGate):
                     raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
                 # `generation` is the mtime: keep it rising even when two saves share a clock tick.
                 previous = path.stat().st_mtime_ns if path.exists() else 0
-                if expected_generation is not None and self._shown(path) != expected_generation:
+                shown = shown_generation(path)
+                if expected_generation is not None and shown != expected_generation:
                     raise StaleConfigError("the relay registration changed since it was read")
                 _write(path, _dump_config(config), max(time.time_ns(), previous + 1))
 
         await self._call(work)
-
-    @staticmethod
-    def _shown(path: Path) -> int:
-        """The generation `load_config` shows: 0 for no registration (absent or not version 2)."""
-        raw = _read(path)
-        try:
-            return 0 if raw is None or _parse_config(raw, 0) is None else path.stat().st_mtime_ns
-        except CorruptStateError:
-            return path.stat().st_mtime_ns
 
     # ── profile identities ────────────────────────────────────────────────────
 

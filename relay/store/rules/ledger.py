@@ -32,6 +32,21 @@ def record(ledger: Ledger, profile_id: str, seen: dict[str, int], now_ms: int) -
     ledger[profile_id] = replace(scope, entries=oldest_first(kept.values()))
 
 
+def claimable(entry: StartedEntry, owner: str, now_ms: int) -> bool:
+    """Unsent, and free, expired or the owner's own: what a claim by `owner` takes."""
+    expired = entry.claimed_until is None or entry.claimed_until <= now_ms
+    return not entry.sent and (entry.claimed_by in (None, owner) or expired)
+
+
+def with_claimable(ledger: Ledger, owner: str, now_ms: int) -> set[str]:
+    """The scopes holding an entry a claim by `owner` would take now."""
+    return {
+        profile_id
+        for profile_id, scope in ledger.items()
+        if any(claimable(e, owner, now_ms) for e in scope.entries)
+    }
+
+
 def claim(
     ledger: Ledger, profile_id: str, owner: str, now_ms: int, until: int, limit: int | None
 ) -> list[StartedEntry]:
@@ -48,17 +63,12 @@ def claim_scopes(
     limit: int | None,
 ) -> list[StartedEntry]:
     """`claim` across scopes: scope by scope in the order listed, each oldest first."""
-
-    def claimable(entry: StartedEntry) -> bool:
-        expired = entry.claimed_until is None or entry.claimed_until <= now_ms
-        return not entry.sent and (entry.claimed_by in (None, owner) or expired)
-
     free = [
         e
         for profile_id in profile_ids
         if (scope := ledger.get(profile_id)) is not None
         for e in scope.entries
-        if claimable(e)
+        if claimable(e, owner, now_ms)
     ][:limit]
     claimed = [replace(e, claimed_by=owner, claimed_until=until) for e in free]
     by_scope: dict[str, dict[str, StartedEntry]] = {}

@@ -38,6 +38,17 @@ def pending(outbox: Outbox) -> list[DeletedView]:
     return sorted(outbox.values(), key=lambda v: (v.through, v.id))
 
 
+def claimable(claims: Claims, view: DeletedView, owner: str, now_ms: int) -> bool:
+    """Unclaimed, its claim expired, or the owner's own: what a claim by `owner` takes."""
+    held = claims.get(view.id)
+    return held is None or held[0] == owner or held[1] <= now_ms
+
+
+def any_claimable(outbox: Outbox, claims: Claims, owner: str, now_ms: int) -> bool:
+    """Whether a claim by `owner` would take any entry now."""
+    return any(claimable(claims, view, owner, now_ms) for view in outbox.values())
+
+
 def claim(
     outbox: Outbox, claims: Claims, owner: str, now_ms: int, until: int, limit: int | None
 ) -> list[DeletedView]:
@@ -47,11 +58,7 @@ def claim(
     """
     for view_id in claims.keys() - {view.id for view in outbox.values()}:
         del claims[view_id]
-    free = [
-        view
-        for view in pending(outbox)
-        if (held := claims.get(view.id)) is None or held[0] == owner or held[1] <= now_ms
-    ][:limit]
+    free = [view for view in pending(outbox) if claimable(claims, view, owner, now_ms)][:limit]
     claims.update((view.id, (owner, until)) for view in free)
     return free
 

@@ -35,6 +35,11 @@ def active(leases: Leases, profile: str, now_ms: int) -> bool:
     return any(v.profile == profile and v.active and v.expires_at > now_ms for v in leases.values())
 
 
+def active_profiles(leases: Leases, now_ms: int) -> set[str]:
+    """The profiles some tab of which holds an active, unexpired lease."""
+    return {v.profile for v in leases.values() if v.active and v.expires_at > now_ms}
+
+
 def newest_first(leases: Leases) -> list[PresenceLease]:
     return sorted(leases.values(), key=lambda v: (-v.updated_at, v.profile, v.tab_id))
 

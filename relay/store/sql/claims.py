@@ -28,6 +28,12 @@ from sqlalchemy import (
 from relay.store.sql.dialect import Dialect, bind
 
 
+def free(table: Table, owner: Any, now: Any) -> ColumnElement[bool]:
+    """Whether a row of `table` is free for `owner` to claim at `now`."""
+    c = table.c
+    return or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner)
+
+
 def claim(
     table: Table,
     key: Any,
@@ -40,12 +46,10 @@ def claim(
     c = table.c
     keys = key if isinstance(key, tuple) else (key,)
     owner, now = bind(c.claimed_by, "owner"), bind(c.claimed_until, "now")
-    free = (
+    claimable = (
         select(*keys)
         .select_from(table if joined is None else joined)
-        .where(
-            *where, or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner)
-        )
+        .where(*where, free(table, owner, now))
         .order_by(*order_by)
         # Typed, so the statement can go into a Postgres batch (`Compiled.batched`).
         .limit(bindparam("limit", type_=BigInteger))
@@ -54,7 +58,7 @@ def claim(
         .cte("claimable")
         .prefix_with("MATERIALIZED")
     )
-    chosen = select(*(free.c[k.key] for k in keys))
+    chosen = select(*(claimable.c[k.key] for k in keys))
     return (
         update(table)
         .where(*where, keys[0].in_(chosen) if len(keys) == 1 else tuple_(*keys).in_(chosen))

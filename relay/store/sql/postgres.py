@@ -182,7 +182,9 @@ class PostgresRunner:
 
         return await self._run(body, transaction=False)
 
-    async def write(self, body: Body[T], *, single: bool = False) -> T:
+    async def write(self, body: Body[T], *, single: bool = False, durable: bool = True) -> T:
+        # Every commit is durable here: asynchronous commit would need a SET LOCAL, and with it
+        # a transaction, which costs a single statement round trips.
         self.stats.writes += 1
         return await self._run(body, transaction=not single)
 

@@ -42,8 +42,10 @@ class Stats:
 
     transactions: int = 0
     statements: int = 0
-    # Write transactions: on SQLite each commit is an fsync.
+    # Write transactions whose commit is durable: on SQLite, each one an fsync.
     writes: int = 0
+    # SQLite write transactions committed without an fsync (`durable=False`).
+    unsynced: int = 0
 
 
 class Runner(Protocol):
@@ -54,8 +56,12 @@ class Runner(Protocol):
         """Run a body of reads in autocommit: each statement sees its own snapshot."""
         ...
 
-    async def write(self, body: Body[T], *, single: bool = False) -> T:
-        """Run `body` as one write transaction; `single` marks a body of one statement."""
+    async def write(self, body: Body[T], *, single: bool = False, durable: bool = True) -> T:
+        """Run `body` as one write transaction; `single` marks a body of one statement.
+
+        `durable=False`: a commit that a power cut (never a crash of the process) may undo, for
+        a write whose loss costs only time; SQLite then commits without an fsync.
+        """
         ...
 
     async def batch(self, steps: Sequence[Step]) -> list[Row]:

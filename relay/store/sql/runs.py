@@ -125,8 +125,10 @@ def statements(d: Dialect) -> Statements:
         ),
     ]
     expiries = union_all(*others).subquery()
+    lock = select(func.pg_advisory_xact_lock(_RUNS_LOCK)) if d.postgres else None
+    locked = [] if lock is None else [lock.scalar_subquery().is_not(None)]
     return Statements(
-        lock=d.compile(select(func.pg_advisory_xact_lock(_RUNS_LOCK))) if d.postgres else None,
+        lock=None if lock is None else d.compile(lock),
         save=d.compile(save),
         # The owner's live rows wait to be confirmed by what it hosts now (a save sets a lease);
         # a row none confirmed is a newest turn its host dropped without an outcome: it ended,
@@ -166,8 +168,12 @@ def statements(d: Dialect) -> Statements:
             )
             .values(sending_by=owner, sending_until=until)
         ),
+        # One statement, in autocommit: on Postgres it takes the aggregate's lock itself, in a
+        # condition evaluated once before the scan (an InitPlan), so before any row lock.
         release=d.compile(
-            update(t.runs).where(r.sending_by == owner).values(sending_by=None, sending_until=0)
+            update(t.runs)
+            .where(r.sending_by == owner, *locked)
+            .values(sending_by=None, sending_until=0)
         ),
         owned=d.compile(
             select(t.runs).where(r.owner == owner).order_by(r.started_at, r.session_id)
@@ -253,14 +259,14 @@ class RunsSql(SqlPart):
         return expiry
 
     async def _release_runs(self, owner: str) -> None:
-        q = statements(self._db.dialect)
+        q = statements(self._db.dialect).release
 
         async def body(tx: Tx) -> None:
-            if q.lock is not None:
-                await tx.rows(q.lock)
-            await tx.run(q.release, {"owner": owner})
+            await tx.run(q, {"owner": owner})
 
-        await self._db.write(body)
+        # Not durable: a release lost to a power cut leaves the rows marked until the marks'
+        # lease ends, which only makes another replica wait that long to publish them.
+        await self._db.write(body, single=True, durable=False)
 
     async def _run_states(self) -> list[RunState]:
         q = statements(self._db.dialect).all

@@ -130,6 +130,8 @@ class SqliteRunner:
         self._thread: Worker | None = thread
         self._writer: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
+        # Whether the file is in WAL mode, where a commit without an fsync is safe (see `write`).
+        self._wal = False
 
     @classmethod
     async def open(
@@ -155,6 +157,7 @@ class SqliteRunner:
                 runner._writer, runner._reader = await runner._in_thread(
                     _open_pair, path, busy_timeout_s
                 )
+                runner._wal = await runner._in_thread(_in_wal_mode, runner._writer)
         except BaseException:
             await runner.close()
             raise
@@ -176,27 +179,39 @@ class SqliteRunner:
     async def batch(self, steps: Sequence[Step]) -> list[Row]:
         return await self.write(lambda tx: run_steps(tx, steps))
 
-    async def write(self, body: Body[T], *, single: bool = False) -> T:
-        return await self._in_thread(self._transaction, body)
+    async def write(self, body: Body[T], *, single: bool = False, durable: bool = True) -> T:
+        return await self._in_thread(self._transaction, body, durable or not self._wal)
 
     def _read_waiting(self, body: Body[T]) -> T:
         assert self._writer is not None
         return drive(body(SqliteTx(self._writer, self.stats)))
 
-    def _transaction(self, body: Body[T]) -> T:
+    def _transaction(self, body: Body[T], durable: bool = True) -> T:
         conn = self._writer
         assert conn is not None
         self.stats.transactions += 1
-        self.stats.writes += 1
-        conn.execute("BEGIN IMMEDIATE")
+        if durable:
+            self.stats.writes += 1
+        else:
+            self.stats.unsynced += 1
+            # In WAL mode, NORMAL appends the commit to the WAL without syncing it: a crash
+            # of the process loses nothing, a power cut may lose this commit (never older
+            # ones, nor the file's integrity), and the next durable commit or checkpoint
+            # syncs it along with its own.
+            conn.execute("PRAGMA synchronous = NORMAL")
         try:
-            result = drive(body(SqliteTx(conn, self.stats)))
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-        return result
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = drive(body(SqliteTx(conn, self.stats)))
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+        finally:
+            if not durable:
+                conn.execute("PRAGMA synchronous = FULL")
 
     async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
         if self._thread is None:
@@ -241,6 +256,11 @@ def _open_pair(path: Path, busy_timeout_s: float) -> tuple[sqlite3.Connection, s
         writer.close()
         raise
     return writer, reader
+
+
+def _in_wal_mode(conn: sqlite3.Connection | None) -> bool:
+    assert conn is not None
+    return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
 
 
 def _busy(error: sqlite3.Error) -> bool:

@@ -6,6 +6,7 @@ from relay.store.gate import StoreGate
 from relay.store.sql import migrate
 from relay.store.sql.ledger import LedgerSql
 from relay.store.sql.outbox import OutboxSql
+from relay.store.sql.passes import PassesSql
 from relay.store.sql.presence import PresenceSql
 from relay.store.sql.registration import RegistrationSql
 from relay.store.sql.revisions import RevisionsSql
@@ -24,6 +25,7 @@ class SqlStore(
     OutboxSql,
     PresenceSql,
     RunsSql,
+    PassesSql,
     TransferSql,
     StoreGate,
 ):

@@ -1,0 +1,71 @@
+"""A publishing pass's read and write, from the aggregates' own rules.
+
+The SQL store states the same as one SELECT and one batch of statements (`relay.store.sql.passes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from relay.store.records import RunState
+from relay.store.rules import ledger, outbox, presence, revisions
+from relay.store.rules import runs as run_rules
+
+
+@dataclass(slots=True)
+class Reading:
+    """What a backend reads for `pass_view`; the gate narrows it to what was asked.
+
+    A backend may report more than was asked (every stored identity, every tracked scope).
+    """
+
+    generation: int | None = None
+    identities: dict[str, str] = field(default_factory=dict)
+    active: set[str] = field(default_factory=set)  # profiles with an active presence lease
+    deleted: bool = False  # whether the owner would claim a queued deletion
+    unsent: set[str] = field(default_factory=set)  # scopes with entries the owner would claim
+    tracked: set[str] = field(default_factory=set)  # scopes with a ledger
+
+
+def read(
+    owner: str,
+    now_ms: int,
+    started: ledger.Ledger,
+    deleted: outbox.Outbox,
+    claims: outbox.Claims,
+    leases: presence.Leases,
+) -> Reading:
+    """The work-related parts of a pass's view (registration and identities are the caller's)."""
+    return Reading(
+        active=presence.active_profiles(leases, now_ms),
+        deleted=outbox.any_claimable(deleted, claims, owner, now_ms),
+        unsent=ledger.with_claimable(started, owner, now_ms),
+        tracked=set(started),
+    )
+
+
+def write(
+    runs: run_rules.Runs,
+    forgotten: run_rules.Forgotten,
+    floor: int,
+    owner: str,
+    live: list[RunState],
+    now_ms: int,
+    until: int,
+    cutoff: int,
+    forget_before: int,
+) -> tuple[list[RunState], int] | None:
+    """`sync` then one revision per owned row: (the rows, the new floor). None when the revisions
+    would pass 2^53-1: then neither `runs` nor `forgotten` is changed."""
+    new_runs, new_forgotten = dict(runs), dict(forgotten)
+    rows = run_rules.sync(
+        new_runs, new_forgotten, owner, live, now_ms, until, cutoff, forget_before
+    )
+    last = revisions.allocate(floor, len(rows), now_ms) if rows else floor
+    if last is None:
+        return None
+    runs.clear()
+    runs.update(new_runs)
+    forgotten.clear()
+    forgotten.update(new_forgotten)
+    return rows, last

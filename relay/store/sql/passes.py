@@ -1,0 +1,180 @@
+"""A publishing pass on SQL: its view in one SELECT, its write as one straight-line batch.
+
+The view is a UNION ALL of tagged rows, each part bounded by the number of profiles, scopes or
+tabs, never by the ledger or the runs: the registration's generation, every stored identity,
+the profiles with an active presence lease, each tracked scope with whether it holds an unsent
+entry the owner would claim (an index range of that scope's unsent entries), and whether the
+outbox holds an entry the owner would claim. On Postgres it is one round trip in autocommit.
+
+The write is `sync_runs`'s statements, then the revision allocation for the rows the owner now
+has, then those rows with the counter: no statement waits on an earlier one's answer, so a
+runner may send them all at once (`Runner.batch`). Past 2^53-1 the allocation sets the counter to
+NULL, which its NOT NULL refuses: the whole transaction rolls back, as the contract says.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    Text,
+    case,
+    cast,
+    exists,
+    false,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+    true,
+    union_all,
+)
+
+from relay.errors import StoreError
+from relay.protocol import MAX_SAFE_INTEGER
+from relay.store.records import CONFIG_VERSION, RunState
+from relay.store.rules.passes import Reading
+from relay.store.sql import runs as run_sql
+from relay.store.sql import schema as t
+from relay.store.sql.claims import free
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind
+from relay.store.sql.part import SqlPart
+from relay.store.sql.runner import Step, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    view: Compiled
+    allocate: Compiled
+    owned: Compiled
+
+
+def _tagged(tag: str, name: Any = None, text: Any = None, number: Any = None) -> Any:
+    """A row of the view: (tag, name, text, number), the unused ones typed NULLs."""
+    return select(
+        literal_column(f"'{tag}'", Text).label("tag"),
+        (cast(null(), Text) if name is None else name).label("name"),
+        (cast(null(), Text) if text is None else text).label("text"),
+        (cast(null(), BigInteger) if number is None else number).label("number"),
+    )
+
+
+@functools.cache
+def statements(d: Dialect) -> Statements:
+    c, i, p = t.config.c, t.identities.c, t.presence.c
+    scopes, s, r = t.started_scopes.c, t.started.c, t.runs.c
+    owner, now = bind(r.owner), bind(r.lease_until, "now")
+    unsent = exists().where(
+        s.profile_id == scopes.profile_id, s.sent == false(), free(t.started, owner, now)
+    )
+    view = union_all(
+        _tagged("generation", number=c.generation).where(c.version == CONFIG_VERSION),
+        _tagged("identity", i.profile, i.identity),
+        _tagged("active", p.profile)
+        .where(p.active == true(), p.expires_at > now)
+        .group_by(p.profile),
+        _tagged("scope", scopes.profile_id, number=case((unsent, 1), else_=0)),
+        _tagged("deleted").where(exists().where(free(t.deleted, owner, now))),
+    )
+    floor, cap = t.revision.c.floor, literal(MAX_SAFE_INTEGER, BigInteger)
+    owned = select(func.count().label("n")).select_from(t.runs).where(r.owner == owner)
+    n = owned.subquery("owned").c.n
+    since = d.greatest(literal(1, BigInteger), now)
+    first = since + n - 1
+    insert = d.insert(t.revision).from_select(
+        ["id", "floor"], select(literal(1, Integer), case((first <= cap, first))).where(n > 0)
+    )
+    # The proposed floor is since + n - 1: the update takes n from it, counted once. NULL past
+    # the cap: the NOT NULL column refuses it, and the transaction rolls back.
+    raised = d.greatest(floor + 1, now) + insert.excluded.floor - since
+    allocate = insert.on_conflict_do_update(
+        index_elements=[t.revision.c.id], set_={"floor": case((raised <= cap, raised))}
+    )
+    return Statements(
+        view=d.compile(view),
+        allocate=d.compile(allocate),
+        owned=d.compile(
+            select(t.runs, select(floor).scalar_subquery())
+            .where(r.owner == owner)
+            .order_by(r.started_at, r.session_id)
+        ),
+    )
+
+
+def past_the_cap(error: StoreError) -> bool:
+    """Whether a pass's write failed on the NULL its allocation sets past 2^53-1."""
+    cause = error.__cause__
+    if getattr(cause, "sqlstate", None) == "23502":  # Postgres: not_null_violation
+        return (getattr(cause, "table_name", None), getattr(cause, "column_name", None)) == (
+            t.revision.name,
+            "floor",
+        )
+    return f"NOT NULL constraint failed: {t.revision.name}.floor" in str(cause)
+
+
+class PassesSql(SqlPart):
+    """The pass hooks of `StoreGate`."""
+
+    async def _pass_view(
+        self, owner: str, profiles: list[str], scopes: list[str], now_ms: int
+    ) -> Reading:
+        q = statements(self._db.dialect).view
+
+        async def body(tx: Tx) -> list[Row]:
+            return await tx.rows(q, {"owner": owner, "now": now_ms})
+
+        reading = Reading()
+        for tag, name, text, number in await self._db.read(body):
+            if tag == "generation":
+                reading.generation = number
+            elif tag == "identity":
+                reading.identities[name] = text
+            elif tag == "active":
+                reading.active.add(name)
+            elif tag == "scope":
+                reading.tracked.add(name)
+                if number:
+                    reading.unsent.add(name)
+            elif tag == "deleted":
+                reading.deleted = True
+        return reading
+
+    async def _pass_write(
+        self,
+        owner: str,
+        live: list[RunState],
+        now_ms: int,
+        until: int,
+        cutoff: int,
+        forget_before: int,
+    ) -> tuple[list[RunState], int] | None:
+        q, p = run_sql.statements(self._db.dialect), statements(self._db.dialect)
+        mine = {"owner": owner, "now": now_ms, "until": until}
+        steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
+        steps.append((q.unconfirm, {"owner": owner}))
+        if live:
+            steps.append((q.save, [run_sql.columns(run, owner, until) for run in live]))
+        steps += [
+            (q.end_unconfirmed, mine),
+            (q.renew, mine),
+            (q.take_over, mine),
+            (q.remember, {"now": now_ms, "cutoff": cutoff}),
+            (q.prune, {"cutoff": cutoff}),
+            (q.forget, {"forget_before": forget_before}),
+            (q.mark_sending, mine),
+            (p.allocate, {"owner": owner, "now": now_ms}),
+            (p.owned, {"owner": owner}),
+        ]
+        try:
+            rows = await self._db.batch(steps)
+        except StoreError as error:
+            if past_the_cap(error):
+                return None
+            raise
+        runs = [run_sql.run_state(row[:-1]) for row in rows]
+        return runs, (rows[-1][-1] if rows else 0)
