@@ -123,8 +123,8 @@ class PgClones:
     `CREATE DATABASE … TEMPLATE` and `DROP DATABASE … WITH (FORCE)` cost a checkpoint each;
     deleting the rows does not. A test that changed more than rows (a downgrade, a grant, a
     setting, a dropped table: anything in `SHAPE`) or left a database that cannot be emptied gets
-    its clone dropped, and the next test a new one. Sessions a test left behind (a killed process's) are
-    ended first, as `DROP … WITH (FORCE)` would.
+    its clone dropped, and the next test a new one. Sessions a test left behind (a killed
+    process's) are ended first, as `DROP … WITH (FORCE)` would.
     """
 
     def __init__(self, admin: str, template: str) -> None:
