@@ -3,8 +3,9 @@
     python -m relay.cli.bench.replica STORE_URL RELAY_URL OWNER PROFILES SESSIONS
 
 Every replica hosts the same S sessions (the web app's sessions are shared); a turn runs on the
-one the bench starts it on. Commands: `start` (session, stream), `end` (stream), `stop`; at `stop`
-it prints its CPU seconds (user + system) and exits.
+one the bench starts it on. Commands: `start` (session, stream), `end` (stream), `flush` (answers
+once a pass that began after it is over), `stop`; at `stop` it prints its CPU seconds (user +
+system) and exits.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ async def main(store_url: str, relay_url: str, owner: str, profiles: int, sessio
             elif command["op"] == "end":
                 await service.note_terminal(command["stream"], "completed")
                 host.end_run(command["stream"])
+            elif command["op"] == "flush":
+                await service.flush()
+                print(json.dumps({"flushed": owner}), flush=True)
+                continue
             else:
                 break
             service.changed()

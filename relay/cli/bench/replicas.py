@@ -112,6 +112,13 @@ async def measure(
         await _pair(store_url, relay, relay_url, names)
         args = [store_url, relay_url, "", str(profiles), str(sessions)]
         children = [await _spawn([*args[:2], f"bench-{n}", *args[3:]]) for n in range(replicas)]
+        # Measured from the steady state: the S sessions' announcements (a one-off burst of S
+        # requests when a deployment first pairs) are out before the first event.
+        for child in children:
+            _send(child, {"op": "flush"})
+        for child in children:
+            assert child.stdout is not None
+            await child.stdout.readline()
         running: dict[str, tuple[int, str]] = {}  # session -> (replica, stream)
         commits, samples = await _server(store_url, COMMITS), []
         began = time.time()
