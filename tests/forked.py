@@ -122,6 +122,10 @@ class Child:
 
     @property
     def returncode(self) -> int | None:
+        # Asked only when no join is pending: the exit code is read off a pipe once, and two
+        # readers at once would leave one of them without it.
+        if self._joined is not None and not self._joined.done():
+            return None
         return self._process.exitcode
 
     async def wait(self) -> int:
@@ -138,7 +142,7 @@ class Child:
 
     def kill(self) -> None:
         # Not after it was reaped: the pid may be another process's by then.
-        if self._process.exitcode is None:
+        if self.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
 
