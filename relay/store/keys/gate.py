@@ -10,40 +10,15 @@ import asyncio
 from abc import abstractmethod
 from collections.abc import Callable
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
 from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
 from relay.store import checks
 from relay.store.keys import pkcs8
 from relay.store.keys.keyring import Keyring, Passphrase, configured_passphrase
+from relay.store.keys.pem import checked_pem
+from relay.store.keys.pem import stored_pem as _stored
 
 # (ref, stored PEM) -> the PEM to store instead; raising leaves every key as it was.
 Rekeyed = Callable[[str, str], str]
-
-
-def checked_pem(pem: object) -> str:
-    """`pem` if it is a PKCS#8 Ed25519 private key, or one encrypted under a passphrase."""
-    try:
-        # cryptography ignores a NUL after the PEM block, but a Postgres text column refuses it.
-        if type(pem) is not str or len(pem) > checks.MAX_TEXT or "\x00" in pem:
-            raise TypeError(pem)
-        if pkcs8.is_encrypted(pem):
-            return pkcs8.checked(pem)  # what it holds shows once a passphrase opens it
-        key = serialization.load_pem_private_key(pem.encode(), password=None)
-    except (TypeError, ValueError, UnicodeError):
-        raise InvalidInputError("publisher key must be a PKCS#8 PEM private key") from None
-    if not isinstance(key, Ed25519PrivateKey):
-        raise InvalidInputError("publisher key must be an Ed25519 private key")
-    return pem
-
-
-def _stored(ref: str, pem: str) -> str:
-    """A PEM read back from the store, checked: stored state gone bad is `CorruptStateError`."""
-    try:
-        return checked_pem(pem)
-    except InvalidInputError as error:
-        raise CorruptStateError(f"Talaria publisher key {ref!r} is unreadable: {error}") from None
 
 
 def _opens(keyring: Keyring, pem: str, ref: str) -> bool:

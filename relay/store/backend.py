@@ -1,0 +1,247 @@
+"""`Backend`: what a storage engine does for `Store`, the one class that implements `RelayStore`.
+
+`Store` checks every argument before a hook runs and every value a hook reads back; a backend
+only stores and reads. Hooks that take more than two values take one request record. Two forms
+implement it: the rulebook on documents (`relay.store.rules`: memory and JSON files) and SQL
+(`relay.store.sql`: SQLite and Postgres). Each hook is atomic: one transaction, or one locked
+update of the documents it touches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from relay.store.records import (
+    DeletedScope,
+    DeletedView,
+    PresenceLease,
+    RelayConfig,
+    RunState,
+    StartedEntry,
+    StartedScope,
+    StateBatch,
+)
+
+# (ref, stored PEM) -> the PEM to store instead; raising leaves every key as it was.
+Rekeyed = Callable[[str, str], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A leased claim: `owner` takes what is free at `now_ms` (or its own) until `until`."""
+
+    owner: str
+    now_ms: int
+    until: int
+    limit: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StartedClaim:
+    """Mark `sent` (profile_id, session_id) pairs announced, then claim the unsent entries of
+    `scopes`, scope by scope in that order, each oldest first; no scope: the marks alone."""
+
+    scopes: tuple[str, ...]
+    claim: Claim
+    sent: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Sightings:
+    """Sessions seen starting, by scope (profile_id -> session_id -> started_at), at `now_ms`.
+
+    Each scope is pruned to max(floor, now - 24 h) first; a sighting before that cutoff, or of
+    an entry already in the ledger, is passed over.
+    """
+
+    seen: Mapping[str, Mapping[str, int]]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Deletion:
+    """Queue `new` (its id freshly minted), or update the entry already queued for its
+    (session, profile): its `through` rises to `new.through` only while `session_live`."""
+
+    new: DeletedView
+    session_live: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """Bind `profile`'s unbound deletions (no identity, or this one) to `scope`, once."""
+
+    profile: str
+    identity: str
+    scope: DeletedScope
+
+
+@dataclass(frozen=True, slots=True)
+class PresenceUpdate:
+    """Apply `lease` (expires_at and updated_at set) if its seq is above the stored one; forget
+    entries `fence_ms` after their lease ends; past `max_tabs`, evict the least recently updated."""
+
+    lease: PresenceLease
+    fence_ms: int
+    max_tabs: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunSync:
+    """A pass's run work for `owner`: save its `live` turns (in session order), end its rows it
+    no longer hosts as `failed`, renew its leases until `until`, take over rows whose lease
+    ended, forget finished rows that ended before `cutoff` (remembering each one's turn until
+    `forget_before`), and mark the owned rows as being sent."""
+
+    owner: str
+    live: tuple[RunState, ...]
+    now_ms: int
+    until: int
+    cutoff: int
+    forget_before: int
+
+
+@dataclass(frozen=True, slots=True)
+class ViewQuery:
+    """What a pass asks before it starts: for these profiles and scopes, as `owner` at `now_ms`."""
+
+    owner: str
+    profiles: tuple[str, ...]
+    scopes: tuple[str, ...]
+    now_ms: int
+
+
+@dataclass(slots=True)
+class Reading:
+    """What a backend reads for a pass's view; `Store` narrows it to what was asked.
+
+    A backend may report more than was asked (every stored identity, every tracked scope).
+    """
+
+    generation: int | None = None
+    identities: dict[str, str] = field(default_factory=dict)
+    active: set[str] = field(default_factory=set)  # profiles with an active presence lease
+    deleted: bool = False  # whether the owner would claim a queued deletion
+    unsent: set[str] = field(default_factory=set)  # scopes with entries the owner would claim
+    tracked: set[str] = field(default_factory=set)  # scopes with a ledger
+
+
+class Backend(Protocol):
+    """The hooks `Store` calls, arguments checked; what they return, `Store` checks."""
+
+    @property
+    def name(self) -> str:
+        """`memory`, `json`, `sqlite` or `postgres`."""
+        ...
+
+    @property
+    def display_url(self) -> str: ...
+
+    async def schema_revision(self) -> str | None: ...
+
+    async def unwritable(self) -> str | None: ...
+
+    async def close(self) -> None: ...
+
+    # ── registration and keys ─────────────────────────────────────────────────
+
+    async def load_config(self) -> RelayConfig | None: ...
+
+    async def save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
+        """`InvalidInputError` if its key is not saved; `StaleConfigError` if raced."""
+        ...
+
+    async def save_key(self, key_id: str, pem: str) -> str:
+        """Store the PEM as given (sealed already, or not); the reference a config names."""
+        ...
+
+    async def load_key(self, ref: str) -> str | None:
+        """The stored PEM, None when `ref` names none in this store."""
+        ...
+
+    async def delete_key(self, ref: str) -> bool:
+        """Remove the key unless the registration names it; whether it was removed."""
+        ...
+
+    async def rekey(self, rekeyed: Rekeyed) -> int:
+        """Replace every stored key's PEM by `rekeyed(ref, pem)` in one transaction; if it raises,
+        nothing changes. The number of keys."""
+        ...
+
+    async def profile_identity(self, profile: str) -> str | None:
+        """The stored identity, minting none."""
+        ...
+
+    async def mint_identity(self, profile: str, minted: str) -> str:
+        """Store `minted` unless the profile has an identity already; the stored one."""
+        ...
+
+    async def forget_identity(self, profile: str) -> None: ...
+
+    async def identities(self) -> dict[str, str]: ...
+
+    # ── revisions ─────────────────────────────────────────────────────────────
+
+    async def allocate_revisions(self, count: int, now_ms: int) -> int | None:
+        """Raise the floor to max(floor + 1, now) + count - 1 and return it; None (and no change)
+        when that would pass 2^53-1."""
+        ...
+
+    async def revision_floor(self) -> int: ...
+
+    # ── started ledger ────────────────────────────────────────────────────────
+
+    async def track_started(self, profile_ids: tuple[str, ...], now_ms: int) -> None:
+        """Give each scope without a ledger a floor of `now_ms`."""
+        ...
+
+    async def record_started(self, sightings: Sightings) -> None: ...
+
+    async def claim_started(self, request: StartedClaim) -> list[StartedEntry]: ...
+
+    async def started_ledger(self) -> list[StartedScope]: ...
+
+    # ── deleted outbox ────────────────────────────────────────────────────────
+
+    async def enqueue_deleted(self, deletion: Deletion) -> DeletedView: ...
+
+    async def bind_deleted(self, binding: Binding) -> int: ...
+
+    async def pending_deleted(self) -> list[DeletedView]: ...
+
+    async def claim_deleted(self, claim: Claim) -> list[DeletedView]: ...
+
+    async def ack_deleted(self, view_id: str, through: int) -> bool: ...
+
+    # ── presence ──────────────────────────────────────────────────────────────
+
+    async def apply_presence(self, update: PresenceUpdate) -> bool: ...
+
+    async def presence_active(self, profile: str, now_ms: int) -> bool: ...
+
+    async def presence_leases(self) -> list[PresenceLease]: ...
+
+    # ── runs and passes ───────────────────────────────────────────────────────
+
+    async def keep_alive(self, claim: Claim) -> int | None:
+        """Renew `claim.owner`'s run leases until `claim.until`; when the first lease another
+        owner holds (runs, unsent announcements, queued deletions) ends, if any."""
+        ...
+
+    async def release_runs(self, owner: str) -> None: ...
+
+    async def run_states(self) -> list[RunState]: ...
+
+    async def pass_view(self, query: ViewQuery) -> Reading: ...
+
+    async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
+        """The sync, then raise the revision floor as `allocate_revisions(len(rows))` would (not
+        at all for no rows): (the owned rows, the floor after). None when that would pass
+        2^53-1, and then nothing changes."""
+        ...
+
+    # ── transfer ──────────────────────────────────────────────────────────────
+
+    async def merge_state(self, batch: StateBatch) -> None: ...

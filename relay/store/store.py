@@ -1,0 +1,463 @@
+"""`Store`: the one class that implements `RelayStore`, holding a `Backend` that stores.
+
+It is the one place where every value is checked on its way in (before any backend code runs) and
+on its way out: records check themselves when they are built, and one that fails there is stored
+state gone bad, a `CorruptStateError`, never a value past the protocol's limits. Keys are sealed
+under this process's passphrase on their way in and opened on their way out, so every backend
+behaves the same. Each public method is timed into `relay.store.transaction.duration`.
+
+One cohesive class, kept whole in one module: its sections follow the aggregates of the contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterable, Mapping
+
+from relay import metrics
+from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
+from relay.protocol import MAX_SAFE_INTEGER
+from relay.store import checks
+from relay.store.backend import (
+    Backend,
+    Binding,
+    Claim,
+    Deletion,
+    PresenceUpdate,
+    Reading,
+    RunSync,
+    Sightings,
+    StartedClaim,
+    ViewQuery,
+)
+from relay.store.checks import read
+from relay.store.contract import RelayStore
+from relay.store.keys import pkcs8
+from relay.store.keys.keyring import Keyring, Passphrase, configured_passphrase
+from relay.store.keys.pem import checked_pem, stored_pem
+from relay.store.records import (
+    OWNER_LIMIT,
+    DeletedScope,
+    DeletedView,
+    PassRows,
+    PassView,
+    PresenceLease,
+    RelayConfig,
+    RunState,
+    StartedEntry,
+    StartedScope,
+    StateBatch,
+)
+
+# How long the store remembers a session's newest turn after its row is pruned: far past the
+# longest any replica may still offer an older one (its outcome memory, 15 min; a lease; a turn
+# superseded while it still runs), so an older turn never becomes the session's row again.
+TURN_MEMORY_MS = 24 * 3600 * 1000
+
+PAST_THE_CAP = "the revision counter would pass 2^53-1; nothing was handed out"
+
+
+@metrics.timed_methods(
+    RelayStore, skip=("close", "display_url", "backend", "schema_revision", "unwritable")
+)
+class Store(RelayStore):
+    """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL."""
+
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
+        # The process's passphrase, read when this store first handles a key.
+        self._keys: Keyring | None = None
+
+    @property
+    def display_url(self) -> str:
+        return self._backend.display_url
+
+    @property
+    def backend(self) -> str:
+        return self._backend.name
+
+    @property
+    def engine(self) -> Backend:
+        """The backend itself, for what only one kind offers (a SQL store's `stats`)."""
+        return self._backend
+
+    async def schema_revision(self) -> str | None:
+        return await self._backend.schema_revision()
+
+    async def unwritable(self) -> str | None:
+        return await self._backend.unwritable()
+
+    async def close(self) -> None:
+        await self._backend.close()
+
+    # ── registration ──────────────────────────────────────────────────────────
+
+    async def load_config(self) -> RelayConfig | None:
+        return await read("relay registration", self._backend.load_config())
+
+    async def save_config(
+        self, config: RelayConfig, *, expected_generation: int | None = None
+    ) -> None:
+        checks.instance("config", config, RelayConfig)
+        if expected_generation is not None:
+            checks.int64("expected_generation", expected_generation)
+        await self._backend.save_config(config, expected_generation)
+
+    async def profile_identity(self, profile: str) -> str:
+        checks.text("profile", profile)
+        stored = await self._backend.profile_identity(profile)
+        if stored is None:
+            stored = await self._backend.mint_identity(profile, f"pfi_{uuid.uuid4().hex}")
+        if not checks.is_identity(stored):
+            raise CorruptStateError(f"stored identity of profile {profile!r} is invalid")
+        return stored
+
+    async def forget_profile_identity(self, profile: str) -> None:
+        await self._backend.forget_identity(checks.text("profile", profile))
+
+    async def identities(self) -> dict[str, str]:
+        stored = await self._backend.identities()
+        return {p: i for p, i in stored.items() if checks.is_identity(i)}
+
+    # ── the publisher's key ───────────────────────────────────────────────────
+
+    def _keyring(self) -> Keyring:
+        if self._keys is None:
+            self._keys = Keyring(configured_passphrase())
+        return self._keys
+
+    async def save_key(self, key_id: str, pem: str) -> str:
+        checks.text("key_id", key_id)
+        keyring, pem = self._keyring(), checked_pem(pem)
+        if keyring.passphrase is not None:
+            # Off the event loop: scrypt takes a good part of a second, on purpose.
+            pem = await asyncio.to_thread(keyring.seal, pem)
+        return await self._backend.save_key(key_id, pem)
+
+    async def delete_key(self, ref: str) -> bool:
+        return await self._backend.delete_key(checks.text("key reference", ref))
+
+    async def stored_key(self, ref: str) -> str:
+        return await self._checked_key(checks.text("key reference", ref))
+
+    async def load_key(self, ref: str) -> str:
+        # Not through `stored_key`: each public method is timed once (`relay.metrics`).
+        stored = await self._checked_key(checks.text("key reference", ref))
+        keyring = self._keyring()
+        if not pkcs8.is_encrypted(stored):
+            return keyring.open(stored, ref)  # nothing to derive: no thread
+        return await asyncio.to_thread(keyring.open, stored, ref)
+
+    async def rekey(self, passphrase: Passphrase | None) -> int:
+        if passphrase is not None and not isinstance(passphrase, Passphrase):
+            raise InvalidInputError("passphrase must be a Passphrase or None")
+        current, target = self._keyring(), Keyring(passphrase)
+
+        def rekeyed(ref: str, pem: str) -> str:
+            stored = stored_pem(ref, pem)
+            try:
+                return target.seal(current.open(stored, ref))
+            except KeyPassphraseError:
+                # Already under the new passphrase: a rekey cut short by a crash resumes.
+                if target.passphrase is not None and _opens(target, stored, ref):
+                    return stored
+                raise
+
+        # Keys are derived inside the transaction (about a second a key): rekey is a rare
+        # operator's command, and all or nothing matters more than a short lock.
+        count = await self._backend.rekey(rekeyed)
+        self._keys = target  # this handle now reads the keys as they are stored
+        return count
+
+    async def _checked_key(self, ref: str) -> str:
+        pem = await self._backend.load_key(ref)
+        if pem is None:
+            raise CorruptStateError(f"Talaria publisher key {ref!r} is missing")
+        return stored_pem(ref, pem)
+
+    # ── revisions ─────────────────────────────────────────────────────────────
+
+    async def allocate_revisions(self, count: int, now_ms: int) -> list[int]:
+        checks.safe_int("count", count)
+        if count > checks.MAX_BATCH:
+            raise InvalidInputError(f"count may be at most {checks.MAX_BATCH}")
+        checks.time_ms("now_ms", now_ms)
+        if count == 0:
+            return []
+        last = await self._backend.allocate_revisions(count, now_ms)
+        if last is None:
+            raise CorruptStateError(PAST_THE_CAP)
+        return list(_revisions(count, last))
+
+    async def revision_floor(self) -> int:
+        floor = await self._backend.revision_floor()
+        if type(floor) is not int or floor > MAX_SAFE_INTEGER:
+            raise CorruptStateError(f"stored revision floor {floor!r} is invalid")
+        # Harmless: allocation starts from now. Past 2^53-1, no revision would be exact.
+        return max(floor, 0)
+
+    # ── started ledger ────────────────────────────────────────────────────────
+
+    async def track_started(self, profile_ids: Iterable[str], now_ms: int) -> None:
+        scopes = _names("profile_id", profile_ids)
+        checks.time_ms("now_ms", now_ms)
+        if scopes:
+            await self._backend.track_started(scopes, now_ms)
+
+    async def record_started_scopes(
+        self, seen: Mapping[str, Iterable[tuple[str, int]]], now_ms: int
+    ) -> None:
+        scopes = {
+            checks.text("profile_id", p): sightings(s)
+            for p, s in checks.mapping("seen", seen).items()
+        }
+        checks.time_ms("now_ms", now_ms)
+        if scopes:
+            await self._backend.record_started(Sightings(scopes, now_ms))
+
+    async def claim_started_scopes(
+        self,
+        profile_ids: Iterable[str],
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        limit: int | None = None,
+        *,
+        sent: Iterable[tuple[str, str]] = (),
+    ) -> list[StartedEntry]:
+        scopes = _names("profile_id", profile_ids)
+        lease = claim(owner, now_ms, lease_ms, limit)
+        marks = tuple(dict.fromkeys(_scope_session(pair) for pair in checks.items("sent", sent)))
+        if not scopes and not marks:
+            return []
+        request = StartedClaim(scopes, lease, marks)
+        return await read("started entry", self._backend.claim_started(request))
+
+    async def started_ledger(self) -> list[StartedScope]:
+        return await read("started ledger", self._backend.started_ledger())
+
+    # ── deleted outbox ────────────────────────────────────────────────────────
+
+    async def enqueue_deleted(
+        self,
+        session_id: str,
+        profile: str,
+        now_ms: int,
+        *,
+        session_live: bool,
+        identity: str | None,
+        scope: DeletedScope | None,
+    ) -> DeletedView:
+        checks.text("session_id", session_id)
+        checks.text("profile", profile)
+        checks.time_ms("now_ms", now_ms)
+        checks.flag("session_live", session_live)
+        checks.optional_text("identity", identity)
+        if scope is not None:
+            checks.instance("scope", scope, DeletedScope)
+        new = DeletedView(str(uuid.uuid4()), session_id, profile, now_ms, identity, scope)
+        return await read(
+            "deleted view", self._backend.enqueue_deleted(Deletion(new, session_live))
+        )
+
+    async def bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
+        checks.text("profile", profile)
+        checks.text("identity", identity)
+        checks.instance("scope", scope, DeletedScope)
+        return await self._backend.bind_deleted(Binding(profile, identity, scope))
+
+    async def pending_deleted(self) -> list[DeletedView]:
+        return await read("deleted outbox", self._backend.pending_deleted())
+
+    async def claim_deleted(
+        self, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
+    ) -> list[DeletedView]:
+        lease = claim(owner, now_ms, lease_ms, limit)
+        return await read("deleted view", self._backend.claim_deleted(lease))
+
+    async def ack_deleted(self, view_id: str, through: int) -> bool:
+        checks.text("view id", view_id)
+        checks.time_ms("through", through)
+        return await self._backend.ack_deleted(view_id, through)
+
+    # ── presence ──────────────────────────────────────────────────────────────
+
+    async def apply_presence(
+        self,
+        profile: str,
+        tab_id: str,
+        seq: int,
+        active: bool,
+        now_ms: int,
+        *,
+        lease_ms: int,
+        fence_ms: int,
+        max_tabs: int,
+    ) -> bool:
+        expires_at = checks.until(
+            "presence lease",
+            checks.time_ms("now_ms", now_ms),
+            checks.safe_int("lease_ms", lease_ms, 1),
+        )
+        lease = PresenceLease(profile, tab_id, seq, active, expires_at, now_ms)
+        checks.until("presence fence", lease.expires_at, checks.time_ms("fence_ms", fence_ms))
+        if not 1 <= checks.safe_int("max_tabs", max_tabs, 1) <= checks.MAX_BATCH:
+            raise InvalidInputError(f"max_tabs must be an integer in 1..{checks.MAX_BATCH}")
+        return await self._backend.apply_presence(PresenceUpdate(lease, fence_ms, max_tabs))
+
+    async def presence_active(self, profile: str, now_ms: int) -> bool:
+        checks.text("profile", profile)
+        checks.time_ms("now_ms", now_ms)
+        return await self._backend.presence_active(profile, now_ms)
+
+    async def presence_leases(self) -> list[PresenceLease]:
+        return await read("presence lease", self._backend.presence_leases())
+
+    # ── runs ──────────────────────────────────────────────────────────────────
+
+    async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:
+        expiry = await self._backend.keep_alive(claim(owner, now_ms, lease_ms, None))
+        if expiry is None:
+            return None
+        return await read("lease", _checked_end(expiry))
+
+    async def release_runs(self, owner: str) -> None:
+        await self._backend.release_runs(checks.text("owner", owner, OWNER_LIMIT))
+
+    async def run_states(self) -> list[RunState]:
+        return await read("run", self._backend.run_states())
+
+    # ── publishing passes ─────────────────────────────────────────────────────
+
+    async def pass_view(
+        self, owner: str, profiles: Iterable[str], scopes: Iterable[str], now_ms: int
+    ) -> PassView:
+        checks.text("owner", owner, OWNER_LIMIT)
+        query = ViewQuery(owner, _names("profile", profiles), _names("profile_id", scopes), now_ms)
+        checks.time_ms("now_ms", now_ms)
+        return await read("pass view", self._view(query))
+
+    async def _view(self, query: ViewQuery) -> PassView:
+        got: Reading = await self._backend.pass_view(query)
+        # An invalid stored identity is no identity, as a pass reads it: the profile is not
+        # published (`profile_identity` would raise for it).
+        identities = {p: got.identities.get(p) for p in query.profiles}
+        return PassView(
+            got.generation,
+            {p: i if checks.is_identity(i) else None for p, i in identities.items()},
+            {p: p in got.active for p in query.profiles},
+            got.deleted,
+            frozenset(s for s in query.scopes if s in got.unsent),
+            frozenset(s for s in query.scopes if s not in got.tracked),
+        )
+
+    async def pass_write(
+        self,
+        owner: str,
+        live: Iterable[RunState],
+        now_ms: int,
+        *,
+        lease_ms: int,
+        retention_ms: int,
+    ) -> PassRows:
+        sync = run_sync(owner, live, now_ms, lease_ms, retention_ms)
+        return await read("run", self._write(sync))
+
+    async def _write(self, sync: RunSync) -> PassRows:
+        written = await self._backend.pass_write(sync)
+        if written is None:
+            raise CorruptStateError(PAST_THE_CAP)
+        rows, last = written
+        if not rows:
+            return PassRows((), range(0))
+        return PassRows(tuple(rows), _revisions(len(rows), last))
+
+    # ── transfer ──────────────────────────────────────────────────────────────
+
+    async def merge_state(self, batch: StateBatch) -> None:
+        await self._backend.merge_state(checks.instance("batch", batch, StateBatch))
+
+
+def sightings(seen: object) -> dict[str, int]:
+    """The announceable sightings: trimmed ids of 1..191 chars at safe-integer times.
+
+    As upstream, a sighting with another id or time is passed over, and the first of an id wins;
+    what is not a list of (id, time) pairs is refused.
+    """
+    fresh: dict[str, int] = {}
+    for pair in checks.items("seen", seen):
+        if isinstance(pair, str | bytes) or not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InvalidInputError("seen must hold (session_id, started_at) pairs")
+        raw_id, started_at = pair
+        session_id = raw_id.strip() if type(raw_id) is str else ""
+        if not session_id or session_id in fresh:
+            continue
+        try:
+            checks.text("session_id", session_id, 191)
+            checks.time_ms("started_at", started_at)
+        except InvalidInputError:
+            continue
+        fresh[session_id] = started_at
+    return fresh
+
+
+def claim(owner: str, now_ms: int, lease_ms: int, limit: int | None) -> Claim:
+    """The one rule for every leased claim's arguments."""
+    checks.text("owner", owner, OWNER_LIMIT)
+    checks.time_ms("now_ms", now_ms)
+    until = checks.until("lease", now_ms, checks.safe_int("lease_ms", lease_ms, 1))
+    if limit is not None and not 1 <= checks.safe_int("limit", limit) <= checks.MAX_BATCH:
+        raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
+    return Claim(owner, now_ms, until, limit)
+
+
+def run_sync(
+    owner: str, live: Iterable[RunState], now_ms: int, lease_ms: int, retention_ms: int
+) -> RunSync:
+    """A pass's run work, checked: the live runs in session order, the lease's end, the
+    retention's cutoff, and when remembered turns are forgotten."""
+    lease = claim(owner, now_ms, lease_ms, None)
+    runs: dict[str, RunState] = {}
+    for run in checks.items("live", live):
+        checks.instance("live run", run, RunState)
+        if run.owner != owner:
+            raise InvalidInputError(f"live run {run.session_id!r} is not owned by {owner!r}")
+        if run.session_id in runs:
+            raise InvalidInputError(f"live runs name session {run.session_id!r} twice")
+        runs[run.session_id] = run
+    cutoff = max(now_ms - checks.time_ms("retention_ms", retention_ms), 0)
+    forget_before = max(now_ms - max(TURN_MEMORY_MS, retention_ms), 0)
+    # Rows are locked in one order by every replica.
+    ordered = tuple(runs[sid] for sid in sorted(runs))
+    return RunSync(owner, ordered, now_ms, lease.until, cutoff, forget_before)
+
+
+def _names(kind: str, values: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(checks.text(kind, value) for value in checks.items(kind, values)))
+
+
+def _scope_session(pair: object) -> tuple[str, str]:
+    """A (profile_id, session_id) pair of texts."""
+    if isinstance(pair, str | bytes) or not isinstance(pair, tuple | list) or len(pair) != 2:
+        raise InvalidInputError("sent must hold (profile_id, session_id) pairs")
+    return checks.text("profile_id", pair[0]), checks.text("session_id", pair[1])
+
+
+def _revisions(count: int, last: object) -> range:
+    """The `count` revisions ending at the stored floor `last`, checked."""
+    if type(last) is not int or not count <= last <= MAX_SAFE_INTEGER:
+        raise CorruptStateError(f"stored revision floor {last!r} is invalid")
+    return range(last - count + 1, last + 1)
+
+
+def _opens(keyring: Keyring, pem: str, ref: str) -> bool:
+    try:
+        keyring.open(pem, ref)
+    except KeyPassphraseError:
+        return False
+    return True
+
+
+async def _checked_end(expiry: object) -> int:
+    return checks.time_ms("lease end", expiry)
