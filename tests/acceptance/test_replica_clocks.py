@@ -24,8 +24,6 @@ OFFSETS = [pytest.param(s, id=f"{s:+.0f}s") for s in (60.0, -60.0, 240.0, -240.0
 SKEWED = 2  # the replica whose clock is off, by index
 # Until every replica compares leases on the store's clock (issue 24, step 3).
 ONE_CLOCK = pytest.mark.xfail(reason="leases are stamped with each replica's clock", strict=True)
-# Until a replica stops acting on its leases by its own monotonic clock (issue 24, step 2).
-TRUST_WINDOW = pytest.mark.xfail(reason="no trust window yet", strict=True)
 
 
 def once_each(seen: list[str], expected: list[str]) -> dict[str, int]:
@@ -107,7 +105,6 @@ async def paused_past_its_leases(group: Cluster, replica: Replica, method: str) 
     await asyncio.sleep(2 * group.lease_s)
 
 
-@TRUST_WINDOW
 async def test_a_replica_frozen_after_taking_its_rows_does_not_publish_them_late(
     store_url: str,
 ) -> None:
@@ -134,7 +131,6 @@ async def test_a_replica_frozen_after_taking_its_rows_does_not_publish_them_late
         assert group.stale() == 0
 
 
-@TRUST_WINDOW
 async def test_a_replica_frozen_holding_announcement_claims_sends_none_of_them(
     store_url: str,
 ) -> None:
