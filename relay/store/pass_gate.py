@@ -46,6 +46,7 @@ class PassGate(Passes):
             got.deleted,
             frozenset(s for s in scopes if s in got.unsent),
             frozenset(s for s in scopes if s not in got.tracked),
+            got.store_ms,
         )
 
     async def pass_write(
