@@ -42,6 +42,8 @@ class Health:
     `last_success` is the end of the last pass that published without a failure (None: none yet
     in this process); `backoff_until` is set while the publisher waits after a failure;
     `stopped` after a permanent HTTP answer, until a new pairing or a restart.
+    `clock_offset_s` is this server's wall clock minus the store's, as last measured (None: a
+    store on this host's clock, or none measured yet); replicas compare leases on the store's.
     """
 
     store_reachable: bool
@@ -52,6 +54,7 @@ class Health:
     consecutive_failures: int
     backoff_until: float | None
     stopped: bool
+    clock_offset_s: float | None = None
 
     @property
     def ready(self) -> bool:

@@ -44,6 +44,7 @@ from relay.protocol import (
 )
 from relay.publishing import fanout, states
 from relay.publishing.announcements import Announcements
+from relay.publishing.clock import StoreClock
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
 from relay.publishing.levels import Backlog, Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
@@ -90,13 +91,15 @@ class RelayPublisher:
         background: bool = True,
         lease_s: float = DEFAULT_LEASE_S,
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        store_clock: StoreClock | None = None,
     ) -> None:
+        """`clock` is this process's wall clock; `store_clock` the time base shared with the
+        other replicas (a service's publishers share one; by default one of its own on `clock`)."""
         self.config = config
         self._store = store
         self._host = host
         self._client = client
         self._presence = presence
-        self._clock = clock
         self._report = Reporter(log, logger)
         self._new_id = new_id
         self._background = background
@@ -106,10 +109,11 @@ class RelayPublisher:
         self._alert_eligibility = True
         self._identities: dict[str, str | None] | None = None
         self._swallowed = Swallowed(self._report)
+        self._time = store_clock or StoreClock(clock, lease_s=lease_s, report=self._report)
         # The owner names this replica's claims and runs: shared by a service's publishers, so a
         # swap keeps them.
-        self._leases = Leases(owner, math.ceil(lease_s * 1000), clock)
-        self._runs = HostedRuns(store, host, self._leases, self._swallowed, clock)
+        self._leases = Leases(owner, math.ceil(lease_s * 1000), self._time.time, self._time.ticks)
+        self._runs = HostedRuns(store, host, self._leases, self._swallowed, self._time.time)
         self._loop = PassLoop(
             self._pass,
             report=self._report,
@@ -191,7 +195,8 @@ class RelayPublisher:
 
     def mark_viewed(self, session_id: str, profile: str | None) -> None:
         """Queue an acknowledgement, sent after the snapshot carrying the session's outcome."""
-        self.views[session_id] = View(profile, math.floor(self._clock() * 1000))
+        # On the store's clock: it covers turn ends other replicas stamped on it.
+        self.views[session_id] = View(profile, self._time.now_ms())
         self.changed()
 
     async def run_once(self) -> float | None:
@@ -228,9 +233,11 @@ class RelayPublisher:
         """The pass's view; after adopting another replica's registration, that one's."""
         grants = self.config.profiles
         scopes = [grant.profile_id for grant in grants.values()]
+        sent = self._time.ticks()
         view = await self._store.pass_view(
             self._leases.owner, list(grants), scopes, self._leases.now_ms()
         )
+        self._time.read(sent, self._time.ticks(), view.store_ms)
         if following and view.generation not in (None, self.config.generation):
             return await self._read_view(False) if await self._follow_registration() else view
         return view
@@ -408,9 +415,15 @@ class RelayPublisher:
             raise RuntimeError("RelayPublisher.initialize() was not awaited")
         key, key_id, generation = self._key, self.config.key_id, self.config.generation
         try:
-            await self._client.put(path, body, key=key, key_id=key_id)
+            try:
+                await self._client.put(path, body, key=key, key_id=key_id)
+            except RelayHttpError as error:
+                # Another replica may have re-registered: the old key's 401 is no reason to stop.
+                if error.status != 401 or not await self._follow_registration(generation):
+                    raise
+                await self._client.put(path, body, key=self._key, key_id=self.config.key_id)
         except RelayHttpError as error:
-            # Another replica may have re-registered: the old key's 401 is no reason to stop.
-            if error.status != 401 or not await self._follow_registration(generation):
-                raise
-            await self._client.put(path, body, key=self._key, key_id=self.config.key_id)
+            if error.status == 401 and (note := self._time.note()):
+                # A refused signature from a server whose clock is far off: say so, not only 401.
+                error.args = (f"{error}{note}",)
+            raise
