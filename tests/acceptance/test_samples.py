@@ -70,7 +70,9 @@ SAMPLES = [sample for path in sources() for sample in samples_of(path)]
 EXAMPLES = {sample.label: sample for sample in SAMPLES if sample.kind == "example"}
 
 
-def run_script(code: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_script(
+    code: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     script = cwd / "sample.py"
     script.write_text(code)
     return subprocess.run(
@@ -101,14 +103,18 @@ def test_example_names_are_unique_and_reasons_given() -> None:
     assert named <= set(names), f"no example named {named - set(names)}"
 
 
-@pytest.mark.parametrize("sample", [s for s in SAMPLES if s.kind == "not-run"], ids=lambda s: s.where)
+@pytest.mark.parametrize(
+    "sample", [s for s in SAMPLES if s.kind == "not-run"], ids=lambda s: s.where
+)
 def test_a_fragment_is_valid_python(sample: Sample) -> None:
     """A fragment the tests cannot run still parses (top-level await allowed), or names a file."""
     if sample.code.startswith("--8<--"):  # the manual includes a file the tests run elsewhere
         included = sample.code.split('"')[1]
         assert (ROOT / included).is_file(), included
         return
-    compile(sample.code, sample.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    compile(
+        sample.code, sample.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
+    )
 
 
 # Drives the FastAPI example's app through its lifespan, as a browser and a load balancer would.
@@ -182,6 +188,7 @@ DRIVERS: dict[str, str] = {
 
 EXPECTED: dict[str, list[str]] = {
     "quickstart": ["['chat-1']"],
+    "quickstart-manual": ["['chat-1']"],
     "store": ["True 3"],
     "health": ["False True False None"],
     "synchost": ["False", "{'ok': True, 'lease_seconds': 90}", "False"],
@@ -234,6 +241,11 @@ def test_the_example_runs(name: str, tmp_path: Path) -> None:
         assert result.stdout.splitlines() == EXPECTED[name], sample.where
     for text in CONTAINS.get(name, []):
         assert text in result.stdout, f"{sample.where}: {text!r} not in\n{result.stdout}"
+
+
+def test_the_manual_shows_the_readmes_quick_start() -> None:
+    """Getting started shows the README's quick start word for word, so the two never drift."""
+    assert EXAMPLES["quickstart-manual"].code == EXAMPLES["quickstart"].code
 
 
 def test_the_quick_start_writes_its_store_in_the_working_folder(tmp_path: Path) -> None:
