@@ -41,12 +41,15 @@ class Health:
 
     `last_success` is the end of the last pass that published without a failure (None: none yet
     in this process); `backoff_until` is set while the publisher waits after a failure;
-    `stopped` after a permanent HTTP answer, until a new pairing or a restart.
+    `stopped` after a permanent HTTP answer, until a new pairing or a restart; `publishing`
+    while a publisher runs in this service (False before `start()`, before pairing, after a
+    stored registration was found unusable, and once stopped).
     """
 
     store_reachable: bool
     schema_at_head: bool | None
     registered: bool
+    publishing: bool
     last_success: float | None
     last_success_age_s: float | None
     consecutive_failures: int
@@ -55,9 +58,15 @@ class Health:
 
     @property
     def ready(self) -> bool:
-        """Reachable store at head, registered, and a publisher that has not stopped for good."""
+        """Reachable store at head, registered, and a publisher that runs (not stopped for good)."""
         at_head = self.schema_at_head is not False
-        return self.store_reachable and at_head and self.registered and not self.stopped
+        return (
+            self.store_reachable
+            and at_head
+            and self.registered
+            and self.publishing
+            and not self.stopped
+        )
 
 
 class Probed(Handle, Registration, Revisions, Protocol):

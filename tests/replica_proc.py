@@ -39,6 +39,8 @@ def _rss_kib() -> int:
 
 async def handle(service: RelayService, host: MemoryHost, command: dict[str, Any]) -> Any:
     op, c = command["op"], command
+    if op in STARTS_FIRST and not service.started:
+        await service.start()  # as a web app does before it serves these
     if op in PLAIN:
         return await PLAIN[op](service, c)
     if op == "session":
@@ -52,11 +54,12 @@ async def handle(service: RelayService, host: MemoryHost, command: dict[str, Any
         host.sessions.pop(c["id"], None)
     elif op == "start":
         host.start_run(c["session"], c["stream"], started_at=c.get("at"))
-        service.changed()
+        _changed_if_started(service)
     elif op == "end":
-        await service.note_terminal(c["stream"], c["phase"])
+        if service.started:  # a replica not started yet hosts turns that no publisher sees
+            await service.note_terminal(c["stream"], c["phase"])
         host.end_run(c["stream"])
-        service.changed()
+        _changed_if_started(service)
     elif op == "delete":
         host.sessions.pop(c["session"], None)
         await service.clear_deleted(c["session"], c.get("profile"))
@@ -70,7 +73,16 @@ async def handle(service: RelayService, host: MemoryHost, command: dict[str, Any
 
 
 async def _changed(service: RelayService, _: dict[str, Any]) -> None:
-    service.changed()
+    _changed_if_started(service)
+
+
+def _changed_if_started(service: RelayService) -> None:
+    if service.started:
+        service.changed()
+
+
+# Commands a web app serves only once its service has started.
+STARTS_FIRST = ("presence", "pair", "flush", "delete")
 
 
 # Commands that only call the service.

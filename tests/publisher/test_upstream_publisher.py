@@ -307,6 +307,7 @@ async def test_re_pairing_to_a_different_relay_or_publisher_answers_409(store: R
         other_relay = RelayService(
             store, env.host, relay_url="https://relay2.example", http=env.http, clock=env.clock
         )
+        assert not await other_relay.start()  # a registration with another relay: no publisher
         error = await pairing_error(
             other_relay.pair(
                 {
