@@ -99,6 +99,17 @@ def missing(target: StoreTarget) -> bool:
     return target.backend == "sqlite" and target.path is not None and not target.path.exists()
 
 
+def absence(target: StoreTarget) -> str | None:
+    """What `status`, `check` and the other readers say of a file store that is not there."""
+    if not missing(target):
+        return None
+    assert target.path is not None
+    hint = ""
+    if target.backend == "sqlite":
+        hint = " (sqlite:///relay.db is relative to here, sqlite:////srv/relay.db absolute)"
+    return f"no {target.name} store at {target.path.absolute()}{hint}; nothing created"
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
     """What `talaria-relay check` found at one store, and why it is not ready."""
@@ -131,12 +142,13 @@ async def probe(url: str | None) -> Probe:
     is not migrated, and the relay is never called."""
     target = resolve(url)
     unknown = StoreHealth(reachable=False, schema_at_head=None, registered=False)
+    # Before the schema: a file that is not there has no schema to be below (`status` agrees).
+    if (absent := absence(target)) is not None:
+        return Probe(target, unknown, absent)
     try:
         if target.url is not None and await migrate.current(target) != migrate.head_revision():
             below = StoreHealth(reachable=True, schema_at_head=False, registered=False)
             return Probe(target, below, "below the schema head: run `talaria-relay migrate`")
-        if missing(target):
-            return Probe(target, unknown, "no store there")
         async with open_store(url) as store:
             found = await store_health(store)
             refusal = await store.unwritable() if found.reachable else None

@@ -105,6 +105,34 @@ def default_sqlite_path() -> Path:
     return Path(state) / "talaria-relay" / "relay.db"
 
 
+def missing_directory(target: StoreTarget) -> Path | None:
+    """The directory a file store's path needs and does not have; None when it is there, or
+    is the embedded default's own (`$XDG_STATE_HOME/talaria-relay`, which is ours to make).
+
+    Only `talaria-relay migrate` (`relay.store.sql.migrate`) creates a directory a user named:
+    elsewhere a missing one is a typo, refused before anything is made.
+    """
+    if target.path is None or target.backend not in ("sqlite", "json"):
+        return None
+    parent = target.path.expanduser().absolute().parent
+    if parent.exists() or target.path == default_sqlite_path():
+        return None
+    return parent
+
+
+def require_directory(target: StoreTarget) -> None:
+    """`InvalidInputError` naming the fix when the directory `target` needs is missing."""
+    parent = missing_directory(target)
+    if parent is not None:
+        fix = ", or run `talaria-relay migrate --store URL`, which does" * (
+            target.backend == "sqlite"
+        )
+        raise InvalidInputError(
+            f"no directory {parent} for the {target.name} store {target.display}: "
+            f"create it{fix}; nothing created"
+        )
+
+
 def resolve(raw: str | None = None) -> StoreTarget:
     """Parse `raw`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite default.
 
