@@ -32,7 +32,7 @@ from relay.errors import (
     StoreUnavailableError,
     TransferConflictError,
 )
-from relay.store import resolve
+from relay.store import StoreTarget, resolve
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
 from relay.store.sql import migrate
 
@@ -45,17 +45,42 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"a {target.name} store has no schema to migrate")
     head = migrate.head_revision()
     if args.sql:
-        migrate.offline_sql(target)
-        return OK
+        return await _migrate_sql(target, from_empty=args.from_empty)
+    if args.from_empty:
+        raise InvalidInputError("--from-empty goes with --sql")
     if args.check:
         current = await migrate.current(target)
         if current == head:
             say(f"{target.display} is at head {head}")
             return OK
-        say(f"{target.display} is at {current or 'no revision'}, not at head {head}")
+        say(f"{target.display} is at {current or 'no revision'}, not at head {head}; pending:")
+        for revision in migrate.revisions(current):
+            say(f"  {revision.id}  {revision.doc}")
         return FAILED
-    await migrate.upgrade(target)
+    applied = await migrate.upgrade(target)
+    if not applied:
+        say(f"{target.display} is already at head {head}")
+        return OK
+    for revision in applied:
+        say(f"applied {revision.id}  {revision.doc}")
     say(f"{target.display} is at head {head}")
+    return OK
+
+
+async def _migrate_sql(target: StoreTarget, *, from_empty: bool) -> int:
+    """The DDL a DBA runs by hand: what the database lacks (it is read, not written), or with
+    `from_empty` every revision without connecting. Notes go to stderr: stdout is only SQL."""
+    if from_empty:
+        migrate.offline_sql(target)
+        return OK
+    current = await migrate.current(target)
+    head = migrate.head_revision()
+    if current == head:
+        progress(f"-- {target.display} is already at head {head}: nothing to apply")
+        return OK
+    pending = ", ".join(revision.id for revision in migrate.revisions(current))
+    progress(f"-- {target.display} is at {current or 'no revision'}: the DDL of {pending}")
+    migrate.offline_sql(target, since=current)
     return OK
 
 
@@ -195,7 +220,17 @@ def parser() -> argparse.ArgumentParser:
 
     sub = add("migrate", cmd_migrate, "upgrade the store's schema to head (safe on replicas)")
     sub.add_argument("--check", action="store_true", help="change nothing; exit 1 if not at head")
-    sub.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+    sub.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the DDL of the revisions the database lacks instead of running it (reads "
+        "its revision)",
+    )
+    sub.add_argument(
+        "--from-empty",
+        action="store_true",
+        help="with --sql: the DDL of every revision, from an empty database; connects to nothing",
+    )
 
     add_grants(commands, store)
 

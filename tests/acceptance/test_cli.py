@@ -210,8 +210,10 @@ def test_two_migrates_at_once_on_postgres_both_succeed(home: Path, pg_database: 
 
 
 def test_migrate_sql_prints_postgres_ddl_without_a_server(home: Path) -> None:
-    """`migrate --sql` on a Postgres URL prints DDL and the advisory lock, connecting nowhere."""
-    result = expect(cli(home, "migrate", "--sql", "--store", unreachable_pg_url(), timeout=30), 0)
+    """`migrate --sql --from-empty` on a Postgres URL prints DDL and the advisory lock,
+    connecting nowhere."""
+    url = unreachable_pg_url()
+    result = expect(cli(home, "migrate", "--sql", "--from-empty", "--store", url, timeout=30), 0)
     assert "CREATE TABLE relay_config" in result.stdout
     assert "pg_advisory_xact_lock" in result.stdout
     assert SECRET not in result.output
