@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -75,14 +75,20 @@ MAX_STATEMENT_CACHE = 100_000
 
 @dataclass(frozen=True, slots=True)
 class StoreTarget:
-    """A parsed store URL; `url` is the canonical SQLAlchemy URL of a SQL backend."""
+    """A parsed store URL; `url` is the canonical SQLAlchemy URL of a SQL backend; `written`
+    the URL as the user wrote it, its password hidden (None for the embedded default)."""
 
     backend: Backend
     path: Path | None = None
     url: URL | None = None
+    written: str | None = field(default=None, compare=False)
 
     @property
     def display(self) -> str:
+        """The URL for messages: as written (`postgresql://`, not the driver's scheme), without
+        its password."""
+        if self.written is not None:
+            return self.written
         if self.url is not None:
             return hosts.render(self.url, hide_password=True)
         return MEMORY if self.backend == "memory" else f"json://{self.path}"
@@ -150,14 +156,28 @@ def resolve(raw: str | None = None) -> StoreTarget:
         directory = raw.split("://", 1)[1]
         if not directory:
             raise InvalidInputError("json store URL needs a directory: json:///path/to/state-dir")
-        return StoreTarget("json", _json_path(directory))
+        return StoreTarget("json", _json_path(directory), written=raw)
     if scheme in ("sqlite", "sqlite+aiosqlite", "sqlite+pysqlite"):
         path = _sqlite_path(_parse(raw))
-        return StoreTarget("sqlite", path, _sqlite_url(path))
+        return StoreTarget("sqlite", path, _sqlite_url(path), written=raw)
     if scheme in ("postgres", "postgresql", "postgresql+asyncpg"):
-        return StoreTarget("postgres", url=_postgres_url(raw.split("://", 1)[1]))
+        url = _postgres_url(raw.split("://", 1)[1])
+        return StoreTarget("postgres", url=url, written=_without_password(raw, url))
     shown = raw if "@" not in raw else raw.split("://", 1)[0] + "://…"
     raise InvalidInputError(f"unsupported store URL {shown!r}; use one of: " + ", ".join(SUPPORTED))
+
+
+def _without_password(raw: str, url: URL) -> str:
+    """`raw` with the password of its user part as `***`, found as the parser found it."""
+    scheme, rest = raw.split("://", 1)
+    userinfo = _USERINFO.match(rest)
+    assert userinfo is not None  # the pattern matches the empty string
+    user, colon, _password = userinfo.group(0).rstrip("@").partition(":")
+    auth = f"{user}:***@" if colon else userinfo.group(0)
+    shown = f"{scheme}://{auth}{rest[userinfo.end() :]}"
+    if url.password:  # whatever the pattern missed, the parsed password never shows
+        shown = shown.replace(str(url.password), "***")
+    return shown
 
 
 def _checked_raw(raw: object) -> str:
