@@ -169,6 +169,34 @@ async def _bench_replicas(args: argparse.Namespace) -> int:
     return OK
 
 
+# ── pairing refusals ──────────────────────────────────────────────────────────
+
+# What to do about a relay's refusal of an invitation, by its reason.
+_REMEDIES = {
+    "invalid_invitation": "the relay does not know this invitation: ask for a new one",
+    "expired_invitation": "the invitation expired or was used already: ask for a new one",
+    "publisher_already_registered": "another user registered this publisher id at the relay",
+}
+
+
+def refusal(error: RelayPairingError) -> str:
+    """A pairing refusal with the status it answers (`error.status`, the one a web app
+    returns), and the relay's own answer and reason told apart from it."""
+    cause = error.__cause__
+    if isinstance(cause, RelayUnreachableError):
+        return str(cause)  # upstream's "Could not reach Talaria Relay", and why
+    if not isinstance(cause, RelayHttpError):
+        return f"pairing refused with {error.status}: {error}"
+    # Upstream's message ends in the relay's status, " (HTTP 400)": said once, as the relay's.
+    message = str(error).removesuffix(f" (HTTP {cause.status})")
+    said = f"the relay answered HTTP {cause.status}"
+    if cause.code:
+        said += f" {cause.code}"
+        if cause.code in _REMEDIES:
+            said += f": {_REMEDIES[cause.code]}"
+    return f"pairing refused with {error.status}: {message} ({said})"
+
+
 # ── the parser ────────────────────────────────────────────────────────────────
 
 # A URL's password (`scheme://user:PASSWORD@`, up to the last `@` of the word) and an invitation.
@@ -370,9 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return FAILED
     except RelayPairingError as error:
-        cause = error.__cause__
-        reason = cause.code if isinstance(cause, RelayHttpError) else None
-        fail(f"{error}: the relay's reason: {reason}" if reason else str(error))
+        fail(refusal(error))
         unreachable = isinstance(error.__cause__, RelayUnreachableError)
         return UNREACHABLE if unreachable else FAILED
     except ModuleNotFoundError as error:

@@ -17,6 +17,7 @@ from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
+from relay.refused import nothing_listening
 from relay.store import budget, hosts, sqlstate
 
 ENV_VAR = "TALARIA_RELAY_STORE_URL"
@@ -378,6 +379,8 @@ def driver_error(exc: BaseException, target: StoreTarget) -> StoreError:
     )
     if isinstance(state, str):
         message = sqlstate.described(state, message)
+    elif (refused := nothing_listening(exc)) is not None:
+        message = refused
     if isinstance(state, str) and sqlstate.unavailable(state):
         return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")
     if isinstance(exc, DBAPIError) and not (

@@ -825,7 +825,8 @@ def test_demo_takes_an_invitation_token_that_starts_with_a_dash(home: Path) -> N
 
 
 def test_demo_with_a_bad_invitation_exits_1_with_the_rejection(home: Path) -> None:
-    """An invitation the relay does not know: exit 1 and the relay's refusal in the message."""
+    """An invitation the relay does not know: exit 1, the refusal's own status (409), and the
+    relay's answer (400 and its reason) told apart from it, with what to do."""
     with dev_relay(home) as relay:
         result = cli(
             home,
@@ -841,9 +842,11 @@ def test_demo_with_a_bad_invitation_exits_1_with_the_rejection(home: Path) -> No
         relay.stop()
     expect(result, 1)
     assert (
-        "Talaria Relay rejected server registration (HTTP 400): the relay's reason: "
-        "invalid_invitation" in result.stderr
+        "pairing refused with 409: Talaria Relay rejected server registration (the relay "
+        "answered HTTP 400 invalid_invitation: the relay does not know this invitation: ask for "
+        "a new one)" in result.stderr
     )
+    assert "(HTTP 400)" not in result.stderr
     assert "not-a-real-invitation" not in result.output, "the invitation was printed"
 
 

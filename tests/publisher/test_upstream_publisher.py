@@ -174,7 +174,13 @@ async def test_rejects_untrusted_relays_and_malformed_fields_before_touching_the
         # the rest of the §3.2 table
         ("default", {"relay_url": None}, "Missing relay pairing fields", 400),
         ("default", {"label": 7}, "Missing relay pairing fields", 400),
-        ("default", {"relay_url": "http://relay.example"}, "value must be an HTTPS origin", 400),
+        (
+            "default",
+            {"relay_url": "http://relay.example"},
+            "value must be an HTTPS origin; http:// is accepted only for a loopback relay, with "
+            "allow_insecure_loopback=True (the command line's --allow-insecure-loopback)",
+            400,
+        ),
         (
             "default",
             {"publisher_id": "https://u:p@hermes.example"},
