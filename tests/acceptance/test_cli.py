@@ -119,13 +119,40 @@ def unreachable_pg_url() -> str:
 
 
 @pytest.mark.parametrize(
-    "subcommand", ["migrate", "status", "check", "rekey", "import", "dev-relay", "demo"]
+    ("subcommand", "says"),
+    [
+        ("migrate", "the SQL store to migrate"),
+        ("status", "the store to read, never written"),
+        ("check", "the store to probe, never written"),
+        ("rekey", "the store whose keys to rewrite"),
+        ("grants", "the Postgres store whose database is named"),
+    ],
 )
-def test_every_subcommand_has_help_with_the_store_option(home: Path, subcommand: str) -> None:
-    """`SUBCOMMAND --help` exits 0 and documents `--store URL` and its environment default."""
+def test_every_subcommand_on_a_store_has_help_with_its_own_store_option(
+    home: Path, subcommand: str, says: str
+) -> None:
+    """`SUBCOMMAND --help` exits 0 and documents `--store URL` as that command uses it, with
+    its environment default."""
     result = expect(cli(home, subcommand, "--help", timeout=30), 0)
     assert "--store URL" in result.stdout
-    assert "TALARIA_RELAY_STORE_URL" in result.stdout
+    assert says in " ".join(result.stdout.split())
+    assert "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)" in " ".join(
+        result.stdout.split()
+    )
+
+
+def test_demo_help_says_its_store_is_never_the_environments(home: Path) -> None:
+    """`demo --help` says where the demo writes and never promises $TALARIA_RELAY_STORE_URL as
+    its default, which it never uses."""
+    text = " ".join(expect(cli(home, "demo", "--help", timeout=30), 0).stdout.split())
+    assert "(default: $XDG_STATE_HOME/talaria-relay/demo.db" in text
+    assert "default: $TALARIA_RELAY_STORE_URL" not in text
+
+
+@pytest.mark.parametrize("subcommand", ["import", "dev-relay"])
+def test_commands_without_a_store_take_no_store_option(home: Path, subcommand: str) -> None:
+    """`import` (--from/--to) and `dev-relay` name no --store they would ignore."""
+    assert "--store" not in expect(cli(home, subcommand, "--help", timeout=30), 0).stdout
 
 
 def test_no_subcommand_is_a_usage_error(home: Path) -> None:
