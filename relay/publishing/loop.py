@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from relay import metrics
+from relay import metrics, tracing
 from relay.errors import RelayError, RelayHttpError
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S
 from relay.publishing.logs import Reporter, cause
@@ -151,7 +151,8 @@ class PassLoop:
             start = time.perf_counter()
             delay = None
             try:
-                delay = await self._attempt()
+                with tracing.pass_span():
+                    delay = await self._attempt()
                 return delay
             finally:
                 if (found := metrics.current()) is not None:
@@ -173,6 +174,7 @@ class PassLoop:
             )
             self.stopped = True
             self._backing_off.clear()
+            tracing.annotate({"relay.outcome": "stopped"}, error)
             return None
         except RelayError as error:  # the relay or the store: expected, one line
             return self._failed(error)
@@ -183,6 +185,7 @@ class PassLoop:
         self._failures = 0
         self._last_success, self._backoff_until = self._clock(), None
         self._backing_off.set(0)
+        tracing.annotate({"relay.outcome": "ok"})
         return None
 
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
@@ -190,6 +193,7 @@ class PassLoop:
         delay = retry_delay(self._failures, error, self._uniform)
         self._backoff_until = self._clock() + delay
         self._backing_off.set(1)
+        tracing.annotate({"relay.outcome": "backoff", "relay.retry_in": delay}, error)
         state = "failed" if self._failures == 1 else "still failing"
         reason = cause(error) if bug else str(error)
         line = (

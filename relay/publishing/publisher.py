@@ -26,7 +26,7 @@ from typing import Protocol
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from relay import metrics
+from relay import metrics, tracing
 from relay.client import RelayClient
 from relay.errors import (
     CorruptStateError,
@@ -269,6 +269,9 @@ class RelayPublisher:
         for profile, grant in self.config.profiles.items():
             if await self._publishes(profile, grant):
                 built.append((profile, grant.profile_id, await self.build_states(profile)))
+        tracing.annotate(
+            {"relay.profiles": len(built), "relay.states": sum(len(one[2]) for one in built)}
+        )
         outcomes = await fanout.attempt_all(
             [functools.partial(self._send_snapshot, *one) for one in built]
         )
