@@ -32,6 +32,7 @@ from relay.errors import (
     StoreError,
 )
 from relay.health import Health
+from relay.logfields import of_error
 from relay.store import checks
 
 logger = logging.getLogger("relay.routes")
@@ -207,14 +208,16 @@ def status_of(error: RelayError) -> tuple[int, str]:
         return 409, "The relay registration changed meanwhile; try again"
     if isinstance(error, CorruptStateError):
         # Not the client's doing: a stored value is broken. Its details go to the log only.
-        logger.error("[relay] stored relay state is invalid: %s", error)
+        facts = of_error("stored_state_invalid", error)
+        logger.error("[relay] stored relay state is invalid: %s", error, extra=facts)
         return 500, "Stored relay state is invalid"
     if isinstance(error, StoreError):
-        logger.warning("[relay] the store did not answer: %s", error)
+        facts = of_error("store_unavailable", error)
+        logger.warning("[relay] the store did not answer: %s", error, extra=facts)
         return 503, "The relay store is unavailable"
     if isinstance(error, RelayRequestError):
         return 502, "Could not reach Talaria Relay"
-    logger.error("[relay] request failed: %s", error)
+    logger.error("[relay] request failed: %s", error, extra=of_error("request_failed", error))
     return 500, "Talaria relay request failed"
 
 

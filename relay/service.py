@@ -27,6 +27,7 @@ from relay.errors import (
 )
 from relay.health import Health, store_health
 from relay.host import Host
+from relay.logfields import of_error
 from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
@@ -67,7 +68,6 @@ class RelayService:
         self._http = http
         self._clock = clock
         self._log = log
-        self._report = Reporter(log, logger)
         if not isfinite(lease_s) or not 1 <= lease_s <= 3600:
             raise InvalidInputError("lease_s must be a number of seconds in 1..3600")
         if not isfinite(heartbeat_s) or not 1 <= heartbeat_s <= 3600:
@@ -80,6 +80,7 @@ class RelayService:
         # One owner of claims and runs across this service's publishers: this process's id.
         self.owner_name = None if owner is None else checks.text("owner", owner, OWNER_LIMIT)
         self.owner = uuid.uuid4().hex if owner is None else incarnation(owner)
+        self._report = Reporter(log, logger, self.owner)
         self._publisher: RelayPublisher | None = None
         self._candidate: RelayPublisher | None = None
         self._clients: dict[str, RelayClient] = {}
@@ -132,13 +133,17 @@ class RelayService:
             raise  # not an invalid registration: the caller may start again later
         except KeyPassphraseError as error:
             # The registration is fine; this process lacks the passphrase (the message says so).
-            self._report.error(f"[relay] Talaria relay publisher disabled: {error}")
+            self._report.error(
+                f"[relay] Talaria relay publisher disabled: {error}",
+                of_error("publisher_disabled", error),
+            )
             return False
         except Exception as error:  # whatever is wrong with it, the web app runs on without
             # An unreadable key or registration is expected; anything else is a bug: its traceback.
             bug = None if isinstance(error, RelayError | ValueError) else error
             self._report.error(
                 f"[relay] Talaria relay publisher disabled: invalid configuration ({error})",
+                of_error("publisher_disabled", error),
                 error=bug,
             )
             return False

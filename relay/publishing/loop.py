@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from relay import metrics, tracing
 from relay.errors import RelayError, RelayHttpError
+from relay.logfields import fields, of_error
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S
 from relay.publishing.logs import Reporter, cause
 
@@ -170,7 +171,8 @@ class PassLoop:
                 return self._failed(error)
             self._report.error(
                 f"[relay] Talaria relay publisher stopped after permanent HTTP {error.status}"
-                + _for(error)
+                + _for(error),
+                of_error("publisher_stopped", error),
             )
             self.stopped = True
             self._backing_off.clear()
@@ -181,7 +183,9 @@ class PassLoop:
         except Exception as error:  # a bug: its traceback, and the loop goes on
             return self._failed(error, bug=True)
         if self._failures:
-            self._report.info("[relay] Talaria relay snapshot recovered")
+            self._report.info(
+                "[relay] Talaria relay snapshot recovered", fields("snapshot_recovered")
+            )
         self._failures = 0
         self._last_success, self._backoff_until = self._clock(), None
         self._backing_off.set(0)
@@ -202,10 +206,11 @@ class PassLoop:
         )
         if isinstance(error, RelayHttpError) and error.retry_after is not None:
             line += f" (Retry-After: {error.retry_after:.0f}s)"
+        facts = of_error("snapshot_failed", error, retry_in=delay)
         if bug:
-            self._report.error(line, error=error)
+            self._report.error(line, facts, error=error)
         else:
-            self._report.warning(line)
+            self._report.warning(line, facts)
         return delay
 
     async def _sleep(self, seconds: float) -> None:
@@ -235,7 +240,9 @@ class PassLoop:
                 continue  # the store is down: the heartbeat's pass reports it
             except Exception as error:
                 self._report.error(
-                    f"[relay] Talaria relay lease renewal failed ({cause(error)})", error=error
+                    f"[relay] Talaria relay lease renewal failed ({cause(error)})",
+                    of_error("lease_renewal_failed", error),
+                    error=error,
                 )
                 continue
             takeover_at = math.inf if due is None else clock() + due

@@ -35,6 +35,7 @@ from relay.errors import (
     RelayRequestError,
 )
 from relay.host import ActiveRun, Host
+from relay.logfields import fields
 from relay.presence import Presence
 from relay.protocol import (
     RelayState,
@@ -96,7 +97,7 @@ class RelayPublisher:
         self._client = client
         self._presence = presence
         self._clock = clock
-        self._report = Reporter(log, logger)
+        self._report = Reporter(log, logger, owner)
         self._new_id = new_id
         self._background = background
         self._key: Ed25519PrivateKey | None = None
@@ -287,7 +288,13 @@ class RelayPublisher:
             self._disabled.add(profile_id)
             status = error.status if isinstance(error, RelayHttpError) else None
             self._report.error(
-                f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
+                f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}",
+                fields(
+                    "profile_disabled",
+                    profile=profile,
+                    status=status,
+                    failure=type(error).__name__,
+                ),
             )
         if backoff:
             raise fanout.longest_wait(backoff)
@@ -322,7 +329,8 @@ class RelayPublisher:
             self._alert_eligibility = False
             self._report.warning(
                 f"[relay] Talaria relay rejected alertEligible for profile {profile} "
-                f"(HTTP {error.status}); publishing alert-eligible snapshots only"
+                f"(HTTP {error.status}); publishing alert-eligible snapshots only",
+                fields("alert_eligibility_rejected", profile=profile, status=error.status),
             )
 
     async def _put_snapshot(

@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 from relay.errors import InvalidInputError, RelayError, ServiceStoppedError
 from relay.health import Health
 from relay.host import Host
+from relay.logfields import fields, of_error
 from relay.service import RelayService
 from relay.threaded.host import SyncHost
 from relay.threaded.runtime import Runtime
@@ -163,7 +164,8 @@ class ThreadedRelayService:
         atexit.unregister(self.stop)
         if runtime is not None and runtime.pid == os.getpid():
             took = runtime.shutdown(timeout)
-            logger.debug("[relay] threaded relay service stopped in %.2fs", took)
+            facts = fields("threaded_stopped")
+            logger.debug("[relay] threaded relay service stopped in %.2fs", took, extra=facts)
 
     def __enter__(self) -> ThreadedRelayService:
         self.start()
@@ -213,7 +215,11 @@ class ThreadedRelayService:
 def _report_restart(answer: Future[bool]) -> None:
     error = answer.exception()
     if error is not None:
-        logger.warning("[relay] the threaded relay service did not restart after fork: %s", error)
+        logger.warning(
+            "[relay] the threaded relay service did not restart after fork: %s",
+            error,
+            extra=of_error("fork_restart_failed", error),
+        )
 
 
 def _after_fork_in_child() -> None:
@@ -221,7 +227,10 @@ def _after_fork_in_child() -> None:
         try:
             service._after_fork()
         except Exception:  # a child must come up even if one service cannot
-            logger.exception("[relay] restarting the threaded relay service after fork failed")
+            logger.exception(
+                "[relay] restarting the threaded relay service after fork failed",
+                extra=fields("fork_restart_failed"),
+            )
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
