@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Callable
 from math import isfinite
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -36,6 +36,9 @@ from relay.publishing.logs import Log, Reporter
 from relay.publishing.publisher import RelayPublisher
 from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 from relay.store.records import OWNER_LIMIT
+
+if TYPE_CHECKING:
+    from relay.operator.facts import Gatherer
 
 logger = logging.getLogger("relay.service")
 RELAY_URL_ENV = "TALARIA_RELAY_URL"
@@ -93,9 +96,19 @@ class RelayService:
             configure=self._configure,
         )
         self._cleared: set[tuple[str, str]] = set()
+        self._gatherer: Gatherer | None = None
 
     def current(self) -> RelayPublisher | None:
         return self._publisher
+
+    async def operator_facts(self) -> dict[str, Any]:
+        """The operator page's document (`relay.operator.facts`): one gather per few seconds."""
+        if self._gatherer is None:
+            # Imported here: the facts read the CLI's status helpers, which import this module.
+            from relay.operator.facts import Gatherer
+
+            self._gatherer = Gatherer(self, self._clock)
+        return await self._gatherer()
 
     async def health(self) -> Health:
         """The store's answers (two cheap reads) and the publisher's loop; never calls the relay."""

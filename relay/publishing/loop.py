@@ -60,6 +60,8 @@ class LoopHealth:
     last_success: float | None
     backoff_until: float | None
     stopped: bool
+    # The class of the failure that started the backoff (None while none holds).
+    last_failure: str | None = None
 
 
 def _for(error: BaseException) -> str:
@@ -86,6 +88,7 @@ class PassLoop:
         self._clock = clock
         self._last_success: float | None = None
         self._backoff_until: float | None = None
+        self._last_failure: str | None = None
         self._backing_off = metrics.Gauge("backoff_active")
         self._report = report
         self._uniform = uniform
@@ -107,7 +110,13 @@ class PassLoop:
         return self._task is not None
 
     def health(self) -> LoopHealth:
-        return LoopHealth(self._failures, self._last_success, self._backoff_until, self.stopped)
+        return LoopHealth(
+            self._failures,
+            self._last_success,
+            self._backoff_until,
+            self.stopped,
+            self._last_failure,
+        )
 
     def start(self) -> None:
         """Run passes in the background until `stop()`."""
@@ -188,6 +197,7 @@ class PassLoop:
             )
         self._failures = 0
         self._last_success, self._backoff_until = self._clock(), None
+        self._last_failure = None
         self._backing_off.set(0)
         tracing.annotate({"relay.outcome": "ok"})
         return None
@@ -196,6 +206,7 @@ class PassLoop:
         self._failures += 1
         delay = retry_delay(self._failures, error, self._uniform)
         self._backoff_until = self._clock() + delay
+        self._last_failure = type(error).__name__
         self._backing_off.set(1)
         tracing.annotate({"relay.outcome": "backoff", "relay.retry_in": delay}, error)
         state = "failed" if self._failures == 1 else "still failing"

@@ -21,6 +21,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -57,6 +58,15 @@ from relay.store.records import PassRows, PassView
 
 # The name predates this module's move into `publishing/`; operators filter on it (README).
 logger = logging.getLogger("relay.publisher")
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A profile's last snapshot the relay accepted from this publisher (the operator page)."""
+
+    at: float
+    revision: int | None
+    states: int
 
 
 class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Passes, Backlog, Protocol):
@@ -103,6 +113,10 @@ class RelayPublisher:
         self._key: Ed25519PrivateKey | None = None
         self._following = asyncio.Lock()
         self._disabled: set[str] = set()
+        # Only what this process saw, for the operator page: why a profile was disabled (by
+        # profile_id) and each profile's last accepted snapshot (by profile name).
+        self.disabled: dict[str, str] = {}
+        self.accepted: dict[str, Accepted] = {}
         self._alert_eligibility = True
         self._identities: dict[str, str | None] | None = None
         self._swallowed = Swallowed(self._report)
@@ -155,6 +169,7 @@ class RelayPublisher:
         """Carry unpublished terminal runs and queued views from the publisher being replaced."""
         self._runs.inherit(previous._runs)
         self.views.update(previous.views)
+        self.accepted.update(previous.accepted)
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
 
@@ -287,6 +302,7 @@ class RelayPublisher:
         for profile, profile_id, error in permanent:
             self._disabled.add(profile_id)
             status = error.status if isinstance(error, RelayHttpError) else None
+            self.disabled[profile_id] = f"the relay refused its snapshot for good (HTTP {status})"
             self._report.error(
                 f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}",
                 fields(
@@ -344,6 +360,8 @@ class RelayPublisher:
             error.profile = error.profile or profile
             raise
         metrics.count("snapshots", None)
+        newest = max((state.revision for state in built), default=None)
+        self.accepted[profile] = Accepted(self._clock(), newest, len(built))
 
     async def build_states(self, profile: str) -> list[RelayState]:
         """One row per session of `profile` whose newest turn this replica publishes."""

@@ -127,6 +127,10 @@ class ThreadedRelayService:
         """The store's answers and the publisher's loop; never calls the relay."""
         return self._call("health", lambda s: s.health(), timeout)
 
+    def operator_facts(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """The operator page's document (`RelayService.operator_facts`)."""
+        return self._call("operator_facts", lambda s: s.operator_facts(), timeout)
+
     def flush(self, *, timeout: float | None = None) -> None:
         """Return once a publishing pass that began after this call has finished."""
         self._call("flush", lambda s: s.flush(), timeout)
