@@ -268,12 +268,15 @@ def _profiles(profiles: Sequence[Mapping[str, Any]]) -> str:
         else:
             state = f'{_pill("bad", "disabled")}<div class="why">{_t(p["disabled_why"])}</div>'
         accepted = p["last_accepted"]
-        last = (
-            f"{_age(accepted['age_s'])} ago · revision {_t(accepted['revision'])} · "
-            f"{_t(accepted['states'])} state{'s' * (accepted['states'] != 1)}"
-            if accepted
-            else '<span class="muted">none by this replica</span>'
-        )
+        if accepted is None:
+            last = '<span class="muted">none by this replica</span>'
+        elif accepted["states"] == 0:
+            last = f"{_age(accepted['age_s'])} ago · empty (no session to show)"
+        else:
+            last = (
+                f"{_age(accepted['age_s'])} ago · revision {_t(accepted['revision'])} · "
+                f"{_t(accepted['states'])} session{'s' * (accepted['states'] != 1)}"
+            )
         unsent = _t(p["announcements_unsent"])
         if p["announcements_oldest_age_s"] is not None:
             unsent += f' <span class="muted">oldest {_age(p["announcements_oldest_age_s"])}</span>'
