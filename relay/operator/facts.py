@@ -162,6 +162,7 @@ def _loop_of(service: RelayService) -> dict[str, Any]:
         "failures": loop.failures,
         "backoff_until": None if loop.backoff_until is None else int(loop.backoff_until * 1000),
         "backoff_failure": loop.last_failure,
+        "backoff_status": loop.last_failure_status,
     }
 
 

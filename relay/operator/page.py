@@ -38,11 +38,12 @@ dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;margin:0;
 background:#fff;border:1px solid #dde1e6;padding:10px 14px}
 dt{color:#5b6470}dd{margin:0;overflow-wrap:anywhere}
 code{font:12px ui-monospace,monospace}
-.pill{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600}
+.pill{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;
+white-space:nowrap}
 .pill.ok{background:#e3f6ea;color:#0f5a2c}.pill.warn{background:#fff4dc;color:#6b4700}
 .pill.bad{background:#fde6e6;color:#8a1111}.pill.off{background:#eceff2;color:#4a5360}
 .why{color:#8a1111;font-size:12px}
-.muted{color:#7a828d}
+.muted{color:#7a828d}.small{font-size:12px}.nowrap{white-space:nowrap}
 svg.strip{display:block}
 svg.strip .bg{fill:#f0f2f5}
 svg.strip .ok{fill:#2f9e5b}svg.strip .failed{fill:#d33b3b}svg.strip .backoff{fill:#e0a526}
@@ -122,8 +123,8 @@ def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
         level = "bad" if len(backing) == len(replicas) else _worse(level, "warn")
         for row in backing:
             reasons.append(
-                f"replica {row['owner']} is backing off after {row.get('backoff_failure')}"
-                f" until {_relative(row['backoff_until'] - now_ms)}"
+                f"replica {row['owner']} is backing off: {failure(row)}; it retries "
+                f"{_relative(row['backoff_until'] - now_ms)}"
             )
     for profile in document["profiles"]:
         if not profile["enrolled"]:
@@ -131,15 +132,32 @@ def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
             reasons.append(
                 f"profile {profile['name']} is not publishing: {profile['disabled_why']}"
             )
-    live = sum(bool(r["alive"]) for r in replicas)
-    enrolled = sum(bool(p["enrolled"]) for p in document["profiles"])
-    counts = f"{live} replica{'s' * (live != 1)} live, {enrolled} profile{'s' * (enrolled != 1)}"
+    live = [r for r in replicas if r["alive"]]
+    profiles = document["profiles"]
+    enrolled = sum(bool(p["enrolled"]) for p in profiles)
+    counts = f"{len(live)} replica{'s' * (len(live) != 1)} live"
+    if backing:
+        counts += f" ({len(backing)} backing off)"
+    counts += f" · {enrolled} of {len(profiles)} profile{'s' * (len(profiles) != 1)} publishing"
     line = {
-        "ok": f"Publishing normally: {counts} publishing",
-        "warn": f"Publishing, with problems: {counts} publishing",
-        "bad": f"Not publishing normally: {counts} publishing",
+        "ok": f"Publishing normally — {counts}",
+        "warn": f"Publishing, with problems — {counts}",
+        "bad": f"Not publishing normally — {counts}",
     }[level]
     return level, line, reasons
+
+
+def failure(row: Mapping[str, Any]) -> str:
+    """What made a replica back off, in an operator's words, with the failure's class."""
+    kind = row.get("backoff_failure")
+    status = row.get("backoff_status")
+    if isinstance(status, int):
+        return f"the relay answered HTTP {status} ({kind})"
+    if kind in ("RelayUnreachableError", "RelayTimeoutError"):
+        return f"the relay could not be reached ({kind})"
+    if isinstance(kind, str) and kind.startswith("Store"):
+        return f"the store did not answer ({kind})"
+    return f"{kind}"
 
 
 def _worse(level: str, other: str) -> str:
@@ -164,7 +182,7 @@ def render(document: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>Talaria relay · operator</title>",
         f"<style>{STYLE}</style></head><body><main>",
-        "<h1>Talaria relay</h1>",
+        f"<h1>Talaria relay{_publisher(document)}</h1>",
         f'<div class="meta">Store {_t(document["store"]["backend"])} '
         f"<code>{_t(document['store']['url'])}</code> · read {_when(now_ms, now_ms)} · "
         f"refreshes every {REFRESH_S} s · "
@@ -180,6 +198,11 @@ def render(document: Mapping[str, Any]) -> str:
         "</main></body></html>",
     ]
     return "\n".join(parts)
+
+
+def _publisher(document: Mapping[str, Any]) -> str:
+    found = document.get("registration")
+    return "" if found is None else f" · <code>{_t(found['publisher_id'])}</code>"
 
 
 def _table(headings: Sequence[str], rows: Iterable[str]) -> str:
@@ -201,9 +224,7 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
         last = row.get("last_pass")
         backoff = ""
         if _backing_off(row, now_ms):
-            backoff = (
-                f"{_t(row.get('backoff_failure'))}, retries {_when(row['backoff_until'], now_ms)}"
-            )
+            backoff = f"{_t(failure(row))}; retries {_when(row['backoff_until'], now_ms)}"
         cells = [
             f"<td>{state}</td>",
             f"<td><code>{name}</code></td>",
@@ -216,7 +237,15 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
         if striped:
             cells.append(f"<td>{strip(row.get('ring', []), now_ms)}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
-    headings = ["State", "Replica", "Release", "Last good pass", "Backoff", "Runs", "Claims"]
+    headings = [
+        "State",
+        "Replica",
+        "Release",
+        "Last good pass",
+        "Backing off because",
+        "Sessions it publishes",
+        "Announcements it holds",
+    ]
     if striped:
         headings.append("Passes, last hour")
     more = fleet.get("more", 0)
@@ -238,7 +267,7 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
 
 
 def _unknown(row: Mapping[str, Any]) -> str:
-    return "" if row["this_replica"] else '<span class="muted">not recorded</span>'
+    return "" if row["this_replica"] else '<span class="muted nowrap">not recorded</span>'
 
 
 def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 180) -> str:
@@ -274,8 +303,9 @@ def _profiles(profiles: Sequence[Mapping[str, Any]]) -> str:
             last = f"{_age(accepted['age_s'])} ago · empty (no session to show)"
         else:
             last = (
-                f"{_age(accepted['age_s'])} ago · revision {_t(accepted['revision'])} · "
-                f"{_t(accepted['states'])} session{'s' * (accepted['states'] != 1)}"
+                f"{_age(accepted['age_s'])} ago · {_t(accepted['states'])} "
+                f"session{'s' * (accepted['states'] != 1)} "
+                f'<span class="muted small">revision {_t(accepted["revision"])}</span>'
             )
         unsent = _t(p["announcements_unsent"])
         if p["announcements_oldest_age_s"] is not None:
@@ -306,9 +336,12 @@ def _registration(found: Mapping[str, Any] | None, schema: Mapping[str, Any] | N
     if found is None:
         items.append(("Registration", '<span class="muted">not registered</span>'))
     else:
-        encrypted = {True: "encrypted at rest", False: "not encrypted at rest"}.get(
-            found["key_encrypted"], "missing"
-        )
+        encrypted = {
+            True: _pill("ok", "encrypted at rest"),
+            False: _pill("warn", "not encrypted at rest")
+            + ' <span class="muted small">set TALARIA_RELAY_KEY_PASSPHRASE and run '
+            "<code>talaria-relay rekey</code></span>",
+        }.get(found["key_encrypted"], _pill("bad", "missing"))
         fingerprint = found["key_fingerprint"]
         items += [
             ("Relay", f"<code>{_t(found['relay_url'])}</code>"),
@@ -320,7 +353,7 @@ def _registration(found: Mapping[str, Any] | None, schema: Mapping[str, Any] | N
                 if fingerprint
                 else '<span class="muted">cannot be read here</span>',
             ),
-            ("Private key", _t(encrypted)),
+            ("Private key", encrypted),
         ]
     if schema is not None:
         state = _pill("ok", "at head") if schema["at_head"] else _pill("bad", "not at head")

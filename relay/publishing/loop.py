@@ -60,8 +60,10 @@ class LoopHealth:
     last_success: float | None
     backoff_until: float | None
     stopped: bool
-    # The class of the failure that started the backoff (None while none holds).
+    # The class of the failure that started the backoff, and its HTTP status if it was an
+    # answer (None while no backoff holds).
     last_failure: str | None = None
+    last_failure_status: int | None = None
 
 
 def _for(error: BaseException) -> str:
@@ -89,6 +91,7 @@ class PassLoop:
         self._last_success: float | None = None
         self._backoff_until: float | None = None
         self._last_failure: str | None = None
+        self._last_status: int | None = None
         self._backing_off = metrics.Gauge("backoff_active")
         self._report = report
         self._uniform = uniform
@@ -116,6 +119,7 @@ class PassLoop:
             self._backoff_until,
             self.stopped,
             self._last_failure,
+            self._last_status,
         )
 
     def start(self) -> None:
@@ -197,7 +201,7 @@ class PassLoop:
             )
         self._failures = 0
         self._last_success, self._backoff_until = self._clock(), None
-        self._last_failure = None
+        self._last_failure, self._last_status = None, None
         self._backing_off.set(0)
         tracing.annotate({"relay.outcome": "ok"})
         return None
@@ -207,6 +211,7 @@ class PassLoop:
         delay = retry_delay(self._failures, error, self._uniform)
         self._backoff_until = self._clock() + delay
         self._last_failure = type(error).__name__
+        self._last_status = error.status if isinstance(error, RelayHttpError) else None
         self._backing_off.set(1)
         tracing.annotate({"relay.outcome": "backoff", "relay.retry_in": delay}, error)
         state = "failed" if self._failures == 1 else "still failing"

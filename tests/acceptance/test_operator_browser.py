@@ -86,7 +86,7 @@ def test_the_page_shows_the_fleet_profiles_and_registration(
         page = watched.page
         verdict = page.locator(".verdict").inner_text()
         assert "web-1/" in verdict
-        assert "backing off after RelayHttpError" in verdict
+        assert "the relay answered HTTP 503 (RelayHttpError)" in verdict
         rows = page.locator("h2:has-text('Replicas') + table tbody tr")
         assert rows.count() == 3
         fleet = rows.all_inner_texts()

@@ -210,7 +210,7 @@ async def test_a_backing_off_replica_and_a_disabled_profile_are_named(store: Rel
         assert replica["backoff_until"] == int((env.clock() + 5.0) * 1000)
         level, _line, reasons = page.verdict(document)
         assert level == "bad"
-        assert any("backing off after RelayHttpError" in reason for reason in reasons)
+        assert any("backing off: the relay answered HTTP 503" in reason for reason in reasons)
         env.clock.advance(10)
         env.relay.inject("snapshot", 403)
         await env.publish()
