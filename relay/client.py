@@ -21,9 +21,11 @@ from typing import Any, Self, cast
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from relay import tracing
 from relay.errors import (
     InvalidInputError,
     RelayHttpError,
+    RelayRequestError,
     RelayResponseError,
     RelayTimeoutError,
     RelayUnreachableError,
@@ -130,6 +132,24 @@ class RelayClient:
         self, method: str, path: str, body: bytes, auth: httpx.Auth | None, cap: int | None
     ) -> bytes:
         """Send one request; the 2xx answer's body up to `cap` bytes, or none without a cap."""
+        with tracing.http_span(method, self._origin + path) as span:
+            try:
+                return await self._exchange(method, path, body, auth, cap, span)
+            except RelayRequestError as error:
+                if span is not None:
+                    status = error.status if isinstance(error, RelayHttpError) else None
+                    tracing.failed(span, error, None if status is None else str(status))
+                raise
+
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        auth: httpx.Auth | None,
+        cap: int | None,
+        span: Any,
+    ) -> bytes:
         try:
             url = httpx.URL(self._origin + path)
         except httpx.InvalidURL as exc:
@@ -155,6 +175,8 @@ class RelayClient:
                 response = await self._http.send(
                     request, auth=auth, stream=True, follow_redirects=False
                 )
+                if span is not None:
+                    span.set_attribute("http.response.status_code", response.status_code)
                 if not response.is_success:
                     try:
                         # A PUT's refusal stays unread (as upstream); a redeem's says why.

@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from math import isfinite
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -30,6 +30,7 @@ from relay.errors import (
 )
 from relay.health import Health, store_health
 from relay.host import Host
+from relay.logfields import of_error
 from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
@@ -38,6 +39,9 @@ from relay.publishing.logs import Log, Reporter
 from relay.publishing.publisher import RelayPublisher
 from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 from relay.store.records import OWNER_LIMIT
+
+if TYPE_CHECKING:
+    from relay.operator.facts import Gatherer
 
 logger = logging.getLogger("relay.service")
 RELAY_URL_ENV = "TALARIA_RELAY_URL"
@@ -70,7 +74,6 @@ class RelayService:
         self._http = http
         self._clock = clock
         self._log = log
-        self._report = Reporter(log, logger)
         if not isfinite(lease_s) or not 1 <= lease_s <= 3600:
             raise InvalidInputError("lease_s must be a number of seconds in 1..3600")
         if not isfinite(heartbeat_s) or not 1 <= heartbeat_s <= 3600:
@@ -83,6 +86,7 @@ class RelayService:
         # One owner of claims and runs across this service's publishers: this process's id.
         self.owner_name = None if owner is None else checks.text("owner", owner, OWNER_LIMIT)
         self.owner = uuid.uuid4().hex if owner is None else incarnation(owner)
+        self._report = Reporter(log, logger, self.owner)
         self._publisher: RelayPublisher | None = None
         self._candidate: RelayPublisher | None = None
         self._clients: dict[str, RelayClient] = {}
@@ -95,6 +99,7 @@ class RelayService:
             configure=self._configure,
         )
         self._cleared: set[tuple[str, str]] = set()
+        self._gatherer: Gatherer | None = None
         # Set once `start()` has read the store, whatever it found there.
         self._started = False
 
@@ -105,6 +110,15 @@ class RelayService:
 
     def current(self) -> RelayPublisher | None:
         return self._publisher
+
+    async def operator_facts(self) -> dict[str, Any]:
+        """The operator page's document (`relay.operator.facts`): one gather per few seconds."""
+        if self._gatherer is None:
+            # Imported here: the facts read the CLI's status helpers, which import this module.
+            from relay.operator.facts import Gatherer
+
+            self._gatherer = Gatherer(self, self._clock)
+        return await self._gatherer()
 
     async def health(self) -> Health:
         """The store's answers (two cheap reads) and the publisher's loop; never calls the relay.
@@ -163,13 +177,17 @@ class RelayService:
             raise  # not an invalid registration: the caller may start again later
         except KeyPassphraseError as error:
             # The registration is fine; this process lacks the passphrase (the message says so).
-            self._report.error(f"[relay] Talaria relay publisher disabled: {error}")
+            self._report.error(
+                f"[relay] Talaria relay publisher disabled: {error}",
+                of_error("publisher_disabled", error),
+            )
             return False
         except Exception as error:  # whatever is wrong with it, the web app runs on without
             # An unreadable key or registration is expected; anything else is a bug: its traceback.
             bug = None if isinstance(error, RelayError | ValueError) else error
             self._report.error(
                 f"[relay] Talaria relay publisher disabled: invalid configuration ({error})",
+                of_error("publisher_disabled", error),
                 error=bug,
             )
             return False

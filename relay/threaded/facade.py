@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 from relay.errors import InvalidInputError, RelayError, ServiceStoppedError
 from relay.health import Health
 from relay.host import Host
+from relay.logfields import fields, of_error
 from relay.service import RelayService
 from relay.threaded.host import SyncHost
 from relay.threaded.runtime import Runtime
@@ -128,6 +129,10 @@ class ThreadedRelayService:
         """The store's answers and the publisher's loop; never calls the relay."""
         return self._call("health", lambda s: s.health(), timeout)
 
+    def operator_facts(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """The operator page's document (`RelayService.operator_facts`)."""
+        return self._call("operator_facts", lambda s: s.operator_facts(), timeout)
+
     def flush(self, *, timeout: float | None = None) -> None:
         """Return once a publishing pass that began after this call has finished."""
         self._call("flush", lambda s: s.flush(), timeout)
@@ -165,7 +170,8 @@ class ThreadedRelayService:
         atexit.unregister(self.stop)
         if runtime is not None and runtime.pid == os.getpid():
             took = runtime.shutdown(timeout)
-            logger.debug("[relay] threaded relay service stopped in %.2fs", took)
+            facts = fields("threaded_stopped")
+            logger.debug("[relay] threaded relay service stopped in %.2fs", took, extra=facts)
 
     def __enter__(self) -> ThreadedRelayService:
         self.start()
@@ -231,7 +237,11 @@ def _started_first(
 def _report_restart(answer: Future[bool]) -> None:
     error = answer.exception()
     if error is not None:
-        logger.warning("[relay] the threaded relay service did not restart after fork: %s", error)
+        logger.warning(
+            "[relay] the threaded relay service did not restart after fork: %s",
+            error,
+            extra=of_error("fork_restart_failed", error),
+        )
 
 
 def _after_fork_in_child() -> None:
@@ -239,7 +249,10 @@ def _after_fork_in_child() -> None:
         try:
             service._after_fork()
         except Exception:  # a child must come up even if one service cannot
-            logger.exception("[relay] restarting the threaded relay service after fork failed")
+            logger.exception(
+                "[relay] restarting the threaded relay service after fork failed",
+                extra=fields("fork_restart_failed"),
+            )
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
