@@ -13,7 +13,15 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-demo: venv
+# The demo needs the package and the dev relay's server, nothing of the test toolchain: its own
+# stamp, so `make demo` on a fresh clone installs only `.[devrelay]` (a `make venv` has it all).
+$(BIN)/.demo-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[devrelay]'
+	touch $@
+
+demo: $(BIN)/.demo-installed
 	$(BIN)/talaria-relay demo
 
 # The suite runs in worker processes (pytest-xdist). It mostly waits (on Postgres, sockets, child
