@@ -224,7 +224,10 @@ CONTAINS: dict[str, list[str]] = {
         "relay_store_transaction_duration_seconds_count",
         "relay_backoff_active",
     ],
-    "json-logs": ['"level": "INFO", "logger": "relay.publisher"'],
+    "json-logs": [
+        '"level": "INFO", "logger": "relay.publisher"',
+        '"relay_event": "snapshot_recovered"',
+    ],
 }
 
 
