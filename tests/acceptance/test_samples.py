@@ -191,6 +191,7 @@ EXPECTED: dict[str, list[str]] = {
     "quickstart-manual": ["['chat-1']"],
     "store": ["True 3"],
     "health": ["False True False None"],
+    "wsgi": ["{'ok': True, 'lease_seconds': 90}", "401"],
     "synchost": ["False", "{'ok': True, 'lease_seconds': 90}", "False"],
     "aiohttp": [
         "200 {'ok': True}",
