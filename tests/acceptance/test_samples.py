@@ -276,3 +276,26 @@ def test_the_readme_reads_in_five_minutes() -> None:
     """The README stays short: the rest belongs in the manual."""
     lines = README.read_text().count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move some into docs/"
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as MkDocs and GitHub both make it for plain headings."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = page.read_text()
+    found = {slug(m.group(1)) for m in re.finditer(r"^#+ (.*?)(?: \{#[\w-]+\})?$", text, re.M)}
+    return found | set(re.findall(r"\{#([\w-]+)\}", text))
+
+
+def test_the_readmes_links_reach_the_manual() -> None:
+    """Every link of the README into docs/ names a page that exists, and a heading on it."""
+    broken = []
+    for target in re.findall(r"\]\((docs/[^)\s]+)\)", README.read_text()):
+        path, _, anchor = target.partition("#")
+        page = ROOT / path
+        if not page.is_file() or (anchor and anchor not in anchors(page)):
+            broken.append(target)
+    assert not broken, broken
