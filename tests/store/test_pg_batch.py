@@ -14,13 +14,14 @@ import asyncpg
 import pytest
 from backends import on
 from databases import set_read_only
+from sql_support import sql_backend
 from sqlalchemy import delete, func, insert, literal, make_url, select, update
 
 from relay.cli.bench.proxy import latency_proxy
 from relay.errors import StoreError, StoreUnavailableError
 from relay.health import NOT_READY, probe
 from relay.store import open_store, resolve
-from relay.store.sql import SqlStore, migrate, pgbatch
+from relay.store.sql import migrate, pgbatch
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import POSTGRES, Row, bind
 from relay.store.sql.postgres import PostgresRunner
@@ -112,8 +113,7 @@ def typed(rows: Sequence[Row]) -> list[list[tuple[type, Any]]]:
 
 
 def postgres_runner(store: Any) -> PostgresRunner:
-    assert isinstance(store, SqlStore)
-    found = store._db
+    found = sql_backend(store).runner
     assert isinstance(found, PostgresRunner)
     return found
 

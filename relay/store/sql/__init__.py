@@ -1,6 +1,6 @@
-"""`RelayStore` on SQL: SQLite (embedded) and Postgres (replicas), on their raw drivers."""
+"""The store's `Backend` on SQL: SQLite (embedded) and Postgres (replicas), on their raw drivers."""
 
+from relay.store.sql.backend import SqlBackend
 from relay.store.sql.runner import Stats
-from relay.store.sql.store import SqlStore
 
-__all__ = ["SqlStore", "Stats"]
+__all__ = ["SqlBackend", "Stats"]

@@ -10,8 +10,7 @@ from sqlalchemy import BigInteger, bindparam, select
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect
-from relay.store.sql.part import SqlPart
-from relay.store.sql.runner import Tx, scalar
+from relay.store.sql.runner import Runner, Tx, scalar
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,24 +39,22 @@ def statements(d: Dialect) -> Statements:
     )
 
 
-class RevisionsSql(SqlPart):
-    """The revision hooks of `StoreGate`."""
+async def allocate_revisions(db: Runner, count: int, now_ms: int) -> int | None:
+    first = max(1, now_ms) + count - 1
+    if first > MAX_SAFE_INTEGER:
+        return None
+    q = statements(db.dialect).allocate
 
-    async def _allocate_revisions(self, count: int, now_ms: int) -> int | None:
-        first = max(1, now_ms) + count - 1
-        if first > MAX_SAFE_INTEGER:
-            return None
-        q = statements(self._db.dialect).allocate
+    async def body(tx: Tx) -> int | None:
+        return await scalar(tx, q, {"first": first, "now": now_ms, "count": count})  # type: ignore[no-any-return]
 
-        async def body(tx: Tx) -> int | None:
-            return await scalar(tx, q, {"first": first, "now": now_ms, "count": count})  # type: ignore[no-any-return]
+    return await db.write(body, single=True)
 
-        return await self._db.write(body, single=True)
 
-    async def _revision_floor(self) -> int:
-        q = statements(self._db.dialect).floor
+async def revision_floor(db: Runner) -> int:
+    q = statements(db.dialect).floor
 
-        async def body(tx: Tx) -> int:
-            return (await scalar(tx, q)) or 0
+    async def body(tx: Tx) -> int:
+        return (await scalar(tx, q)) or 0
 
-        return await self._db.read(body)
+    return await db.read(body)
