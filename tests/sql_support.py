@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from relay.store import RelayStore
-from relay.store.sql import SqlBackend
+from relay.store.sql.backend import SqlBackend
 from relay.store.store import Store
 
 

@@ -27,7 +27,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
             fail(status["hint"])
             return FAILED
     if target.backend == "sqlite":
-        from relay.store.sql import SqlBackend
+        from relay.store.sql.backend import SqlBackend
         from relay.store.store import Store
 
         # Read-only: status never writes, so it also reads a database it may not write.

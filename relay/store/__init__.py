@@ -58,7 +58,7 @@ async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore
 
         assert target.path is not None
         return await FileStore.open(target.path, profile_home=profile_home)
-    from relay.store.sql import SqlBackend
+    from relay.store.sql.backend import SqlBackend
     from relay.store.store import Store
 
     return Store(await SqlBackend.open(target))

@@ -18,7 +18,7 @@ from sqlalchemy import insert, select
 from relay.store import open_store
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import POSTGRES, bind
-from relay.store.sql.postgres import PostgresRunner
+from relay.store.sql.drivers.postgres import PostgresRunner
 
 pytest_plugins = ["pgdeploy"]
 pytestmark = pytest.mark.postgres

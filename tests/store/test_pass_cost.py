@@ -15,7 +15,7 @@ from harness import Env, relay_env
 from sql_support import sql_backend
 
 from relay.store import RelayStore
-from relay.store.sql import Stats
+from relay.store.sql.drivers.runner import Stats
 
 PROFILES = ("default", "work", "home")
 # The batch: at least 64 announcements per claim.

@@ -21,11 +21,12 @@ from relay.cli.bench.proxy import latency_proxy
 from relay.errors import StoreError, StoreUnavailableError
 from relay.health import NOT_READY, probe
 from relay.store import open_store, resolve
-from relay.store.sql import migrate, pgbatch
+from relay.store.sql import migrate
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import POSTGRES, Row, bind
-from relay.store.sql.postgres import PostgresRunner
-from relay.store.sql.runner import Step, Tx, run_steps
+from relay.store.sql.drivers import pgbatch
+from relay.store.sql.drivers.postgres import PostgresRunner
+from relay.store.sql.drivers.runner import Step, Tx, run_steps
 
 pytestmark = on("postgres")
 BIG = 2**53 + 1  # past what a JSON double holds exactly

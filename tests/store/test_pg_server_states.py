@@ -24,7 +24,7 @@ from sqlalchemy import func, make_url, select
 from relay.errors import StoreError, StoreUnavailableError
 from relay.store import RelayStore, open_store
 from relay.store.sql.dialect import POSTGRES
-from relay.store.sql.postgres import PostgresRunner
+from relay.store.sql.drivers.postgres import PostgresRunner
 
 pytestmark = on("postgres")
 NOW = 1_800_000_000_000

@@ -17,9 +17,9 @@ from sql_support import sql_backend
 
 from relay.cli.bench.proxy import latency_proxy
 from relay.store import RelayStore, open_store, resolve
-from relay.store.sql import SqlBackend, Stats
+from relay.store.sql.backend import SqlBackend
 from relay.store.sql.dialect import Compiled
-from relay.store.sql.runner import Tx
+from relay.store.sql.drivers.runner import Stats, Tx
 
 sqlite = pytest.mark.sqlite
 

@@ -31,10 +31,10 @@ from relay.errors import StoreUnavailableError
 from relay.store import RelayStore, open_store
 from relay.store.files.locked import LOCK
 from relay.store.files.store import FileStore
-from relay.store.sql import SqlBackend
+from relay.store.sql.backend import SqlBackend
 from relay.store.sql.dialect import Compiled
-from relay.store.sql.postgres import PostgresTx
-from relay.store.sql.sqlite import SqliteRunner
+from relay.store.sql.drivers.postgres import PostgresTx
+from relay.store.sql.drivers.sqlite import SqliteRunner
 from relay.store.store import Store
 
 # Held far longer than this, a lock fails the write; the default (30 s) would only be slower.

@@ -17,7 +17,7 @@ from typing import Any
 from relay.protocol import STARTED_WINDOW_MS
 from relay.store.sql import ledger, outbox, registration, revisions, transfer
 from relay.store.sql.dialect import POSTGRES, SQLITE, Compiled, Dialect
-from relay.store.sql.sqlite import BUSY_TIMEOUT_S, connect
+from relay.store.sql.drivers.sqlite import BUSY_TIMEOUT_S, connect
 
 Step = tuple[Compiled, Mapping[str, Any]]
 

@@ -40,9 +40,9 @@ from relay.store.sql import (
     runs,
     transfer,
 )
-from relay.store.sql.runner import Runner, Stats
+from relay.store.sql.drivers.runner import Runner, Stats
+from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
 from relay.store.sql.schema_state import ensure_sqlite_schema, schema_revision, unwritable
-from relay.store.sql.sqlite import SqliteRunner, create_private
 from relay.store.url import StoreTarget
 
 
@@ -68,7 +68,9 @@ class SqlBackend(Backend):
         """
         runner: Runner
         if target.backend == "postgres":
-            from relay.store.sql.postgres import PostgresRunner  # asyncpg: Postgres stores only
+            from relay.store.sql.drivers.postgres import (
+                PostgresRunner,  # asyncpg: Postgres stores only
+            )
 
             runner = await PostgresRunner.open(target.sqlalchemy_url, target.display)
         else:

@@ -21,7 +21,7 @@ from relay.store.records import StartedEntry, StartedScope
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.runner import Runner, Step, Tx
+from relay.store.sql.drivers.runner import Runner, Step, Tx
 
 
 @dataclass(frozen=True, slots=True)

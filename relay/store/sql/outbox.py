@@ -13,7 +13,7 @@ from relay.store.records import DeletedScope, DeletedView
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.runner import Runner, Tx
+from relay.store.sql.drivers.runner import Runner, Tx
 
 VIEW_COLUMNS = (
     "id",

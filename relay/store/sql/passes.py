@@ -43,7 +43,7 @@ from relay.store.sql import runs as run_sql
 from relay.store.sql import schema as t
 from relay.store.sql.claims import free
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.runner import Runner, Step, Tx
+from relay.store.sql.drivers.runner import Runner, Step, Tx
 
 
 @dataclass(frozen=True, slots=True)

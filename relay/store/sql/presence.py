@@ -11,7 +11,7 @@ from relay.store.backend import PresenceUpdate
 from relay.store.records import PresenceLease
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.runner import Runner, Tx, first, scalar
+from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
 
 @dataclass(frozen=True, slots=True)

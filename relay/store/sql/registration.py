@@ -15,7 +15,7 @@ from relay.store.keys import pkcs8
 from relay.store.records import CONFIG_VERSION, ProfileGrant, RelayConfig
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect
-from relay.store.sql.runner import Runner, Tx, first, scalar
+from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
 
 @dataclass(frozen=True, slots=True)

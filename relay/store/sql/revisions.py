@@ -10,7 +10,7 @@ from sqlalchemy import BigInteger, bindparam, select
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect
-from relay.store.sql.runner import Runner, Tx, scalar
+from relay.store.sql.drivers.runner import Runner, Tx, scalar
 
 
 @dataclass(frozen=True, slots=True)

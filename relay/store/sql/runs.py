@@ -34,7 +34,7 @@ from relay.store.backend import Claim
 from relay.store.records import RunState
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.runner import Runner, Tx, scalar
+from relay.store.sql.drivers.runner import Runner, Tx, scalar
 
 # Any constant will do: it names this aggregate's lock among the database's advisory locks.
 _RUNS_LOCK = 0x7A1A_2D0C

@@ -11,8 +11,8 @@ from sqlalchemy import and_, bindparam, or_, select, update
 from relay.store.records import StateBatch
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, bind
+from relay.store.sql.drivers.runner import Runner, Tx, first
 from relay.store.sql.outbox import VIEW_COLUMNS, columns
-from relay.store.sql.runner import Runner, Tx, first
 
 
 @dataclass(frozen=True, slots=True)
