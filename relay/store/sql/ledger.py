@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy import delete, false, literal, select, update
 
 from relay.protocol import STARTED_WINDOW_MS
-from relay.store.backend import Sightings, StartedClaim
+from relay.store.backend import Claim, Sightings, StartedClaim
 from relay.store.records import StartedEntry, StartedScope
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.drivers.runner import Runner, Step, Tx
+from relay.store.sql.drivers.runner import Call, Many, Runner, Step, Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,6 @@ class Statements:
     add_scope: Compiled
     prune: Compiled
     add_entry: Compiled
-    claim: Compiled
     claim_listed: Compiled
     mark_sent: Compiled
     ledger: Compiled
@@ -65,11 +64,6 @@ def statements(d: Dialect) -> Statements:
                 ),
             )
             .on_conflict_do_nothing(index_elements=[s.profile_id, s.session_id])
-        ),
-        claim=d.compile(
-            claim(
-                t.started, s.session_id, in_scope, s.sent == false(), order_by=unsent_first
-            ).returning(*t.started.c)
         ),
         # The listed scopes' entries, scope by scope in the order listed, each oldest first.
         claim_listed=d.compile(
@@ -135,18 +129,27 @@ async def record_started(db: Runner, sightings: Sightings) -> None:
     await db.batch(record_steps(db.dialect, sightings.seen, sightings.now_ms))
 
 
+def mark_step(d: Dialect, sent: Sequence[tuple[str, str]]) -> Many:
+    """The marks of these (profile_id, session_id) entries as announced."""
+    return statements(d).mark_sent, [{"profile_id": p, "session_id": sid} for p, sid in sent]
+
+
+def claim_step(d: Dialect, scopes: Sequence[str], lease: Claim) -> Call:
+    """The claim of the unsent entries of `scopes`, scope by scope as listed, oldest first."""
+    params = {"scopes": d.list_value(scopes), **claim_params(d, lease)}
+    return statements(d).claim_listed, params
+
+
 async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]:
-    d, scopes = db.dialect, request.scopes
-    q = statements(d)
-    marks = [{"profile_id": p, "session_id": sid} for p, sid in request.sent]
-    params = {"scopes": d.list_value(list(scopes)), **claim_params(d, request.claim)}
+    d, scopes, marks = db.dialect, request.scopes, request.sent
+    claim = claim_step(d, scopes, request.claim)
 
     async def body(tx: Tx) -> list[StartedEntry]:
         if marks:
-            await tx.many(q.mark_sent, marks)
+            await tx.many(*mark_step(d, marks))
         if not scopes:
             return []
-        return [entry(row) for row in await tx.rows(q.claim_listed, params)]
+        return [entry(row) for row in await tx.rows(*claim)]
 
     single = not marks or (not scopes and len(marks) == 1)
     claimed = await db.write(body, single=single)

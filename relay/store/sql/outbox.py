@@ -13,7 +13,7 @@ from relay.store.records import DeletedScope, DeletedView
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.drivers.runner import Runner, Tx
+from relay.store.sql.drivers.runner import Call, Runner, Tx
 
 VIEW_COLUMNS = (
     "id",
@@ -100,12 +100,22 @@ def columns(entry: DeletedView) -> dict[str, Any]:
     }
 
 
+def enqueue_step(d: Dialect, deletion: Deletion) -> Call:
+    """The upsert of a deletion; it returns the entry queued."""
+    q = statements(d)
+    return q.enqueue_live if deletion.session_live else q.enqueue_gone, columns(deletion.new)
+
+
+def ack_step(d: Dialect, view_id: str, through: int) -> Call:
+    """The removal of entry `view_id`, if its `through` is still this one."""
+    return statements(d).ack, {"id": view_id, "through": through}
+
+
 async def enqueue_deleted(db: Runner, deletion: Deletion) -> DeletedView:
-    q = statements(db.dialect)
-    statement = q.enqueue_live if deletion.session_live else q.enqueue_gone
+    step = enqueue_step(db.dialect, deletion)
 
     async def body(tx: Tx) -> DeletedView:
-        return view((await tx.rows(statement, columns(deletion.new)))[0])
+        return view((await tx.rows(*step))[0])
 
     return await db.write(body, single=True)
 
@@ -147,9 +157,9 @@ async def claim_deleted(db: Runner, lease: Claim) -> list[DeletedView]:
 
 
 async def ack_deleted(db: Runner, view_id: str, through: int) -> bool:
-    q = statements(db.dialect).ack
+    step = ack_step(db.dialect, view_id, through)
 
     async def body(tx: Tx) -> int:
-        return await tx.run(q, {"id": view_id, "through": through})
+        return await tx.run(*step)
 
     return bool(await db.write(body, single=True))

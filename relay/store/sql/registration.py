@@ -15,7 +15,7 @@ from relay.store.keys import pkcs8
 from relay.store.records import CONFIG_VERSION, ProfileGrant, RelayConfig
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect
-from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
+from relay.store.sql.drivers.runner import Call, Runner, Tx, first, scalar
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,11 +202,16 @@ async def delete_key(db: Runner, ref: str) -> bool:
     return bool(await db.write(body, single=True))
 
 
+def identity_step(d: Dialect, profile: str) -> Call:
+    """The read of `profile`'s stored identity."""
+    return statements(d).identity, {"profile": profile}
+
+
 async def profile_identity(db: Runner, profile: str) -> str | None:
-    q = statements(db.dialect).identity
+    step = identity_step(db.dialect, profile)
 
     async def body(tx: Tx) -> str | None:
-        return await scalar(tx, q, {"profile": profile})  # type: ignore[no-any-return]
+        return await scalar(tx, *step)  # type: ignore[no-any-return]
 
     return await db.read(body)
 

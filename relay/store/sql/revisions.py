@@ -10,7 +10,7 @@ from sqlalchemy import BigInteger, bindparam, select
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect
-from relay.store.sql.drivers.runner import Runner, Tx, scalar
+from relay.store.sql.drivers.runner import Call, Runner, Tx, scalar
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,14 +39,21 @@ def statements(d: Dialect) -> Statements:
     )
 
 
-async def allocate_revisions(db: Runner, count: int, now_ms: int) -> int | None:
+def allocate_step(d: Dialect, count: int, now_ms: int) -> Call | None:
+    """The allocation of `count` revisions at `now_ms`; None when it would pass 2^53-1."""
     first = max(1, now_ms) + count - 1
     if first > MAX_SAFE_INTEGER:
         return None
-    q = statements(db.dialect).allocate
+    return statements(d).allocate, {"first": first, "now": now_ms, "count": count}
+
+
+async def allocate_revisions(db: Runner, count: int, now_ms: int) -> int | None:
+    step = allocate_step(db.dialect, count, now_ms)
+    if step is None:
+        return None
 
     async def body(tx: Tx) -> int | None:
-        return await scalar(tx, q, {"first": first, "now": now_ms, "count": count})  # type: ignore[no-any-return]
+        return await scalar(tx, *step)  # type: ignore[no-any-return]
 
     return await db.write(body, single=True)
 

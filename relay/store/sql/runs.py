@@ -53,7 +53,6 @@ class Statements:
     forget: Compiled
     mark_sending: Compiled
     release: Compiled
-    owned: Compiled
     next_expiry: Compiled
     all: Compiled
 
@@ -174,9 +173,6 @@ def statements(d: Dialect) -> Statements:
             update(t.runs)
             .where(r.sending_by == owner, *locked)
             .values(sending_by=None, sending_until=0)
-        ),
-        owned=d.compile(
-            select(t.runs).where(r.owner == owner).order_by(r.started_at, r.session_id)
         ),
         next_expiry=d.compile(select(func.min(expiries.c[0]))),
         all=d.compile(select(t.runs).order_by(r.session_id)),

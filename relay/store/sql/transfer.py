@@ -8,10 +8,10 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, or_, select, update
 
-from relay.store.records import StateBatch
+from relay.store.records import StartedEntry, StartedScope, StateBatch
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, bind
-from relay.store.sql.drivers.runner import Runner, Tx, first
+from relay.store.sql.drivers.runner import Call, Many, Runner, Tx, first
 from relay.store.sql.outbox import VIEW_COLUMNS, columns
 
 
@@ -81,20 +81,28 @@ def statements(d: Dialect) -> Statements:
     )
 
 
+def entry_values(e: StartedEntry) -> dict[str, Any]:
+    """A started entry's columns as a merge inserts it (its claim is not copied)."""
+    return {
+        "profile_id": e.profile_id,
+        "session_id": e.session_id,
+        "started_at": e.started_at,
+        "sent": e.sent,
+    }
+
+
+def ledger_steps(d: Dialect, scope: StartedScope) -> tuple[Call, Many]:
+    """A scope's ledger merged in: its floor, then its entries."""
+    q = statements(d)
+    floor = {"profile_id": scope.profile_id, "floor": scope.floor}
+    return (q.scope, floor), (q.entry, [entry_values(e) for e in scope.entries])
+
+
 async def merge_state(db: Runner, batch: StateBatch) -> None:
     q = statements(db.dialect)
     identities = [{"profile": k, "identity": v} for k, v in batch.identities.items()]
     scopes = [{"profile_id": x.profile_id, "floor": x.floor} for x in batch.started]
-    entries = [
-        {
-            "profile_id": e.profile_id,
-            "session_id": e.session_id,
-            "started_at": e.started_at,
-            "sent": e.sent,
-        }
-        for scope in batch.started
-        for e in scope.entries
-    ]
+    entries = [entry_values(e) for scope in batch.started for e in scope.entries]
     leases = [
         {
             "profile": x.profile,
