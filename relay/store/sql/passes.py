@@ -6,10 +6,11 @@ the profiles with an active presence lease, each tracked scope with whether it h
 entry the owner would claim (an index range of that scope's unsent entries), and whether the
 outbox holds an entry the owner would claim. On Postgres it is one round trip in autocommit.
 
-The write is `sync_runs`'s statements, then the revision allocation for the rows the owner now
-has, then those rows with the counter: no statement waits on an earlier one's answer, so a
-runner may send them all at once (`Runner.batch`). Past 2^53-1 the allocation sets the counter to
-NULL, which its NOT NULL refuses: the whole transaction rolls back, as the contract says.
+The write is the run sync's statements (`runs`), then the revision allocation for the rows the
+owner now has, then those rows with the counter: no statement waits on an earlier one's answer,
+so a runner may send them all at once (`Runner.batch`). Past 2^53-1 the allocation sets the
+counter to NULL, which its NOT NULL refuses: the whole transaction rolls back, as the contract
+says.
 """
 
 from __future__ import annotations
