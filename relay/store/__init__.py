@@ -49,9 +49,11 @@ ProfileHome = Callable[[str], Path]
 async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore:
     target = resolve(url)
     if target.backend == "memory":
-        from relay.store.memory import MemoryStore
+        from relay.store.memory import MemoryDocuments
+        from relay.store.rules.book import RulebookBackend
+        from relay.store.store import Store
 
-        return MemoryStore()
+        return Store(RulebookBackend(MemoryDocuments()))  # type: ignore[abstract]
     if target.backend == "json":
         from relay.store.files import FileStore
 

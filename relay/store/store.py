@@ -200,7 +200,7 @@ class Store(RelayStore):
     # ── started ledger ────────────────────────────────────────────────────────
 
     async def track_started(self, profile_ids: Iterable[str], now_ms: int) -> None:
-        scopes = _names("profile_id", profile_ids)
+        scopes = _names("profile_id", profile_ids, "profile_ids")
         checks.time_ms("now_ms", now_ms)
         if scopes:
             await self._backend.track_started(scopes, now_ms)
@@ -226,7 +226,7 @@ class Store(RelayStore):
         *,
         sent: Iterable[tuple[str, str]] = (),
     ) -> list[StartedEntry]:
-        scopes = _names("profile_id", profile_ids)
+        scopes = _names("profile_id", profile_ids, "profile_ids")
         lease = claim(owner, now_ms, lease_ms, limit)
         marks = tuple(dict.fromkeys(_scope_session(pair) for pair in checks.items("sent", sent)))
         if not scopes and not marks:
@@ -433,8 +433,9 @@ def run_sync(
     return RunSync(owner, ordered, now_ms, lease.until, cutoff, forget_before)
 
 
-def _names(kind: str, values: Iterable[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(checks.text(kind, value) for value in checks.items(kind, values)))
+def _names(kind: str, values: Iterable[str], plural: str | None = None) -> tuple[str, ...]:
+    members = checks.items(plural or kind, values)
+    return tuple(dict.fromkeys(checks.text(kind, value) for value in members))
 
 
 def _scope_session(pair: object) -> tuple[str, str]:
