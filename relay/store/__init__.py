@@ -55,10 +55,10 @@ async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore
 
         return Store(RulebookBackend(MemoryDocuments()))  # type: ignore[abstract]
     if target.backend == "json":
-        from relay.store.files import FileStore
+        from relay.store.files import open_json
 
         assert target.path is not None
-        return await FileStore.open(target.path, profile_home=profile_home)
+        return await open_json(target.path, profile_home=profile_home)
     from relay.store.sql import SqlStore
 
     return await SqlStore.open(target)

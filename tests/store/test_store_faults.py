@@ -28,12 +28,14 @@ from privileged import fill, immutable, read_only, tmpfs
 
 from relay.errors import StoreUnavailableError
 from relay.store import RelayStore, open_store
-from relay.store.files.locked import LOCK
-from relay.store.files.store import FileStore
+from relay.store.files import JsonDocuments
+from relay.store.files.lock import LOCK
+from relay.store.rules.book import RulebookBackend
 from relay.store.sql.dialect import Compiled
 from relay.store.sql.postgres import PostgresTx
 from relay.store.sql.sqlite import SqliteRunner
 from relay.store.sql.store import SqlStore
+from relay.store.store import Store
 
 # Held far longer than this, a lock fails the write; the default (30 s) would only be slower.
 BUSY_TIMEOUT_S = 0.2
@@ -307,8 +309,11 @@ async def test_a_json_state_dir_locked_past_the_timeout_backs_off_until_released
     timeout as unavailable, the pass backs off instead of hanging; released, it recovers."""
     state = tmp_path / "state"
     async with open_store(f"json://{state}") as store, relay_env(store) as env:
-        assert isinstance(store, FileStore)
-        store.lock_timeout_s = BUSY_TIMEOUT_S
+        assert isinstance(store, Store)
+        assert isinstance(store.engine, RulebookBackend)
+        documents = store.engine.documents
+        assert isinstance(documents, JsonDocuments)
+        documents.lock.timeout_s = BUSY_TIMEOUT_S
         before = await prepared(env)
         async with json_dir_locked_by_another_process(state):
             line = await failed_pass(env, env.publish)
