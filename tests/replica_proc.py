@@ -86,8 +86,25 @@ async def handle(
     service: RelayService, host: MemoryHost, trap: Trapped, command: dict[str, Any]
 ) -> Any:
     op, c = command["op"], command
+    if op in STARTS_FIRST and not service.started:
+        await service.start()  # as a web app does before it serves these
     if op in PLAIN:
         return await PLAIN[op](service, c)
+    if op == "trap":
+        if c["method"] not in Trapped.WORK:
+            raise ValueError(f"no trap for {c['method']!r}")
+        trap.armed = c["method"]
+    elif op == "advance":
+        SKEW[0] += c["seconds"]
+    elif op == "rss":
+        return _rss_kib()
+    else:
+        await _host_op(service, host, op, c)
+    return None
+
+
+async def _host_op(service: RelayService, host: MemoryHost, op: str, c: dict[str, Any]) -> None:
+    """What the web app's own code does to its sessions and turns, then tells the service."""
     if op == "session":
         host.create_session(
             c["id"],
@@ -99,30 +116,31 @@ async def handle(
         host.sessions.pop(c["id"], None)
     elif op == "start":
         host.start_run(c["session"], c["stream"], started_at=c.get("at"))
-        service.changed()
+        _changed_if_started(service)
     elif op == "end":
-        await service.note_terminal(c["stream"], c["phase"])
+        if service.started:  # a replica not started yet hosts turns that no publisher sees
+            await service.note_terminal(c["stream"], c["phase"])
         host.end_run(c["stream"])
-        service.changed()
+        _changed_if_started(service)
     elif op == "delete":  # `session`, or several at once: `sessions`
         for sid in c.get("sessions", [c.get("session")]):
             host.sessions.pop(sid, None)
             await service.clear_deleted(sid, c.get("profile"))
-    elif op == "trap":
-        if c["method"] not in Trapped.WORK:
-            raise ValueError(f"no trap for {c['method']!r}")
-        trap.armed = c["method"]
-    elif op == "advance":
-        SKEW[0] += c["seconds"]
-    elif op == "rss":
-        return _rss_kib()
     else:
         raise ValueError(f"unknown op {op!r}")
-    return None
 
 
 async def _changed(service: RelayService, _: dict[str, Any]) -> None:
-    service.changed()
+    _changed_if_started(service)
+
+
+def _changed_if_started(service: RelayService) -> None:
+    if service.started:
+        service.changed()
+
+
+# Commands a web app serves only once its service has started.
+STARTS_FIRST = ("presence", "pair", "flush", "delete")
 
 
 async def _clock_offset(service: RelayService, _: dict[str, Any]) -> float | None:

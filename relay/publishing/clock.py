@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from relay import metrics
+from relay.logfields import fields
 from relay.publishing.logs import Reporter
 
 # The offsets that are reported: above 1 s (a broken time sync), above half a lease (where wall
@@ -123,11 +124,7 @@ class StoreClock:
         offset = self.offset_s
         if offset is None or abs(offset) < SIGNATURE_NOTE_S:
             return ""
-        return (
-            f"; this server's clock is {_apart(offset)} the store's (the other replicas' time), "
-            "and the relay refuses signatures more than 300s off its own: check this server's "
-            "clock (NTP)"
-        )
+        return f"this server's clock is {_apart(offset)} the store's (the other replicas' time)"
 
     def _tell(self, offset: float) -> None:
         """Log a change of level once: above 1 s, above half the lease, back within 1 s."""
@@ -140,15 +137,20 @@ class StoreClock:
             self._report.error(
                 f"[relay] This server's clock is {_apart(offset)} the store's, more than half "
                 f"the {self._lease_s:g}s lease: replicas compare leases on the store's clock, "
-                "but check this server's time sync (NTP)"
+                "but check this server's time sync (NTP)",
+                fields("clock_offset_beyond_lease", clock_offset_s=offset),
             )
         elif level == 1 and previous == 0:
             self._report.warning(
                 f"[relay] This server's clock is {_apart(offset)} the store's: replicas "
-                "compare leases on the store's clock, but check this server's time sync (NTP)"
+                "compare leases on the store's clock, but check this server's time sync (NTP)",
+                fields("clock_offset_large", clock_offset_s=offset),
             )
         elif level == 0:
-            self._report.info(f"[relay] This server's clock is within {WARN_S:g}s of the store's")
+            self._report.info(
+                f"[relay] This server's clock is within {WARN_S:g}s of the store's",
+                fields("clock_offset_normal", clock_offset_s=offset),
+            )
 
 
 def _apart(offset: float) -> str:

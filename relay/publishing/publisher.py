@@ -21,12 +21,13 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from relay import metrics
+from relay import metrics, tracing
 from relay.client import RelayClient
 from relay.errors import (
     CorruptStateError,
@@ -36,6 +37,7 @@ from relay.errors import (
     StoreUnavailableError,
 )
 from relay.host import ActiveRun, Host
+from relay.logfields import fields
 from relay.presence import Presence
 from relay.protocol import (
     RelayState,
@@ -56,8 +58,17 @@ from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import LeaseWatch, Passes, Registration, Revisions, RunStates
 from relay.store.records import PassRows, PassView
 
-# The name predates this module's move into `publishing/`; operators filter on it (README).
+# The name predates this module's move into `publishing/`; operators filter on it.
 logger = logging.getLogger("relay.publisher")
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A profile's last snapshot the relay accepted from this publisher (the operator page)."""
+
+    at: float
+    revision: int | None
+    states: int
 
 
 class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Passes, Backlog, Protocol):
@@ -100,12 +111,17 @@ class RelayPublisher:
         self._host = host
         self._client = client
         self._presence = presence
-        self._report = Reporter(log, logger)
+        self._clock = clock
+        self._report = Reporter(log, logger, owner)
         self._new_id = new_id
         self._background = background
         self._key: Ed25519PrivateKey | None = None
         self._following = asyncio.Lock()
         self._disabled: set[str] = set()
+        # Only what this process saw, for the operator page: why a profile was disabled (by
+        # profile_id) and each profile's last accepted snapshot (by profile name).
+        self.disabled: dict[str, str] = {}
+        self.accepted: dict[str, Accepted] = {}
         self._alert_eligibility = True
         self._identities: dict[str, str | None] | None = None
         self._swallowed = Swallowed(self._report)
@@ -159,6 +175,7 @@ class RelayPublisher:
         """Carry unpublished terminal runs and queued views from the publisher being replaced."""
         self._runs.inherit(previous._runs)
         self.views.update(previous.views)
+        self.accepted.update(previous.accepted)
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
 
@@ -286,6 +303,9 @@ class RelayPublisher:
                     "Relay store answered too slowly to trust the run leases it gave "
                     f"({self._leases.lease_ms / 1000:g}s); no snapshot was sent"
                 )
+        tracing.annotate(
+            {"relay.profiles": len(built), "relay.states": sum(len(one[2]) for one in built)}
+        )
         outcomes = await fanout.attempt_all(
             [functools.partial(self._send_snapshot, *one) for one in built]
         )
@@ -300,8 +320,21 @@ class RelayPublisher:
         for profile, profile_id, error in permanent:
             self._disabled.add(profile_id)
             status = error.status if isinstance(error, RelayHttpError) else None
+            self.disabled[profile_id] = f"the relay refused its snapshot for good (HTTP {status})"
+            line = f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
+            if status == 401 and (note := self._time.note()):
+                line += (
+                    f"; {note}: the relay refuses signatures more than 300s off its own clock, "
+                    "check this server's clock (NTP)"
+                )
             self._report.error(
-                f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
+                line,
+                fields(
+                    "profile_disabled",
+                    profile=profile,
+                    status=status,
+                    failure=type(error).__name__,
+                ),
             )
         if backoff:
             raise fanout.longest_wait(backoff)
@@ -344,7 +377,8 @@ class RelayPublisher:
             self._alert_eligibility = False
             self._report.warning(
                 f"[relay] Talaria relay rejected alertEligible for profile {profile} "
-                f"(HTTP {error.status}); publishing alert-eligible snapshots only"
+                f"(HTTP {error.status}); publishing alert-eligible snapshots only",
+                fields("alert_eligibility_rejected", profile=profile, status=error.status),
             )
 
     async def _put_snapshot(
@@ -358,6 +392,8 @@ class RelayPublisher:
             error.profile = error.profile or profile
             raise
         metrics.count("snapshots", None)
+        newest = max((state.revision for state in built), default=None)
+        self.accepted[profile] = Accepted(self._clock(), newest, len(built))
 
     async def build_states(self, profile: str) -> list[RelayState]:
         """One row per session of `profile` whose newest turn this replica publishes."""
@@ -425,5 +461,5 @@ class RelayPublisher:
         except RelayHttpError as error:
             if error.status == 401 and (note := self._time.note()):
                 # A refused signature from a server whose clock is far off: say so, not only 401.
-                error.args = (f"{error}{note}",)
+                error.args = (f"{error}; {note}",)
             raise

@@ -33,6 +33,7 @@ from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
 
 from relay.errors import InvalidInputError, RelayHttpError, RelayPairingError, SessionNotFoundError
 from relay.host import ActiveRun
+from relay.pairing import DIFFERENT_RELAY
 from relay.protocol import canonical_string, validated_origin
 from relay.service import RelayService
 from relay.store import DeletedScope, ProfileGrant, RelayStore
@@ -174,7 +175,13 @@ async def test_rejects_untrusted_relays_and_malformed_fields_before_touching_the
         # the rest of the §3.2 table
         ("default", {"relay_url": None}, "Missing relay pairing fields", 400),
         ("default", {"label": 7}, "Missing relay pairing fields", 400),
-        ("default", {"relay_url": "http://relay.example"}, "value must be an HTTPS origin", 400),
+        (
+            "default",
+            {"relay_url": "http://relay.example"},
+            "value must be an HTTPS origin; http:// is accepted only for a loopback relay, with "
+            "allow_insecure_loopback=True (the command line's --allow-insecure-loopback)",
+            400,
+        ),
         (
             "default",
             {"publisher_id": "https://u:p@hermes.example"},
@@ -300,13 +307,14 @@ async def test_re_pairing_to_a_different_relay_or_publisher_answers_409(store: R
         for publisher_id in ("https://other.example", "https://HERMES.example"):
             error = await pairing_error(env.pair(publisher_id=publisher_id))
             assert (str(error), error.status) == (
-                "This Hermes server is registered to a different relay",
+                DIFFERENT_RELAY,
                 409,
             )
         # A server configured to trust another relay meets the registration to this one.
         other_relay = RelayService(
             store, env.host, relay_url="https://relay2.example", http=env.http, clock=env.clock
         )
+        assert not await other_relay.start()  # a registration with another relay: no publisher
         error = await pairing_error(
             other_relay.pair(
                 {
@@ -318,7 +326,7 @@ async def test_re_pairing_to_a_different_relay_or_publisher_answers_409(store: R
             )
         )
         assert (str(error), error.status) == (
-            "This Hermes server is registered to a different relay",
+            DIFFERENT_RELAY,
             409,
         )
         await other_relay.stop()

@@ -1,0 +1,75 @@
+"""The engines behind the SQL store and its migrations, configured once for each dialect."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import URL, Engine, create_engine, event
+from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+
+if TYPE_CHECKING:  # its import costs a tenth of a second (it loads the ORM): only to migrate
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+# Execution option that makes the next transaction `BEGIN IMMEDIATE` on SQLite.
+WRITE = "relay_write"
+BUSY_TIMEOUT_S = 30.0
+CONNECT_TIMEOUT_S = 10.0
+
+
+def sqlite_engine(path: Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
+    """A synchronous engine on one connection, to be used from one thread only.
+
+    A write transaction starts with `BEGIN IMMEDIATE`: a deferred one that reads and then writes
+    fails with "database is locked" at once instead of waiting out the busy timeout.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # The database holds the publisher key: create it private; SQLite gives -wal/-shm its mode.
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    engine = create_engine(
+        URL.create("sqlite+pysqlite", database=str(path)),
+        poolclass=StaticPool,
+        connect_args={"check_same_thread": False, "timeout": busy_timeout_s},
+    )
+
+    @event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: DBAPIConnection, _entry: ConnectionPoolEntry) -> None:
+        # We issue BEGIN ourselves; the driver's implicit transactions would defer writes.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        # FULL: a commit survives power loss, not only a killed process.
+        cursor.execute("PRAGMA synchronous = FULL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        write = connection.get_execution_options().get(WRITE, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def postgres_engine(url: URL) -> AsyncEngine:
+    """An asyncpg pool, connecting exactly as the store's runner does (one reading of the URL).
+
+    SQLAlchemy would hand libpq parameters (`application_name`, `options`, `sslrootcert`, …) to
+    `asyncpg.connect` as keywords it does not take; the runner's options pass them in a DSN.
+    """
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from relay.store.sql.drivers.postgres import connect_options
+
+    options = connect_options(url)
+
+    async def connect() -> Any:
+        import asyncpg
+
+        return await asyncpg.connect(**options)
+
+    return create_async_engine(
+        URL.create("postgresql+asyncpg"), async_creator=connect, pool_size=5, max_overflow=10
+    )

@@ -1,0 +1,299 @@
+"""The Postgres runner: asyncpg connections in a pool; statements prepared once per connection.
+
+A body of one statement runs in autocommit: one round trip, no BEGIN/COMMIT. A transaction opens
+with its timeouts in the same round trip as its BEGIN (`SET LOCAL`, see `budget`). A
+batch of straight-line steps is one call of the `relay_batch` function, one round trip in all
+(`pgbatch`), or, where the database has no such function, a transaction like any other. A
+task cancelled mid-transaction leaves the server holding its row locks until the connection ends,
+so such a connection is terminated, never handed back to the pool (sqlalchemy/sqlalchemy#12099 is
+the same trap); so is one whose server turned read-only or is going away (`sqlstate`),
+and then every other connection of the pool too. Nothing here needs session state, so
+transaction-mode PgBouncer works with `?prepared_statement_cache_size=0`, and a connection goes
+back to the pool as it is (`pgpool`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+from sqlalchemy import URL
+
+from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
+from relay.refused import nothing_listening
+from relay.store.sql.dialect import POSTGRES, Compiled, Row
+from relay.store.sql.drivers import pgbatch, sqlstate
+from relay.store.sql.drivers.budget import PARAMETERS as BUDGET_PARAMETERS
+from relay.store.sql.drivers.budget import Budget, budget
+from relay.store.sql.drivers.hosts import dsn
+from relay.store.sql.drivers.pgpool import Pool
+from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, Tx, run_steps
+
+T = TypeVar("T")
+logger = logging.getLogger("relay.store")
+CONNECT_TIMEOUT_S = 10.0
+# What a connection that broke while in use raises: the server's goodbye (class 08), or
+# asyncpg's own complaints about a connection that is gone.
+_LOST = (
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
+_DRIVER_ERRORS = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.InternalClientError,
+    OSError,
+)
+# A transaction's client-side deadline lies past its server-side statement_timeout, so the
+# server's own answer (57014) comes first; the client's ends a wait on a server that is silent.
+_CLIENT_MARGIN_S = 5.0
+
+
+class PostgresTx:
+    """Statements on one connection, each bounded by `timeout` seconds from the client (asyncpg
+    then cancels it on the server)."""
+
+    def __init__(self, conn: Any, stats: Stats, timeout: float) -> None:
+        self._conn = conn
+        self._stats = stats
+        self._timeout = timeout
+
+    async def rows(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> list[Row]:
+        self._stats.statements += 1
+        return await self._conn.fetch(  # type: ignore[no-any-return]
+            q.sql, *q.args(params), timeout=self._timeout
+        )
+
+    async def run(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> int:
+        self._stats.statements += 1
+        status: str = await self._conn.execute(q.sql, *q.args(params), timeout=self._timeout)
+        count = status.rpartition(" ")[2]
+        return int(count) if count.isdigit() else 0
+
+    async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._stats.statements += 1
+        await self._conn.executemany(q.sql, [q.args(row) for row in rows], timeout=self._timeout)
+
+
+def connect_options(url: URL) -> dict[str, Any]:
+    """asyncpg's arguments for a store URL; libpq parameters it knows pass through its DSN."""
+    query = {k: str(v) for k, v in url.query.items() if k not in BUDGET_PARAMETERS}
+    query.pop("host", None)
+    query.pop("port", None)
+    options: dict[str, Any] = {}
+    try:
+        options["timeout"] = float(str(query.pop("connect_timeout", CONNECT_TIMEOUT_S)))
+    except ValueError:
+        raise InvalidInputError("connect_timeout must be a number of seconds") from None
+    if not 0 < options["timeout"] < 3600:
+        raise InvalidInputError("connect_timeout must be between 0 and 3600 seconds")
+    if "prepared_statement_cache_size" in query:
+        size = str(query.pop("prepared_statement_cache_size"))
+        if not size.isdigit():
+            raise InvalidInputError("prepared_statement_cache_size must be a whole number")
+        options["statement_cache_size"] = int(size)
+    if "ssl" in query:
+        query["sslmode"] = query.pop("ssl")
+    if "application_name" not in query:
+        options["server_settings"] = {"application_name": "talaria-relay"}
+    options["dsn"] = dsn(url, query)
+    return options
+
+
+class PostgresRunner:
+    """Runs bodies on a pool; `await PostgresRunner.open(url, display)`."""
+
+    dialect = POSTGRES
+
+    def __init__(self, display: str, password: str | None, limits: Budget) -> None:
+        self.stats = Stats()
+        self.budget = limits
+        self._display = display
+        self._password = password
+        self._pool: Pool | None = None
+        self._begin = limits.set_local()
+        self._batch_settings = limits.batch_settings()
+        # Until a call says the function is missing or not ours to run: then, for this
+        # runner's life, batches are transactions of their statements.
+        self._batch_calls = True
+
+    @classmethod
+    async def open(cls, url: URL, display: str) -> PostgresRunner:
+        limits = budget({k: str(v) for k, v in url.query.items()})
+        runner = cls(display, url.password if isinstance(url.password, str) else None, limits)
+        options = connect_options(url)
+        try:
+            # No floor of idle connections to restore: passes connect on demand, so a database
+            # outage costs a failed call, not a task logging tracebacks every few seconds.
+            runner._pool = await Pool.open(
+                lambda: asyncpg.connect(**options),
+                limits.pool_size,
+                max_idle_s=limits.pool_max_idle,
+                max_lifetime_s=limits.pool_max_lifetime,
+            )
+        except Exception as error:
+            raise runner.translated(error) from error
+        return runner
+
+    @property
+    def pool(self) -> Pool | None:
+        """The pool, for tests and `bench` to count what it holds."""
+        return self._pool
+
+    async def read(self, body: Body[T]) -> T:
+        return await self._run(body, transaction=False)
+
+    @property
+    def batch_calls(self) -> bool:
+        """Whether batches go to `relay_batch` (one round trip) rather than a transaction."""
+        return self._batch_calls
+
+    async def batch(self, steps: Sequence[Step]) -> list[Row]:
+        params = pgbatch.call_params(steps, self._batch_settings) if self._batch_calls else None
+        if params is not None:
+            try:
+                return await self._call_batch(len(steps), params)
+            except StoreError as error:
+                if not pgbatch.unusable(error.__cause__):
+                    raise
+                # Nothing ran: the call was refused before its first step.
+                if self._batch_calls:  # said once, by whichever call found it first
+                    self._batch_calls = False
+                    logger.warning(
+                        "%s; until a restart its write batches run statement by statement "
+                        "(run `talaria-relay migrate`, and what `talaria-relay grants ROLE` "
+                        "prints)",
+                        error,
+                    )
+        return await self.write(lambda tx: run_steps(tx, steps))
+
+    async def _call_batch(self, steps: int, params: Mapping[str, Any]) -> list[Row]:
+        self.stats.writes += 1
+
+        async def body(tx: Tx) -> list[Row]:
+            # Counted as the statements it runs, as a transaction of them would be.
+            self.stats.statements += steps - 1
+            return pgbatch.decoded(await tx.rows(pgbatch.CALL, params))
+
+        return await self._run(body, transaction=False)
+
+    async def write(self, body: Body[T], *, single: bool = False, durable: bool = True) -> T:
+        # Every commit is durable here: asynchronous commit would need a SET LOCAL, and with it
+        # a transaction, which costs a single statement round trips.
+        self.stats.writes += 1
+        return await self._run(body, transaction=not single)
+
+    async def _run(self, body: Body[T], *, transaction: bool) -> T:
+        # The pool this call draws from, to the end: `close` drops `self._pool` at once, and
+        # the pool terminates the connections in use as they come back.
+        pool = self._pool
+        if pool is None:
+            raise StoreError(f"the store {self._display} is closed")
+        try:
+            conn = await pool.acquire()
+        except Exception as error:
+            raise self.translated(error) from error
+        self.stats.transactions += 1
+        timeout = self.budget.statement_timeout
+        try:
+            if transaction:
+                # BEGIN and the SET LOCALs in one round trip (a simple query of three).
+                await conn.execute(self._begin, timeout=timeout)
+                tx = PostgresTx(conn, self.stats, timeout + _CLIENT_MARGIN_S)
+                try:
+                    result = await body(tx)
+                except Exception:
+                    if not conn.is_closed() and conn.is_in_transaction():
+                        await conn.execute("ROLLBACK", timeout=timeout)
+                    raise
+                await conn.execute("COMMIT", timeout=timeout)
+            else:
+                result = await body(PostgresTx(conn, self.stats, timeout))
+        except BaseException as error:
+            # A statement past its timeout: asyncpg asks the server to cancel it, over a
+            # connection of its own. Terminating this one would strand that statement on the
+            # server, still waiting for its lock, to run later; kept, the connection waits
+            # for the cancel before its next statement. Mid-transaction it goes all the same.
+            timed_out = isinstance(error, TimeoutError)
+            driver = isinstance(error, _DRIVER_ERRORS) and not timed_out
+            _discard_unless_clean(conn, error, broken=driver)
+            state = _state(error)
+            lost = driver and isinstance(error, _LOST)
+            if lost or (state and sqlstate.drops_connection(state)):
+                # The server behind this connection is read-only, leaving or gone: so is it
+                # behind the others (a restart ends them all), which a new connection (with a
+                # multi-host URL, to the new primary) avoids.
+                _terminate(conn)
+                pool.discard_all()
+            if driver or timed_out:
+                raise self.translated(error, lost=lost) from error
+            raise
+        finally:
+            pool.release(conn)
+        return result
+
+    def translated(self, error: BaseException, *, lost: bool = False) -> StoreError:
+        """A driver's exception as a `StoreError` naming the store, never its password; `lost`
+        says the connection broke while in use (asyncpg's own words rarely say so)."""
+        error = _first(error)
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        state = _state(error)
+        if isinstance(error, TimeoutError):
+            text = f"no answer within statement_timeout ({self.budget.statement_timeout:g}s)"
+        elif state:
+            text = sqlstate.described(state, text)
+        elif (refused := nothing_listening(error)) is not None:
+            text = refused
+        if lost:
+            text = f"the connection was lost ({text})"
+        if self._password:
+            text = text.replace(self._password, "***")
+        if isinstance(error, asyncpg.PostgresError) and not sqlstate.unavailable(state):
+            return StoreError(f"relay store {self._display} failed: {text}")
+        return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
+
+    async def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
+
+
+def _first(error: BaseException) -> BaseException:
+    """Leaving a transaction on a dead connection raises an InterfaceError of its own over the
+    error that killed the connection: that first error says what happened."""
+    while isinstance(error, asyncpg.InterfaceError) and isinstance(
+        error.__context__, _DRIVER_ERRORS
+    ):
+        error = error.__context__
+    return error
+
+
+def _state(error: BaseException) -> str:
+    return str(getattr(_first(error), "sqlstate", "") or "")
+
+
+def _terminate(conn: Any) -> None:
+    with contextlib.suppress(asyncpg.InterfaceError):  # the server closed it under us
+        conn.terminate()
+
+
+def _discard_unless_clean(conn: Any, error: BaseException, *, broken: bool) -> None:
+    """Terminate a connection that may still hold our locks, so it never goes back to the pool.
+
+    Cancelled mid-statement, or the connection broke: the server may still hold our locks. A
+    statement that failed in autocommit, or a body that raised after its transaction rolled
+    back, leaves a clean connection.
+    """
+    dirty = not isinstance(error, Exception) or (
+        broken and not isinstance(error, asyncpg.PostgresError)
+    )
+    try:
+        if dirty or conn.is_in_transaction():
+            conn.terminate()
+    except asyncpg.InterfaceError:
+        pass  # the server closed it under us, and the pool has already taken it back

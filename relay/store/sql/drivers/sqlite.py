@@ -1,0 +1,268 @@
+"""The SQLite runner: writes in one thread of the store's own, reads on the caller's thread.
+
+A write transaction is one hop to the writer thread: `BEGIN IMMEDIATE` (a deferred transaction
+that reads and then writes fails at once with "database is locked" instead of waiting out the busy
+timeout), the body, `COMMIT`. A cancelled caller does not stop the thread, so a transaction is
+never left half-done. Reads in WAL mode do not wait for writers: they run at once on a read-only
+connection, without a thread hop; one that finds the database busy (a checkpoint, a recovery)
+goes to the writer thread, which waits out the busy timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from relay.errors import StoreError, StoreUnavailableError
+from relay.store.forkgate import GATE as FORK_GATE
+from relay.store.sql.dialect import SQLITE, Compiled, Row
+from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, drive, run_steps
+from relay.store.sql.drivers.worker import Worker
+
+T = TypeVar("T")
+BUSY_TIMEOUT_S = 30.0
+
+
+class SqliteTx:
+    def __init__(self, conn: sqlite3.Connection, stats: Stats) -> None:
+        self._conn = conn
+        self._stats = stats
+
+    async def rows(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> list[Row]:
+        self._stats.statements += 1
+        return self._conn.execute(q.sql, q.args(params)).fetchall()
+
+    async def run(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> int:
+        self._stats.statements += 1
+        return self._conn.execute(q.sql, q.args(params)).rowcount
+
+    async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
+        self._stats.statements += 1
+        self._conn.executemany(q.sql, [q.args(row) for row in rows])
+
+
+def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False) -> sqlite3.Connection:
+    # isolation_level=None: the driver opens no transactions of its own; we BEGIN ourselves.
+    conn = sqlite3.connect(
+        path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+    )
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        if read_only:
+            conn.execute("PRAGMA query_only = 1")
+        else:
+            conn.execute("PRAGMA journal_mode = WAL")
+            # FULL: a commit survives power loss, not only a killed process.
+            conn.execute("PRAGMA synchronous = FULL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A connection that never writes, for `status` on a database it may not write.
+
+    `mode=ro` still needs the WAL index (`-shm`) writable; on read-only media, or a file it may
+    not write, `immutable=1` reads the file as it is.
+    """
+    uri = path.absolute().as_uri()
+    for flags in ("mode=ro", "immutable=1"):
+        conn = sqlite3.connect(
+            f"{uri}?{flags}", uri=True, isolation_level=None, check_same_thread=False
+        )
+        try:
+            conn.execute("PRAGMA query_only = 1")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchall()
+        except sqlite3.OperationalError:
+            conn.close()
+            if flags == "immutable=1":
+                raise
+            continue
+        return conn
+    raise AssertionError("unreachable")
+
+
+def create_private(path: Path) -> None:
+    """The database holds the publisher key: create it 0600 in a 0700 directory."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+
+
+# The files this process has open, and those the process it was forked from had open. SQLite's
+# per-process lock tables and WAL-index bookkeeping are keyed by file: a child that opens one of
+# its parent's files shares that inherited state without the locks behind it, and can lose its
+# writes when the parent checkpoints (seen: a child's committed row gone).
+_open_files: Counter[str] = Counter()
+_inherited: set[str] = set()
+
+
+def _after_fork_in_child() -> None:
+    _inherited.update(name for name, count in _open_files.items() if count)
+    _open_files.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _refuse_inherited(name: str, display: str) -> None:
+    if name in _inherited:
+        raise StoreError(
+            f"relay store {display} was open in the process this one was forked from, and "
+            "SQLite cannot share a database across fork(): open it in a process that never had "
+            "it open (start the relay service after the fork, e.g. in gunicorn's post_fork)"
+        )
+
+
+class SqliteRunner:
+    """Runs bodies on one SQLite file; `await SqliteRunner.open(path, display)`."""
+
+    dialect = SQLITE
+
+    def __init__(self, display: str, thread: Worker) -> None:
+        self.stats = Stats()
+        self._display = display
+        self._name: str | None = None  # registered in `_open_files`
+        self._thread: Worker | None = thread
+        self._writer: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
+        # Whether the file is in WAL mode, where a commit without an fsync is safe (see `write`).
+        self._wal = False
+
+    @classmethod
+    async def open(
+        cls,
+        path: Path,
+        display: str,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+        *,
+        read_only: bool = False,
+    ) -> SqliteRunner:
+        runner = cls(display, Worker("relay-sqlite"))
+        try:
+            # By its real path: the same file under another name is the same SQLite state.
+            name = await runner._in_thread(os.path.realpath, path)
+            _refuse_inherited(name, display)
+            _open_files[name] += 1
+            runner._name = name
+            if read_only:
+                # One connection that cannot write; a write on it fails as SQLite refuses it.
+                conn = await runner._in_thread(connect_read_only, path)
+                runner._writer = runner._reader = conn
+            else:
+                runner._writer, runner._reader = await runner._in_thread(
+                    _open_pair, path, busy_timeout_s
+                )
+                runner._wal = await runner._in_thread(_in_wal_mode, runner._writer)
+        except BaseException:
+            await runner.close()
+            raise
+        return runner
+
+    async def read(self, body: Body[T]) -> T:
+        reader = self._reader
+        if reader is None:
+            raise StoreError(f"the store {self._display} is closed")
+        try:
+            self.stats.transactions += 1
+            with FORK_GATE:
+                return drive(body(SqliteTx(reader, self.stats)))
+        except sqlite3.Error as error:
+            if not _busy(error):
+                raise self._translated(error) from error
+        return await self._in_thread(self._read_waiting, body)
+
+    async def batch(self, steps: Sequence[Step]) -> list[Row]:
+        return await self.write(lambda tx: run_steps(tx, steps))
+
+    async def write(self, body: Body[T], *, single: bool = False, durable: bool = True) -> T:
+        return await self._in_thread(self._transaction, body, durable or not self._wal)
+
+    def _read_waiting(self, body: Body[T]) -> T:
+        assert self._writer is not None
+        return drive(body(SqliteTx(self._writer, self.stats)))
+
+    def _transaction(self, body: Body[T], durable: bool = True) -> T:
+        conn = self._writer
+        assert conn is not None
+        self.stats.transactions += 1
+        if durable:
+            self.stats.writes += 1
+        else:
+            self.stats.unsynced += 1
+            # In WAL mode, NORMAL appends the commit to the WAL without syncing it: a crash
+            # of the process loses nothing, a power cut may lose this commit (never older
+            # ones, nor the file's integrity), and the next durable commit or checkpoint
+            # syncs it along with its own.
+            conn.execute("PRAGMA synchronous = NORMAL")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = drive(body(SqliteTx(conn, self.stats)))
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+        finally:
+            if not durable:
+                conn.execute("PRAGMA synchronous = FULL")
+
+    async def _in_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._thread is None:
+            raise StoreError(f"the store {self._display} is closed")
+        try:
+            return await self._thread.run(fn, *args)
+        except sqlite3.Error as error:
+            raise self._translated(error) from error
+
+    def _translated(self, error: sqlite3.Error) -> StoreError:
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        # The extended code tells "disk I/O error" apart: a write refused (a read-only file or
+        # file system) is SQLITE_IOERR_WRITE.
+        if name := getattr(error, "sqlite_errorname", None):
+            text = f"{text} ({name})"
+        if isinstance(error, sqlite3.OperationalError):
+            return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
+        return StoreError(f"relay store {self._display} failed: {text}")
+
+    async def close(self) -> None:
+        if self._name is not None:
+            _open_files[self._name] -= 1
+            self._name = None
+        thread, self._thread = self._thread, None
+        reader, self._reader = self._reader, None
+        writer, self._writer = self._writer, None
+        if reader is not None and reader is not writer:
+            with FORK_GATE:
+                reader.close()
+        if thread is not None:
+            if writer is not None:
+                await thread.run(writer.close)
+            thread.stop()
+
+
+def _open_pair(path: Path, busy_timeout_s: float) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+    writer = connect(path, busy_timeout_s=busy_timeout_s)
+    try:
+        # Never waits on the caller's thread: a busy read goes to the writer thread instead.
+        reader = connect(path, busy_timeout_s=0.0, read_only=True)
+    except BaseException:
+        writer.close()
+        raise
+    return writer, reader
+
+
+def _in_wal_mode(conn: sqlite3.Connection | None) -> bool:
+    assert conn is not None
+    return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+
+
+def _busy(error: sqlite3.Error) -> bool:
+    code = getattr(error, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
