@@ -78,6 +78,8 @@ class StoreClock:
         self._report = report
         self.follow = follow
         self._reading: Reading | None = None
+        # Whether a store was read for its clock yet (whether or not it keeps one).
+        self.asked = False
         self._level = 0  # 0: within WARN_S, 1: above it, 2: above half the lease
         self._gauge = metrics.Gauge("clock_offset")
 
@@ -104,6 +106,7 @@ class StoreClock:
         The statement ran between the two, so the middle is taken, to within half the round
         trip. A reading is kept while it stays more certain than a newer one, unless the newer
         one contradicts it (the store's clock was stepped)."""
+        self.asked = True
         if store_ms is None or not self.follow:
             return
         middle = (sent + received) / 2

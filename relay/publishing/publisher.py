@@ -169,6 +169,10 @@ class RelayPublisher:
         """Load the key; start the started-ledger floors now, so the chat that wakes us is new."""
         self._key = load_key(await self._store.load_key(self.config.key_ref))
         with contextlib.suppress(Exception):  # the first pass tracks them, and reports a failure
+            if not self._time.asked:
+                # The store's clock first (one read, once a process): a floor set on a wall clock
+                # minutes ahead would hide the sessions started meanwhile.
+                await self._read_view(following=False)
             await self._announcements.track(self.config)
 
     def inherit(self, previous: RelayPublisher) -> None:
