@@ -8,11 +8,14 @@ a replica frozen (SIGSTOP) past its leases and woken again. Judged on the relay 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import sys
 import time
 from collections import Counter
 
+import faketime
 import pytest
 from backends import on
 from handoffs import PHASES, HandOffs, Turns
@@ -106,6 +109,27 @@ async def test_a_replica_whose_clock_is_off_changes_no_outcome(
         assert once_each([ack.session_id for ack in group.relay.viewed], deleted) == {}
         assert group.stale() == 0
         assert took <= lease_s + 4
+
+
+async def test_status_on_a_host_whose_clock_is_off_judges_leases_on_the_stores_clock(
+    store_url: str,
+) -> None:
+    """`talaria-relay status` run on a host 10 minutes ahead still sees the replica that holds
+    a running turn as alive: its lease is judged on the store's clock."""
+    async with cluster(store_url, 1, lease_s=20.0) as group:
+        await group.pair()
+        await group.everywhere("session", id="s1", created_at=time.time())
+        await group.replicas[0].call("start", session="s1", stream="t1", at=time.time())
+        await group.everywhere("flush")
+        status = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "relay", "status", "--json", "--store", store_url,
+            stdout=asyncio.subprocess.PIPE, env=faketime.env(600),
+        )  # fmt: skip
+        out, _ = await status.communicate()
+        assert status.returncode == 0
+        (replica,) = json.loads(out)["replicas"]
+        assert replica["runs"] == 1
+        assert replica["alive"] is True
 
 
 async def paused_past_its_leases(group: Cluster, replica: Replica, method: str) -> None:
