@@ -126,7 +126,8 @@ class RelayService:
             # Imported here: the facts read the CLI's status helpers, which import this module.
             from relay.operator.facts import Gatherer
 
-            self._gatherer = Gatherer(self, self._clock)
+            # The store's clock: the leases, presence and queues it judges are stamped on it.
+            self._gatherer = Gatherer(self, self.store_clock.time)
         return await self._gatherer()
 
     async def health(self) -> Health:
