@@ -54,15 +54,16 @@ async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore
         from relay.store.rules.book import RulebookBackend
         from relay.store.store import Store
 
-        return Store(RulebookBackend(MemoryDocuments()))  # type: ignore[abstract]
+        return Store(RulebookBackend(MemoryDocuments()))
     if target.backend == "json":
         from relay.store.files import open_json
 
         assert target.path is not None
         return await open_json(target.path, profile_home=profile_home)
-    from relay.store.sql import SqlStore
+    from relay.store.sql.backend import SqlBackend
+    from relay.store.store import Store
 
-    return await SqlStore.open(target)
+    return Store(await SqlBackend.open(target))
 
 
 class _Opening:

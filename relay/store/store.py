@@ -61,8 +61,12 @@ PAST_THE_CAP = "the revision counter would pass 2^53-1; nothing was handed out"
 @metrics.timed_methods(
     RelayStore, skip=("close", "display_url", "backend", "schema_revision", "unwritable")
 )
-class Store(RelayStore):
-    """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL."""
+class Store:
+    """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL.
+
+    It implements `RelayStore` structurally (checked below), not by inheriting the union of
+    the aggregates' Protocols: its MRO is its own and `object`.
+    """
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
@@ -433,9 +437,10 @@ def run_sync(
     return RunSync(owner, ordered, now_ms, lease.until, cutoff, forget_before)
 
 
-def _names(kind: str, values: Iterable[str], plural: str | None = None) -> tuple[str, ...]:
-    members = checks.items(plural or kind, values)
-    return tuple(dict.fromkeys(checks.text(kind, value) for value in members))
+def _names(kind: str, values: Iterable[str], name: str | None = None) -> tuple[str, ...]:
+    """Distinct texts of `kind`, in order, from the iterable argument `name` (else `kind`)."""
+    listed = checks.items(name or kind, values)
+    return tuple(dict.fromkeys(checks.text(kind, value) for value in listed))
 
 
 def _scope_session(pair: object) -> tuple[str, str]:
@@ -462,3 +467,7 @@ def _opens(keyring: Keyring, pem: str, ref: str) -> bool:
 
 async def _checked_end(expiry: object) -> int:
     return checks.time_ms("lease end", expiry)
+
+
+# mypy proves here that `Store` is a `RelayStore`, method by method.
+_CONFORMS: type[RelayStore] = Store

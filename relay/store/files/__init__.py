@@ -15,4 +15,4 @@ __all__ = ["JsonDocuments", "open_json"]
 async def open_json(state_dir: Path, *, profile_home: ProfileHome | None = None) -> Store:
     """The store of `state_dir`, created (0700) when missing."""
     documents = await JsonDocuments.open(state_dir, profile_home)
-    return Store(RulebookBackend(documents))  # type: ignore[abstract]
+    return Store(RulebookBackend(documents))
