@@ -58,9 +58,10 @@ async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore
 
         assert target.path is not None
         return await FileStore.open(target.path, profile_home=profile_home)
-    from relay.store.sql import SqlStore
+    from relay.store.sql.backend import SqlBackend
+    from relay.store.store import Store
 
-    return await SqlStore.open(target)
+    return Store(await SqlBackend.open(target))
 
 
 class _Opening:

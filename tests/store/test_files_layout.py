@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from ledger_calls import mark_sent
 
 from relay.errors import CorruptStateError, StoreError
 from relay.store import (
@@ -188,7 +189,7 @@ async def test_state_dir_is_0700_and_every_file_0600(tmp_path: Path) -> None:
     await store.save_config(config_for(await store.save_key("key-1", ed25519_pem())))
     await store.profile_identity("alpha")
     await store.allocate_revisions(1, NOW)
-    await store.record_started("prf_alpha", [("s1", NOW)], NOW)
+    await store.record_started_scopes({"prf_alpha": [("s1", NOW)]}, NOW)
     await store.enqueue_deleted("gone", "alpha", NOW, session_live=False, identity=None, scope=None)
     await store.apply_presence(
         "alpha", "tab-0001", 1, True, NOW, lease_ms=90_000, fence_ms=900_000, max_tabs=256
@@ -260,13 +261,13 @@ async def test_claims_are_optional_keys_of_a_ledger_entry(tmp_path: Path) -> Non
     """A claim adds claimedBy/claimedUntil to the entry; marking it sent removes them again."""
     path = tmp_path / "state" / "talaria-relay-started.json"
     store = await FileStore.open(tmp_path / "state")
-    await store.record_started("prf_alpha", [("s1", NOW)], NOW)
+    await store.record_started_scopes({"prf_alpha": [("s1", NOW)]}, NOW)
 
     def sessions() -> Any:
         return json.loads(path.read_text())["profiles"][0]["sessions"]
 
     assert sessions() == [{"sessionId": "s1", "startedAt": NOW, "sent": False}]
-    await store.claim_started("prf_alpha", "owner-a", NOW, 1000)
+    await store.claim_started_scopes(["prf_alpha"], "owner-a", NOW, 1000)
     assert sessions() == [
         {
             "sessionId": "s1",
@@ -276,7 +277,7 @@ async def test_claims_are_optional_keys_of_a_ledger_entry(tmp_path: Path) -> Non
             "claimedUntil": NOW + 1000,
         }
     ]
-    await store.mark_started_sent("prf_alpha", "s1")
+    await mark_sent(store, "prf_alpha", "s1")
     assert sessions() == [{"sessionId": "s1", "startedAt": NOW, "sent": True}]
 
 
@@ -445,7 +446,7 @@ async def test_failed_write_leaves_the_old_file_and_no_temp_file(
     key_ref = await store.save_key("key-1", ed25519_pem())
     await store.save_config(config_for(key_ref))
     await store.allocate_revisions(1, NOW)
-    await store.record_started("prf_alpha", [("s1", NOW)], NOW)
+    await store.record_started_scopes({"prf_alpha": [("s1", NOW)]}, NOW)
     before = files_of(state)
 
     def refuse(src: Any, dst: Any) -> None:
@@ -455,7 +456,7 @@ async def test_failed_write_leaves_the_old_file_and_no_temp_file(
     with pytest.raises(StoreError):
         await store.allocate_revisions(1, NOW + 10)
     with pytest.raises(StoreError):
-        await store.record_started("prf_alpha", [("s2", NOW + 1)], NOW + 1)
+        await store.record_started_scopes({"prf_alpha": [("s2", NOW + 1)]}, NOW + 1)
     with pytest.raises(StoreError):
         await store.save_config(config_for(key_ref))
     monkeypatch.undo()

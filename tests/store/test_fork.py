@@ -22,8 +22,8 @@ import pytest
 from relay.errors import StoreError
 from relay.store.files.store import FileStore
 from relay.store.sql.dialect import Compiled
-from relay.store.sql.runner import Tx
-from relay.store.sql.sqlite import SqliteRunner
+from relay.store.sql.drivers.runner import Tx
+from relay.store.sql.drivers.sqlite import SqliteRunner
 
 HOLD_S = 0.5
 pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
