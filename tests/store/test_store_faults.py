@@ -29,8 +29,9 @@ from sql_support import sql_backend
 
 from relay.errors import StoreUnavailableError
 from relay.store import RelayStore, open_store
-from relay.store.files.locked import LOCK
-from relay.store.files.store import FileStore
+from relay.store.files import JsonDocuments
+from relay.store.files.lock import LOCK
+from relay.store.rules.book import RulebookBackend
 from relay.store.sql.backend import SqlBackend
 from relay.store.sql.dialect import Compiled
 from relay.store.sql.drivers.postgres import PostgresTx
@@ -308,8 +309,11 @@ async def test_a_json_state_dir_locked_past_the_timeout_backs_off_until_released
     timeout as unavailable, the pass backs off instead of hanging; released, it recovers."""
     state = tmp_path / "state"
     async with open_store(f"json://{state}") as store, relay_env(store) as env:
-        assert isinstance(store, FileStore)
-        store.lock_timeout_s = BUSY_TIMEOUT_S
+        assert isinstance(store, Store)
+        assert isinstance(store.engine, RulebookBackend)
+        documents = store.engine.documents
+        assert isinstance(documents, JsonDocuments)
+        documents.lock.timeout_s = BUSY_TIMEOUT_S
         before = await prepared(env)
         async with json_dir_locked_by_another_process(state):
             line = await failed_pass(env, env.publish)
