@@ -153,6 +153,12 @@ class Backend(Protocol):
         """`InvalidInputError` if its key is not saved; `StaleConfigError` if raced."""
         ...
 
+    async def forget_config(self, expected_generation: int | None) -> None:
+        """Forget the registration and its profile map (not its key): if still
+        `expected_generation` (0: none is stored, so nothing to do; None: whatever is stored,
+        readable or not), else `StaleConfigError`. Generations keep rising across it."""
+        ...
+
     async def save_key(self, key_id: str, pem: str) -> str:
         """Store the PEM as given (sealed already, or not); the reference a config names."""
         ...

@@ -67,6 +67,15 @@ class Registration(Protocol):
         """
         ...
 
+    async def forget_registration(self, *, expected_generation: int | None) -> None:
+        """Forget the registration and its profile map, so the server can pair again: only if
+        the stored one is still `expected_generation` (0: none is stored, and nothing changes;
+        None: whatever is stored, an unreadable one too), otherwise `StaleConfigError` and
+        nothing changes. Its key stays until `delete_key`; identities stay. A registration
+        saved later never has a generation the forgotten one had.
+        """
+        ...
+
     async def save_key(self, key_id: str, pem: str) -> str:
         """Store the publisher's PKCS#8 PEM durably and return the reference a config names.
 

@@ -108,6 +108,11 @@ class Store:
             checks.int64("expected_generation", expected_generation)
         await self._backend.save_config(config, expected_generation)
 
+    async def forget_registration(self, *, expected_generation: int | None) -> None:
+        if expected_generation is not None:
+            checks.int64("expected_generation", expected_generation)
+        await self._backend.forget_config(expected_generation)
+
     async def profile_identity(self, profile: str) -> str:
         checks.text("profile", profile)
         stored = await self._backend.profile_identity(profile)
