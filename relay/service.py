@@ -198,9 +198,18 @@ class RelayService:
         return True
 
     async def stop(self) -> None:
+        """Stop publishing and hand this replica's finished rows over at once (`retire_runs`:
+        another replica, or this one restarted, takes them now, not when their leases end)."""
         previous, self._publisher, self._candidate = self._publisher, None, None
         if previous is not None:
             await previous.stop()
+            try:
+                await self.store.retire_runs(self.owner, self._now_ms())
+            except Exception as error:  # a courtesy: the leases end by themselves anyway
+                self._report.warning(
+                    f"[relay] could not hand this replica's rows over as it stopped: {error}",
+                    of_error("retire_failed", error),
+                )
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()

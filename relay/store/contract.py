@@ -261,6 +261,12 @@ class RunStates(Protocol):
         """`owner`'s snapshots are out: rows it was sending may now be sent by whoever owns them."""
         ...
 
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        """`owner` is stopping: the leases of its finished turns' rows end at `now_ms`, and its
+        sending marks go, so another replica takes them over at once. A live turn's row keeps
+        its lease: its turn may still end where it runs."""
+        ...
+
     async def run_states(self) -> list[RunState]:
         """Every stored run, by session."""
         ...

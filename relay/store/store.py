@@ -334,6 +334,10 @@ class Store:
     async def release_runs(self, owner: str) -> None:
         await self._backend.release_runs(checks.text("owner", owner, OWNER_LIMIT))
 
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        checks.text("owner", owner, OWNER_LIMIT)
+        await self._backend.retire_runs(owner, checks.time_ms("now_ms", now_ms))
+
     async def run_states(self) -> list[RunState]:
         return await read("run", self._backend.run_states())
 

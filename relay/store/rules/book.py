@@ -287,6 +287,14 @@ class RulebookBackend:
     async def release_runs(self, owner: str) -> None:
         await self._edit(lambda s: run_rules.release(s.get(RUNS), owner))
 
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        def work(s: Session) -> None:
+            runs = s.get(RUNS)
+            run_rules.retire(runs, owner, now_ms)
+            run_rules.release(runs, owner)
+
+        await self._edit(work)
+
     async def run_states(self) -> list[RunState]:
         def work(s: Session) -> list[RunState]:
             runs = s.get(RUNS)

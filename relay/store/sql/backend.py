@@ -214,6 +214,9 @@ class SqlBackend(Backend):
     async def release_runs(self, owner: str) -> None:
         await runs.release_runs(self._db, owner)
 
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        await runs.retire_runs(self._db, owner, now_ms)
+
     async def run_states(self) -> list[RunState]:
         return await runs.run_states(self._db)
 
