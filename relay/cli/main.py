@@ -23,6 +23,7 @@ from relay.cli.grants import add_parser as add_grants
 from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
 from relay.cli.state import cmd_check, cmd_rekey, cmd_status
 from relay.cli.transfer import cmd_import
+from relay.cli.unpair import add_parser as add_unpair
 from relay.errors import (
     InvalidInputError,
     RelayError,
@@ -292,6 +293,14 @@ def parser() -> argparse.ArgumentParser:
         "the store to probe, never written",
     )
     sub.add_argument("--json", action="store_true", help="one JSON document (docs/operating.md)")
+
+    add_unpair(
+        commands,
+        store(
+            f"the store whose registration to forget (one that is not there is refused) "
+            f"{_DEFAULT_STORE}"
+        ),
+    )
 
     sub = add(
         "rekey",

@@ -190,9 +190,10 @@ class _Session:
             if value is self._before[name]:
                 return []
             path = self._dir / files.CONFIG
+            if value.config is None:  # forgotten (`talaria-relay unpair`): no config file
+                return [Write(path, None)]
             # `generation` is the mtime: keep it rising even when two saves share a clock tick.
             previous = path.stat().st_mtime_ns if path.exists() else 0
-            assert value.config is not None
             mtime = max(time.time_ns(), previous + 1)
             return [Write(path, files.dump_config(value.config), mtime)]
         if name == docs.KEYS.name:

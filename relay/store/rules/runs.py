@@ -116,6 +116,13 @@ def next_lease_end(
     return min((end for end in ends if end > now_ms), default=None)
 
 
+def retire(runs: Runs, owner: str, now_ms: int) -> None:
+    """A stopping owner's finished rows: their leases end at `now_ms` (a live row keeps its)."""
+    for sid, run in runs.items():
+        if run.owner == owner and run.terminal and run.lease_until > now_ms:
+            runs[sid] = replace(run, lease_until=now_ms)
+
+
 def release(runs: Runs, owner: str) -> None:
     for sid, run in runs.items():
         if run.sending_by == owner:

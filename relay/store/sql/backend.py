@@ -129,6 +129,9 @@ class SqlBackend(Backend):
     async def save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
         await registration.save_config(self._db, config, expected_generation)
 
+    async def forget_config(self, expected_generation: int | None) -> None:
+        await registration.forget_config(self._db, expected_generation)
+
     async def save_key(self, key_id: str, pem: str) -> str:
         return await registration.save_key(self._db, key_id, pem)
 
@@ -210,6 +213,9 @@ class SqlBackend(Backend):
 
     async def release_runs(self, owner: str) -> None:
         await runs.release_runs(self._db, owner)
+
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        await runs.retire_runs(self._db, owner, now_ms)
 
     async def run_states(self) -> list[RunState]:
         return await runs.run_states(self._db)

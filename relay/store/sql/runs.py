@@ -53,6 +53,7 @@ class Statements:
     forget: Compiled
     mark_sending: Compiled
     release: Compiled
+    retire: Compiled
     next_expiry: Compiled
     all: Compiled
 
@@ -174,6 +175,12 @@ def statements(d: Dialect) -> Statements:
             .where(r.sending_by == owner, *locked)
             .values(sending_by=None, sending_until=0)
         ),
+        # A stopping replica's finished rows: their leases end now (a live one's does not).
+        retire=d.compile(
+            update(t.runs)
+            .where(r.owner == owner, terminal, r.lease_until > now, *locked)
+            .values(lease_until=now)
+        ),
         next_expiry=d.compile(select(func.min(expiries.c[0]))),
         all=d.compile(select(t.runs).order_by(r.session_id)),
     )
@@ -222,6 +229,16 @@ async def release_runs(db: Runner, owner: str) -> None:
     # Not durable: a release lost to a power cut leaves the rows marked until the marks'
     # lease ends, which only makes another replica wait that long to publish them.
     await db.write(body, single=True, durable=False)
+
+
+async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
+    q = statements(db.dialect)
+
+    async def body(tx: Tx) -> None:
+        await tx.run(q.retire, {"owner": owner, "now": now_ms})
+        await tx.run(q.release, {"owner": owner})
+
+    await db.write(body)
 
 
 async def run_states(db: Runner) -> list[RunState]:
