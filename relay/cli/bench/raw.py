@@ -42,7 +42,7 @@ def claim(d: Dialect, profile_id: str, owner: str, now_ms: int, lease_ms: int) -
 
 def mark(d: Dialect, profile_id: str, session_id: str) -> Call:
     """One entry marked sent: the marks alone, as a claim of no scope sends them."""
-    q, rows = steps.mark_started_sent(d, [(profile_id, session_id)])
+    q, rows = steps.mark_sent(d, [(profile_id, session_id)])
     return q, rows[0]
 
 

@@ -57,7 +57,7 @@ def sync(
     cutoff: int,
     forget_before: int,
 ) -> list[RunState]:
-    """What `sync_runs` does, in the order the SQL store does it."""
+    """A pass's run sync (`pass_write` but its revisions), in the order the SQL store does it."""
     # The owner's live rows wait to be confirmed by what it hosts now (lease 0 marks them).
     for sid, run in runs.items():
         if run.owner == owner and not run.terminal:

@@ -206,9 +206,9 @@ def columns(run: RunState, owner: str, until: int) -> dict[str, Any]:
     }
 
 
-async def keep_alive(db: Runner, lease: Claim) -> int | None:
+async def keep_alive(db: Runner, claim: Claim) -> int | None:
     q = statements(db.dialect)
-    mine = {"owner": lease.owner, "now": lease.now_ms, "until": lease.until}
+    mine = {"owner": claim.owner, "now": claim.now_ms, "until": claim.until}
 
     async def body(tx: Tx) -> Any:
         if q.lock is not None:
