@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from relay import __version__
 from relay.cli.grants import add_parser as add_grants
+from relay.cli.migrating import add_parser as add_migrate
 from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
 from relay.cli.state import cmd_check, cmd_rekey, cmd_status
 from relay.cli.transfer import cmd_import
@@ -34,30 +35,6 @@ from relay.errors import (
 )
 from relay.store import resolve
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
-from relay.store.sql import migrate
-
-# ── migrate ───────────────────────────────────────────────────────────────────
-
-
-async def cmd_migrate(args: argparse.Namespace) -> int:
-    target = resolve(args.store)
-    if target.url is None:
-        raise InvalidInputError(f"a {target.name} store has no schema to migrate")
-    head = migrate.head_revision()
-    if args.sql:
-        migrate.offline_sql(target)
-        return OK
-    if args.check:
-        current = await migrate.current(target)
-        if current == head:
-            say(f"{target.display} is at head {head}")
-            return OK
-        say(f"{target.display} is at {current or 'no revision'}, not at head {head}")
-        return FAILED
-    await migrate.upgrade(target)
-    say(f"{target.display} is at head {head}")
-    return OK
-
 
 # ── dev-relay and demo ────────────────────────────────────────────────────────
 
@@ -193,10 +170,7 @@ def parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    sub = add("migrate", cmd_migrate, "upgrade the store's schema to head (safe on replicas)")
-    sub.add_argument("--check", action="store_true", help="change nothing; exit 1 if not at head")
-    sub.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
-
+    add_migrate(commands, store)
     add_grants(commands, store)
 
     sub = add("status", cmd_status, "show what the store holds (never the private key)")

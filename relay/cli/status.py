@@ -18,6 +18,7 @@ from relay.store import RelayStore, RunState, StoreTarget
 from relay.store.keys import pkcs8
 from relay.store.keys.keyring import PASSPHRASE_ENV
 from relay.store.sql import migrate
+from relay.store.sql.compat import Standing
 
 
 def fingerprint(pem: str) -> str:
@@ -48,9 +49,7 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     now_ms = int(time.time() * 1000)
     schema: dict[str, Any] | None = None
     if target.url is not None:
-        current = await migrate.current(target)
-        head = migrate.head_revision()
-        schema = {"current": current, "head": head, "at_head": current == head}
+        schema = (await migrate.standing(target)).document()
     config = await store.load_config()
     registration = None
     profiles: list[dict[str, Any]] = []
@@ -100,20 +99,22 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     }
 
 
-def unmigrated(target: StoreTarget, current: str | None, given: str | None) -> dict[str, Any]:
-    """The status of a SQL store not at head: its schema state, and the command that fixes it."""
-    head = migrate.head_revision()
+def unmigrated(target: StoreTarget, found: Standing, given: str | None) -> dict[str, Any]:
+    """The status of a SQL store this code does not run on: its schema state, and what fixes
+    it (below head: the `migrate` command; ahead and not compatible: a newer release)."""
+    if found.ahead:
+        return {
+            "store": {"backend": target.backend, "url": target.display, "schema": found.document()},
+            "hint": f"it needs {found.needs()}: run that release here "
+            "(this code's `migrate` cannot help)",
+        }
     # The hint repeats the URL as the user gave it (password hidden), to paste back.
     password = target.url.password if target.url is not None else None
     shown = given.replace(password, "***") if given and isinstance(password, str) else given
     store = f" --store '{shown}'" if shown else ""
     return {
-        "store": {
-            "backend": target.backend,
-            "url": target.display,
-            "schema": {"current": current, "head": head, "at_head": False},
-        },
-        "hint": f"run `talaria-relay migrate{store}` to bring it to head {head}",
+        "store": {"backend": target.backend, "url": target.display, "schema": found.document()},
+        "hint": f"run `talaria-relay migrate{store}` to bring it to head {found.head}",
     }
 
 
@@ -170,6 +171,9 @@ def render(status: dict[str, Any]) -> str:
     if store["schema"] is not None:
         schema = store["schema"]
         state = "at head" if schema["at_head"] else f"NOT at head {schema['head']}"
+        if schema.get("ahead"):
+            verdict = "compatible" if schema["compatible"] else "NOT compatible"
+            state = f"ahead of this code (head {schema['head']}): {verdict}"
         lines.append(f"schema       {schema['current'] or 'none'} ({state})")
     if "hint" in status:
         return "\n".join([*lines, f"hint         {status['hint']}"])

@@ -12,7 +12,12 @@ from relay.store.sql.registration import RegistrationSql
 from relay.store.sql.revisions import RevisionsSql
 from relay.store.sql.runner import Runner, Stats
 from relay.store.sql.runs import RunsSql
-from relay.store.sql.schema_state import ensure_sqlite_schema, schema_revision, unwritable
+from relay.store.sql.schema_state import (
+    ensure_sqlite_schema,
+    schema_revision,
+    schema_standing,
+    unwritable,
+)
 from relay.store.sql.sqlite import SqliteRunner, create_private
 from relay.store.sql.transfer import TransferSql
 from relay.store.url import StoreTarget
@@ -38,7 +43,8 @@ class SqlStore(
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlStore:
         """Connect; migrate an embedded SQLite file, but require Postgres to be migrated already
-        (to head, or to a revision with head's tables: `migrate.runnable`).
+        (to head, to a revision with head's tables, or ahead of this code and compatible with
+        it: `Standing.runnable`; a newer one that is not is a `SchemaError` saying what it needs).
 
         `read_only` (SQLite): create, migrate and write nothing, so a read-only file can be read.
         """
@@ -56,13 +62,12 @@ class SqlStore(
                     raise migrate.file_error(exc, target) from exc
             runner = await SqliteRunner.open(target.path, target.display, read_only=read_only)
         try:
-            current = await schema_revision(runner)
-            if current != migrate.head_revision():
-                if target.backend == "sqlite" and not read_only:
-                    assert target.path is not None
-                    await ensure_sqlite_schema(target.path)
-                elif not migrate.runnable(current):
-                    raise migrate.schema_error(current)
+            standing = await schema_standing(runner)
+            if standing.below and target.backend == "sqlite" and not read_only:
+                assert target.path is not None
+                await ensure_sqlite_schema(target.path)
+            elif not standing.runnable:
+                raise standing.error()
         except BaseException:
             await runner.close()
             raise
