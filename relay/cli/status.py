@@ -172,7 +172,7 @@ def render(status: dict[str, Any]) -> str:
         schema = store["schema"]
         state = "at head" if schema["at_head"] else f"NOT at head {schema['head']}"
         if schema.get("ahead"):
-            verdict = "compatible" if schema["compatible"] else "NOT compatible"
+            verdict = "compatible" if schema["compatible"] else "not compatible"
             state = f"ahead of this code (head {schema['head']}): {verdict}"
         lines.append(f"schema       {schema['current'] or 'none'} ({state})")
     if "hint" in status:

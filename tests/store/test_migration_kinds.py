@@ -31,6 +31,7 @@ def test_every_migration_declares_its_kind() -> None:
 def test_oldest_head_is_the_newest_contract_at_or_below() -> None:
     """The record a database at each revision gets: the newest contract migration up to it."""
     scripts = _scripts()
+    assert compat.oldest_head(scripts, "0007") == "0005"
     assert compat.oldest_head(scripts, "0006") == "0005"
     assert compat.oldest_head(scripts, "0005") == "0005"
     assert compat.oldest_head(scripts, "0002") == "0001"
@@ -88,3 +89,23 @@ async def test_migrate_to_a_revision_goes_down_and_up(tmp_path: Path) -> None:
     assert (up.code, f"is at head {migrate.head_revision()}" in up.stdout) == (0, True)
     unknown = run(home, "migrate", "--to", "0042", "--store", url)
     assert (unknown.code, "no revision '0042'" in unknown.stderr) == (2, True), unknown.describe()
+
+
+@pytest.mark.sqlite
+async def test_migrations_write_the_compatibility_record(tmp_path: Path) -> None:
+    """At head the record names the newest contract migration and this release; below 0007 the
+    record is gone with its table, and back at head it is written again."""
+    from relay import __version__
+
+    target = resolve(f"sqlite:///{tmp_path / 'relay.db'}")
+    await migrate.upgrade(target)
+    found = await migrate.standing(target)
+    assert (found.current, found.oldest_head, found.migrated_by) == (
+        migrate.head_revision(),
+        "0005",
+        __version__,
+    )
+    await migrate.downgrade(target, "0006")
+    assert (await migrate.standing(target)).oldest_head is None
+    await migrate.upgrade(target)
+    assert (await migrate.standing(target)).oldest_head == "0005"

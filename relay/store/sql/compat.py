@@ -16,18 +16,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
-    CheckConstraint,
-    Column,
     Executable,
-    Integer,
-    MetaData,
-    String,
-    Table,
     delete,
     insert,
 )
 
 from relay.errors import SchemaError
+from relay.store.sql import schema
 from relay.store.sql.schema import HEAD_REVISION, TABLES_REVISION
 
 if TYPE_CHECKING:
@@ -42,14 +37,7 @@ EXPAND, CONTRACT = "expand", "contract"
 COMPAT_SINCE = "0007"
 
 # The table as every release reads it (a newer release may add columns; they are not read).
-compat_table = Table(
-    "relay_compat",
-    MetaData(),
-    Column("id", Integer, primary_key=True, autoincrement=False),
-    Column("oldest_head", String(32), nullable=False),
-    Column("migrated_by", String(64), nullable=True),
-    CheckConstraint("id = 1", name="singleton"),
-)
+compat_table = schema.compat
 
 
 def order(revision: str | None) -> int | None:

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
-from relay.store.sql import compat
+from relay.store.sql import compat, guard
 from relay.store.sql.compat import Standing, compat_table
 from relay.store.sql.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.schema import HEAD_REVISION
@@ -92,12 +92,13 @@ def upgrade_locked(
         # Taken here (env.py takes it again) so the checks below see what the upgrade will do.
         connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
     current = current_revision(connection)
-    if Standing(current).ahead:
+    if Standing(current, head=head_revision()).ahead:
         return
     scripts = ScriptDirectory.from_config(config)
     steps = compat.pending(scripts, current, known(scripts, revision))
-    for step in steps:
-        compat.kind(step)  # every migration declares its kind before any runs
+    contracts = [step.revision for step in steps if compat.kind(step) == compat.CONTRACT]
+    if contracts and not force:
+        guard.refuse_breaking(connection, contracts[-1])
     command.upgrade(config, revision)
 
 
@@ -152,7 +153,7 @@ async def standing(target: StoreTarget) -> Standing:
         assert target.path is not None
         path = target.path
         if not path.exists():
-            return Standing(None)
+            return Standing(None, head=head_revision())
 
         def on_sqlite() -> Standing:
             # Read-only: asking the revision must work on a file this process may not write.
@@ -186,16 +187,17 @@ def sqlite_standing(conn: sqlite3.Connection) -> Standing:
         )
     }
     if "alembic_version" not in names:
-        return Standing(None)
+        return Standing(None, head=head_revision())
     row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
     revision = None if row is None else str(row[0])
     if "relay_compat" not in names:
-        return Standing(revision)
+        return Standing(revision, head=head_revision())
     record = "SELECT oldest_head, migrated_by FROM relay_compat WHERE id = 1"
     found = conn.execute(record).fetchone()
     if found is None:
-        return Standing(revision)
-    return Standing(revision, str(found[0]), None if found[1] is None else str(found[1]))
+        return Standing(revision, head=head_revision())
+    by = None if found[1] is None else str(found[1])
+    return Standing(revision, str(found[0]), by, head_revision())
 
 
 def read_standing(connection: Connection) -> Standing:
@@ -204,11 +206,13 @@ def read_standing(connection: Connection) -> Standing:
 
     revision = current_revision(connection)
     if revision is None or not inspect(connection).has_table(compat_table.name):
-        return Standing(revision)
+        return Standing(revision, head=head_revision())
     row = connection.execute(
         select(compat_table.c.oldest_head, compat_table.c.migrated_by).where(compat_table.c.id == 1)
     ).first()
-    return Standing(revision) if row is None else Standing(revision, row[0], row[1])
+    if row is None:
+        return Standing(revision, head=head_revision())
+    return Standing(revision, row[0], row[1], head_revision())
 
 
 def offline_sql(target: StoreTarget, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> None:
