@@ -33,7 +33,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
         sa.Column("oldest_head", sa.String(32), nullable=False),
         sa.Column("migrated_by", sa.String(64), nullable=True),
-        sa.CheckConstraint("id = 1", name="ck_relay_compat_singleton"),
+        sa.CheckConstraint("id = 1", name=op.f("ck_relay_compat_singleton")),
         sa.PrimaryKeyConstraint("id", name="pk_relay_compat"),
     )
     op.create_table(
