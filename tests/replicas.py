@@ -27,7 +27,7 @@ class Replica:
     """One replica process and the pipe that drives it."""
 
     owner: str  # the name it was given
-    process: forked.Child
+    process: forked.Child | asyncio.subprocess.Process  # a subprocess: another release's code
     incarnation: str = ""  # its owner id in the store: the name and a suffix of this process
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
