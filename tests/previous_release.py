@@ -20,7 +20,7 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from relay.store.sql.migrate import head_revision, script_location
+from relay.store.sql.migrate import alembic_config, head_revision, script_location
 
 ROOT = Path(__file__).resolve().parents[1]
 GIT = shutil.which("git") or "git"
@@ -44,13 +44,31 @@ def _git(*args: str) -> str:
 
 
 def previous_commit() -> str:
-    """The parent of the commit that added the newest migration script."""
-    newest = sorted(script_location().joinpath("versions").glob(f"{head_revision()}_*.py"))[-1]
-    path = newest.relative_to(ROOT)
-    added = _git("log", "--diff-filter=A", "--format=%H", "--", str(path)).splitlines()
-    if not added:
-        raise LookupError(f"{path} is not in the git history (a shallow clone?)")
-    return _git("rev-parse", f"{added[-1]}^")
+    """The parent of the commit that added the newest migration script, when its schema head is
+    the one just below (a migration added on a side branch that had not merged the one below yet
+    is judged on its merge instead: the first parent of the commit that brought it in)."""
+    from alembic.script import ScriptDirectory
+
+    newest = head_revision()
+    below = ScriptDirectory.from_config(alembic_config()).get_revision(newest).down_revision
+    script = sorted(script_location().joinpath("versions").glob(f"{newest}_*.py"))[-1]
+    path = str(script.relative_to(ROOT))
+    candidates = []
+    for how in ([], ["--first-parent"]):
+        added = _git("log", *how, "--diff-filter=A", "--format=%H", "--", path).splitlines()
+        if added:
+            candidates.append(_git("rev-parse", f"{added[-1]}^1"))
+    for commit in candidates:
+        if _head_at(commit) == below:
+            return commit
+    raise LookupError(f"no commit before {path} was added has schema head {below} (shallow clone?)")
+
+
+def _head_at(commit: str) -> str | None:
+    """The newest migration's revision in `commit`'s tree."""
+    names = _git("ls-tree", "--name-only", commit, "migrations/versions/").splitlines()
+    found = sorted(Path(name).name[:4] for name in names if Path(name).name[:4].isdigit())
+    return found[-1] if found else None
 
 
 def _cache() -> Path:
