@@ -1,5 +1,5 @@
-"""The web app's side of a replica test: turns handed between replicas, and how the relay showed
-them (flips, wrong final rows, dead turns ended twice)."""
+"""The web app's side of the replica tests: turns handed between replicas, and how to judge the
+relay's rows by what the test started, ended and killed."""
 
 from __future__ import annotations
 
@@ -45,6 +45,19 @@ class Turns:
             for sid in sorted(self.order)
             if group.row(sid) != (self.newest(sid), self.phase[self.newest(sid)])
         ]
+
+    def ends_lost(self, group: Cluster) -> list[str]:
+        """Turns that did not die whose row the relay showed ending other than they did (a live
+        turn taken over and published `failed`): since an ended turn never changes, their true
+        end can never be shown."""
+        lost = []
+        for sid, streams in self.order.items():
+            shown = group.history(sid)
+            for stream in streams:
+                ends = {phase for s, phase in shown if s == stream and phase != "running"}
+                if stream not in self.dead and ends - {self.phase[stream]}:
+                    lost.append(stream)
+        return lost
 
     def ended_more_than_once(self, group: Cluster) -> list[str]:
         """Dead turns the relay showed ending more than once, or live again after they ended."""

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from relay.cli.output import FAILED, OK, fail, say
+from relay.cli.output import FAILED, OK, fail, progress, say
 from relay.errors import InvalidInputError
-from relay.store import resolve
+from relay.store import StoreTarget, resolve
 from relay.store.sql import migrate
 from relay.store.sql.compat import Standing, later
 
@@ -20,24 +20,56 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
         raise InvalidInputError("--lock-timeout must be more than 0 seconds")
     lock_timeout_ms = max(1, round(args.lock_timeout * 1000))
     if args.sql:
-        migrate.offline_sql(target, lock_timeout_ms=lock_timeout_ms)
-        return OK
+        return await _migrate_sql(target, from_empty=args.from_empty, lock_ms=lock_timeout_ms)
+    if args.from_empty:
+        raise InvalidInputError("--from-empty goes with --sql")
     found = await migrate.standing(target)
     if found.ahead:
         return _ahead(target.display, found)
     if args.check:
-        say(f"{target.display} {found.summary()}")
-        return OK if found.at_head else FAILED
+        if found.at_head:
+            say(f"{target.display} {found.summary()}")
+            return OK
+        say(f"{target.display} {found.summary()}; pending:")
+        for revision in migrate.revisions(found.current):
+            say(f"  {revision.id}  {revision.doc}")
+        return FAILED
     if args.to is not None and found.current is not None and later(found.current, args.to):
         await migrate.downgrade(target, args.to, lock_timeout_ms=lock_timeout_ms)
-    else:
-        await migrate.upgrade(
-            target, args.to or "head", lock_timeout_ms=lock_timeout_ms, force=args.force
-        )
+        say(f"{target.display} {(await migrate.standing(target)).summary()}")
+        return OK
+    applied = await migrate.upgrade(
+        target, args.to or "head", lock_timeout_ms=lock_timeout_ms, force=args.force
+    )
     found = await migrate.standing(target)
     if found.ahead:  # a newer release migrated it meanwhile
         return _ahead(target.display, found)
+    if not applied and found.at_head:
+        say(f"{target.display} is already at head {found.head}")
+        return OK
+    for revision in applied:
+        say(f"applied {revision.id}  {revision.doc}")
     say(f"{target.display} {found.summary()}")
+    return OK
+
+
+async def _migrate_sql(target: StoreTarget, *, from_empty: bool, lock_ms: int) -> int:
+    """The DDL a DBA runs by hand: what the database lacks (it is read, not written), or with
+    `from_empty` every revision without connecting. Notes go to stderr: stdout is only SQL."""
+    if from_empty:
+        migrate.offline_sql(target, lock_timeout_ms=lock_ms)
+        return OK
+    found = await migrate.standing(target)
+    if found.ahead:
+        needs = "" if found.compatible else f"; it needs {found.needs()}"
+        progress(f"-- {target.display} {found.summary()}: nothing to apply{needs}")
+        return OK if found.compatible else FAILED
+    if found.at_head:
+        progress(f"-- {target.display} is already at head {found.head}: nothing to apply")
+        return OK
+    pending = ", ".join(revision.id for revision in migrate.revisions(found.current))
+    progress(f"-- {target.display} is at {found.current or 'no revision'}: the DDL of {pending}")
+    migrate.offline_sql(target, since=found.current, lock_timeout_ms=lock_ms)
     return OK
 
 
@@ -71,7 +103,17 @@ def add_parser(commands: Any, store: argparse.ArgumentParser) -> None:
         action="store_true",
         help="change nothing; exit 1 if not at head (0 when ahead and compatible)",
     )
-    sub.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+    sub.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the DDL of the revisions the database lacks instead of running it (reads "
+        "its revision)",
+    )
+    sub.add_argument(
+        "--from-empty",
+        action="store_true",
+        help="with --sql: the DDL of every revision, from an empty database; connects to nothing",
+    )
     sub.add_argument(
         "--to",
         metavar="REVISION",

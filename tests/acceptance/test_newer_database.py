@@ -114,16 +114,18 @@ def test_incompatible_newer_database_every_command(home: Path, migrated: str) ->
     what it needs, never advising `migrate`; opening the store is one SchemaError."""
     advance(migrated, FUTURE)
     needs = f"needs code of schema head {FUTURE} or newer, such as talaria-relay 9.9.0"
+    store = ("--store", migrated)
     for args, stream in [
-        (("migrate",), "stderr"),
-        (("migrate", "--check"), "stderr"),
-        (("check",), "stdout"),
-        (("status",), "stderr"),
-        (("status", "--json"), "stderr"),
-        (("rekey", "--decrypt"), "stderr"),
+        (("migrate", *store), "stderr"),
+        (("migrate", "--check", *store), "stderr"),
+        (("migrate", "--sql", *store), "stderr"),
+        (("check", *store), "stdout"),
+        (("status", *store), "stderr"),
+        (("status", "--json", *store), "stderr"),
+        (("rekey", "--decrypt", *store), "stderr"),
         (("import", "--dry-run", "--from", migrated, "--to", "memory://"), "stderr"),
     ]:
-        found = cli(home, *args, "--store", migrated)
+        found = cli(home, *args)
         said: str = getattr(found, stream)
         assert found.code == 1, found.describe()
         assert needs in said, found.describe()

@@ -43,6 +43,7 @@ def test_offline_sql_sets_the_lock_timeout(tmp_path: Path) -> None:
         tmp_path,
         "migrate",
         "--sql",
+        "--from-empty",
         "--lock-timeout",
         "2.5",
         "--store",

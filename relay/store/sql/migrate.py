@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
@@ -36,6 +37,15 @@ ADVISORY_LOCK_KEY = 0x74616C61726961  # "talaria"
 # How long a migration waits for a table lock before it gives up, changing nothing: past it, the
 # replicas queued behind the migration's own lock request would stall (`migrate --lock-timeout`).
 LOCK_TIMEOUT_MS = 5000
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One migration script: its id (`0006`) and the first line of its docstring."""
+
+    id: str
+    doc: str
 
 
 def script_location() -> Path:
@@ -72,6 +82,23 @@ def current_revision(connection: Connection) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
     return MigrationContext.configure(connection).get_current_revision()
+
+
+def revisions(after: str | None = None) -> list[Revision]:
+    """The scripts' revisions above `after` (None: every one), oldest first; none above a
+    revision the scripts do not know."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    found = [
+        Revision(str(s.revision), (s.doc or "").strip().splitlines()[0] if s.doc else "")
+        for s in script.walk_revisions("base", "heads")
+    ]
+    found.reverse()  # walked from the head down
+    if after is None:
+        return found
+    ids = [revision.id for revision in found]
+    return found[ids.index(after) + 1 :] if after in ids else []
 
 
 def upgrade_locked(
@@ -126,18 +153,29 @@ async def upgrade(
     *,
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     force: bool = False,
-) -> None:
-    """Migrate the store `target` names (`resolve(url)`) up to `revision`.
+) -> list[Revision]:
+    """Migrate the store `target` names (`resolve(url)`) to `revision`; the revisions this call
+    applied, oldest first (none when another migrator, or an earlier run, got there first).
 
     A contract migration is refused (`SchemaError` naming them) while live replicas of older
     code would break on it, unless `force`.
     """
-    await run(
-        target,
-        lambda connection: upgrade_locked(
-            connection, revision, lock_timeout_ms=lock_timeout_ms, force=force
-        ),
-    )
+
+    def step(connection: Connection) -> str | None:
+        # The revision is read under the migrators' lock (SQLite: BEGIN IMMEDIATE), so what we
+        # list is what this transaction applied, not what a racing replica did.
+        if connection.dialect.name == "postgresql":
+            connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
+        before = current_revision(connection)
+        upgrade_locked(connection, revision, lock_timeout_ms=lock_timeout_ms, force=force)
+        return before
+
+    before = await run(target, step)
+    applied = revisions(before)
+    if revision != "head":
+        ids = [r.id for r in applied]
+        applied = applied[: ids.index(revision) + 1] if revision in ids else []
+    return applied
 
 
 async def current(target: StoreTarget) -> str | None:
@@ -215,12 +253,16 @@ def read_standing(connection: Connection) -> Standing:
     return Standing(revision, row[0], row[1], head_revision())
 
 
-def offline_sql(target: StoreTarget, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS) -> None:
-    """Print the DDL of an upgrade to head for the store, without connecting to it."""
+def offline_sql(
+    target: StoreTarget, since: str | None = None, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS
+) -> None:
+    """Print the DDL of an upgrade to head for the store, from revision `since` (None: from an
+    empty database), without connecting to it."""
     from alembic import command
 
     address = target.sqlalchemy_url.render_as_string(hide_password=False)
-    command.upgrade(alembic_config(address, lock_timeout_ms=lock_timeout_ms), "head", sql=True)
+    config = alembic_config(address, lock_timeout_ms=lock_timeout_ms)
+    command.upgrade(config, "head" if since is None else f"{since}:head", sql=True)
 
 
 async def downgrade(
@@ -237,37 +279,37 @@ async def downgrade(
     await run(target, step)
 
 
-async def run(target: StoreTarget, step: Callable[[Connection], None]) -> None:
+async def run(target: StoreTarget, step: Callable[[Connection], T]) -> T:
     """Run a migration `step` on a connection to the store, in one write transaction, with the
-    store's own engine (SQLite: `BEGIN IMMEDIATE` on sqlite3; Postgres: asyncpg)."""
+    store's own engine (SQLite: `BEGIN IMMEDIATE` on sqlite3; Postgres: asyncpg); its answer."""
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema to migrate")
     if target.backend == "postgres":
         engine = postgres_engine(target.sqlalchemy_url)
         try:
             async with engine.connect() as connection:
-                await connection.run_sync(step)
+                answer = await connection.run_sync(step)
                 await connection.commit()
         except (DBAPIError, OSError, TimeoutError) as exc:
             raise migration_error(exc, target) from exc
         finally:
             await engine.dispose()
-        return
+        return answer
     assert target.path is not None
     path = target.path
 
-    def on_sqlite() -> None:
+    def on_sqlite() -> T:
         engine = sqlite_engine(path)
         try:
             with engine.connect() as connection:
                 connection.execution_options(**{WRITE: True})
                 with connection.begin():
-                    step(connection)
+                    return step(connection)
         finally:
             engine.dispose()
 
     try:
-        await asyncio.to_thread(FORK_GATE.run, on_sqlite)
+        return await asyncio.to_thread(FORK_GATE.run, on_sqlite)
     except (OSError, sqlite3.Error, DBAPIError) as exc:
         raise file_error(exc, target) from exc
 
