@@ -96,6 +96,7 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
         "deleted_outbox": len(await store.pending_deleted()),
         "presence_leases": sum(lease.active and lease.expires_at > now_ms for lease in leases),
         "replicas": replicas(await store.run_states(), claims, now_ms),
+        "fleet": [m.document() for m in await store.fleet() if m.live(now_ms)],
     }
 
 
@@ -204,4 +205,26 @@ def render(status: dict[str, Any]) -> str:
             f"replica      {named}incarnation {replica['incarnation']}: {replica['runs']} run(s), "
             f"{replica['claims']} claim(s), {state}"
         )
+    now_ms = int(time.time() * 1000)
+    for member in status["fleet"]:
+        lines.append(f"fleet        {fleet_line(member, now_ms)}")
     return "\n".join(lines)
+
+
+def fleet_line(member: dict[str, Any], now_ms: int) -> str:
+    """One live service: who, what code, where, and how its passes go."""
+
+    def ago(at: int) -> str:
+        return f"{max(now_ms - at, 0) / 1000:.0f}s ago"
+
+    line = (
+        f"{member['owner']}  talaria-relay {member['version']} (schema head "
+        f"{member['schema_head']}), pid {member['pid']} on {member['host']}, seen "
+        f"{ago(member['seen_at'])}"
+    )
+    if member["pass_at"] is not None:
+        line += f", last pass {member['pass_outcome']} {ago(member['pass_at'])}"
+    if member["backoff_until"] is not None and member["backoff_until"] > now_ms:
+        left = (member["backoff_until"] - now_ms) / 1000
+        line += f", backing off after {member['backoff_class']} for {left:.0f}s more"
+    return line

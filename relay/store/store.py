@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from relay import metrics
 from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
@@ -33,6 +34,7 @@ from relay.store.backend import (
 )
 from relay.store.checks import read
 from relay.store.contract import RelayStore
+from relay.store.fleet import FleetMember
 from relay.store.keys import pkcs8
 from relay.store.keys.keyring import Keyring, Passphrase, configured_passphrase
 from relay.store.keys.pem import checked_pem, stored_pem
@@ -61,8 +63,12 @@ PAST_THE_CAP = "the revision counter would pass 2^53-1; nothing was handed out"
 @metrics.timed_methods(
     RelayStore, skip=("close", "display_url", "backend", "schema_revision", "unwritable")
 )
-class Store(RelayStore):
-    """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL."""
+class Store:
+    """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL.
+
+    It implements `RelayStore` structurally (checked below), not by inheriting the union of
+    the aggregates' Protocols: its MRO is its own and `object`.
+    """
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
@@ -200,7 +206,7 @@ class Store(RelayStore):
     # ── started ledger ────────────────────────────────────────────────────────
 
     async def track_started(self, profile_ids: Iterable[str], now_ms: int) -> None:
-        scopes = _names("profile_id", profile_ids)
+        scopes = _names("profile_id", profile_ids, "profile_ids")
         checks.time_ms("now_ms", now_ms)
         if scopes:
             await self._backend.track_started(scopes, now_ms)
@@ -226,7 +232,7 @@ class Store(RelayStore):
         *,
         sent: Iterable[tuple[str, str]] = (),
     ) -> list[StartedEntry]:
-        scopes = _names("profile_id", profile_ids)
+        scopes = _names("profile_id", profile_ids, "profile_ids")
         lease = claim(owner, now_ms, lease_ms, limit)
         marks = tuple(dict.fromkeys(_scope_session(pair) for pair in checks.items("sent", sent)))
         if not scopes and not marks:
@@ -360,8 +366,14 @@ class Store(RelayStore):
         *,
         lease_ms: int,
         retention_ms: int,
+        member: FleetMember | None = None,
     ) -> PassRows:
         sync = run_sync(owner, live, now_ms, lease_ms, retention_ms)
+        if member is not None:
+            checks.instance("member", member, FleetMember)
+            if member.owner != owner:
+                raise InvalidInputError(f"the fleet row of {member.owner!r} is not {owner!r}'s")
+            sync = replace(sync, member=member)
         return await read("run", self._write(sync))
 
     async def _write(self, sync: RunSync) -> PassRows:
@@ -372,6 +384,15 @@ class Store(RelayStore):
         if not rows:
             return PassRows((), range(0))
         return PassRows(tuple(rows), _revisions(len(rows), last))
+
+    # ── fleet ─────────────────────────────────────────────────────────────────
+
+    async def record_member(self, member: FleetMember) -> None:
+        await self._backend.record_member(checks.instance("member", member, FleetMember))
+
+    async def fleet(self) -> list[FleetMember]:
+        found = await read("fleet row", self._backend.fleet())
+        return sorted(found, key=lambda member: member.owner)  # one order, whatever the collation
 
     # ── transfer ──────────────────────────────────────────────────────────────
 
@@ -433,8 +454,10 @@ def run_sync(
     return RunSync(owner, ordered, now_ms, lease.until, cutoff, forget_before)
 
 
-def _names(kind: str, values: Iterable[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(checks.text(kind, value) for value in checks.items(kind, values)))
+def _names(kind: str, values: Iterable[str], name: str | None = None) -> tuple[str, ...]:
+    """Distinct texts of `kind`, in order, from the iterable argument `name` (else `kind`)."""
+    listed = checks.items(name or kind, values)
+    return tuple(dict.fromkeys(checks.text(kind, value) for value in listed))
 
 
 def _scope_session(pair: object) -> tuple[str, str]:
@@ -461,3 +484,7 @@ def _opens(keyring: Keyring, pem: str, ref: str) -> bool:
 
 async def _checked_end(expiry: object) -> int:
     return checks.time_ms("lease end", expiry)
+
+
+# mypy proves here that `Store` is a `RelayStore`, method by method.
+_CONFORMS: type[RelayStore] = Store

@@ -18,7 +18,7 @@ from relay.store.fleet import FIELDS, FORGET_MS, FleetMember
 from relay.store.sql import schema as t
 from relay.store.sql.compat import COMPAT_SINCE, later
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.runner import Runner, Tx
+from relay.store.sql.drivers.runner import Runner, Tx
 
 
 @dataclass(frozen=True, slots=True)
