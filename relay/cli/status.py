@@ -206,7 +206,7 @@ def render(status: dict[str, Any]) -> str:
             f"{replica['claims']} claim(s), {state}"
         )
     now_ms = int(time.time() * 1000)
-    for member in status["fleet"]:
+    for member in status.get("fleet", ()):
         lines.append(f"fleet        {fleet_line(member, now_ms)}")
     return "\n".join(lines)
 
