@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 
 from relay import __version__
 from relay.cli.grants import add_parser as add_grants
+from relay.cli.migrating import add_parser as add_migrate
 from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
 from relay.cli.state import cmd_check, cmd_rekey, cmd_status
 from relay.cli.transfer import cmd_import
@@ -33,57 +34,8 @@ from relay.errors import (
     StoreUnavailableError,
     TransferConflictError,
 )
-from relay.store import StoreTarget, resolve
+from relay.store import resolve
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
-from relay.store.sql import migrate
-
-# ── migrate ───────────────────────────────────────────────────────────────────
-
-
-async def cmd_migrate(args: argparse.Namespace) -> int:
-    target = resolve(args.store)
-    if target.url is None:
-        raise InvalidInputError(f"a {target.name} store has no schema to migrate")
-    head = migrate.head_revision()
-    if args.sql:
-        return await _migrate_sql(target, from_empty=args.from_empty)
-    if args.from_empty:
-        raise InvalidInputError("--from-empty goes with --sql")
-    if args.check:
-        current = await migrate.current(target)
-        if current == head:
-            say(f"{target.display} is at head {head}")
-            return OK
-        say(f"{target.display} is at {current or 'no revision'}, not at head {head}; pending:")
-        for revision in migrate.revisions(current):
-            say(f"  {revision.id}  {revision.doc}")
-        return FAILED
-    applied = await migrate.upgrade(target)
-    if not applied:
-        say(f"{target.display} is already at head {head}")
-        return OK
-    for revision in applied:
-        say(f"applied {revision.id}  {revision.doc}")
-    say(f"{target.display} is at head {head}")
-    return OK
-
-
-async def _migrate_sql(target: StoreTarget, *, from_empty: bool) -> int:
-    """The DDL a DBA runs by hand: what the database lacks (it is read, not written), or with
-    `from_empty` every revision without connecting. Notes go to stderr: stdout is only SQL."""
-    if from_empty:
-        migrate.offline_sql(target)
-        return OK
-    current = await migrate.current(target)
-    head = migrate.head_revision()
-    if current == head:
-        progress(f"-- {target.display} is already at head {head}: nothing to apply")
-        return OK
-    pending = ", ".join(revision.id for revision in migrate.revisions(current))
-    progress(f"-- {target.display} is at {current or 'no revision'}: the DDL of {pending}")
-    migrate.offline_sql(target, since=current)
-    return OK
-
 
 # ── dev-relay and demo ────────────────────────────────────────────────────────
 
@@ -254,25 +206,13 @@ def parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    sub = add(
-        "migrate",
-        cmd_migrate,
-        "upgrade the store's schema to head (safe on replicas)",
-        "the SQL store to migrate (a missing SQLite file and its directories are created)",
+    add_migrate(
+        commands,
+        store(
+            "the SQL store to migrate (a missing SQLite file and its directories are created) "
+            + _DEFAULT_STORE
+        ),
     )
-    sub.add_argument("--check", action="store_true", help="change nothing; exit 1 if not at head")
-    sub.add_argument(
-        "--sql",
-        action="store_true",
-        help="print the DDL of the revisions the database lacks instead of running it (reads "
-        "its revision)",
-    )
-    sub.add_argument(
-        "--from-empty",
-        action="store_true",
-        help="with --sql: the DDL of every revision, from an empty database; connects to nothing",
-    )
-
     add_grants(commands, store(f"the Postgres store whose database is named {_DEFAULT_STORE}"))
 
     sub = add(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from relay.store.fleet import FleetMember
 from relay.store.records import (
     DeletedScope,
     DeletedView,
@@ -101,6 +102,7 @@ class RunSync:
     until: int
     cutoff: int
     forget_before: int
+    member: FleetMember | None = None  # the owner's fleet row, written whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,8 +234,9 @@ class Backend(Protocol):
     # ── runs and passes ───────────────────────────────────────────────────────
 
     async def keep_alive(self, claim: Claim) -> int | None:
-        """Renew `claim.owner`'s run leases until `claim.until`; when the first lease another
-        owner holds (runs, unsent announcements, queued deletions) ends, if any."""
+        """Renew `claim.owner`'s run leases until `claim.until`, and its fleet row (seen at
+        `claim.now_ms`, live until `claim.until`); when the first lease another owner holds
+        (runs, unsent announcements, queued deletions) ends, if any."""
         ...
 
     async def release_runs(self, owner: str) -> None: ...
@@ -249,6 +252,14 @@ class Backend(Protocol):
         at all for no rows): (the owned rows, the floor after). None when that would pass
         2^53-1, and then nothing changes."""
         ...
+
+    # ── fleet ─────────────────────────────────────────────────────────────────
+
+    async def record_member(self, member: FleetMember) -> None:
+        """Upsert `member`'s row; delete rows seen more than `FORGET_MS` before its `seen_at`."""
+        ...
+
+    async def fleet(self) -> list[FleetMember]: ...
 
     # ── transfer ──────────────────────────────────────────────────────────────
 

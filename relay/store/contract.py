@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from relay.store.fleet import FleetMember
 from relay.store.keys.keyring import Passphrase
 from relay.store.records import (
     DeletedScope,
@@ -278,7 +279,8 @@ class LeaseWatch(Protocol):
     async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:
         """Renew `owner`'s run leases; when the first lease another owner holds ends, if any.
 
-        Leases counted: runs, and claims on unsent announcements and queued deletions.
+        Leases counted: runs, and claims on unsent announcements and queued deletions. The
+        owner's fleet row is renewed too (seen now, live until the leases' end).
         """
         ...
 
@@ -305,6 +307,7 @@ class Passes(Protocol):
         *,
         lease_ms: int,
         retention_ms: int,
+        member: FleetMember | None = None,
     ) -> PassRows:
         """One publishing pass's write of the runs, and a revision for each row it returns, in
         one transaction: `rows` are the rows `owner` publishes, oldest first.
@@ -320,8 +323,25 @@ class Passes(Protocol):
 
         The revisions are what `allocate_revisions(len(rows), now_ms)` would hand out; none when
         no row is returned. When they would pass 2^53-1, `CorruptStateError`, and nothing
-        changes (not the runs either).
+        changes (not the runs either). `member`: the owner's fleet row, written in the same
+        transaction (`Fleet.record_member` without the prune).
         """
+        ...
+
+
+class Fleet(Protocol):
+    """Every running service as it recorded itself (`relay.store.fleet`)."""
+
+    async def record_member(self, member: FleetMember) -> None:
+        """Write `member`'s row (its owner's, replacing the one it had), and delete the rows last
+        seen more than a day (`FORGET_MS`) before it. `keep_alive` renews the row's `seen_at`
+        and `live_until` with the leases; `pass_write` writes it whole."""
+        ...
+
+    async def fleet(self) -> list[FleetMember]:
+        """Every recorded service, live or not (`FleetMember.live`), by owner. A row a newer
+        release wrote is read without the fields this code does not know; a row that is not a
+        member is a `CorruptStateError` naming it. A SQL database below 0007 has none."""
         ...
 
 
@@ -349,6 +369,7 @@ class RelayStore(
     RunStates,
     LeaseWatch,
     Passes,
+    Fleet,
     StateTransfer,
     Protocol,
 ):

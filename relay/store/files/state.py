@@ -41,6 +41,7 @@ _FILES: dict[str, files.Codec[Any]] = {
     docs.PRESENCE.name: files.PRESENCE,
     docs.FORGOTTEN.name: files.FORGOTTEN,
     docs.RUNS.name: files.RUNS,
+    docs.FLEET.name: files.FLEET,
 }
 # The order a session writes in. Writes of several files are all or none anyway (the journal);
 # this order only makes the state between two renames the likelier one to make sense alone.
@@ -55,6 +56,7 @@ _ORDER = (
     docs.PRESENCE,
     docs.FORGOTTEN,
     docs.RUNS,
+    docs.FLEET,
 )
 
 

@@ -25,6 +25,7 @@ from relay.store.backend import (
     StartedClaim,
     ViewQuery,
 )
+from relay.store.fleet import FleetMember
 from relay.store.records import (
     DeletedView,
     PresenceLease,
@@ -34,12 +35,13 @@ from relay.store.records import (
     StartedScope,
     StateBatch,
 )
-from relay.store.rules import ledger, outbox, passes, presence, revisions
+from relay.store.rules import fleet, ledger, outbox, passes, presence, revisions
 from relay.store.rules import runs as run_rules
 from relay.store.rules.documents import (
     CLAIMS,
     CONFIG,
     DELETED,
+    FLEET,
     FLOOR,
     FORGOTTEN,
     IDENTITIES,
@@ -278,6 +280,7 @@ class RulebookBackend:
         def work(s: Session) -> int | None:
             runs = s.get(RUNS)
             run_rules.renew(runs, claim.owner, claim.until)
+            fleet.renew(s.get(FLEET), claim.owner, claim.now_ms, claim.until)
             unsent = ledger.unsent(s.get(STARTED))
             held = outbox.held(s.get(DELETED), s.get(CLAIMS))
             return run_rules.next_lease_end(claim.owner, claim.now_ms, runs, unsent, held)
@@ -337,9 +340,19 @@ class RulebookBackend:
             )
             if written is not None:
                 s.put(FLOOR, written[1])
+                if w.member is not None:
+                    s.get(FLEET)[w.owner] = w.member.document()
             return written
 
         return await self._edit(work)
+
+    # ── fleet ─────────────────────────────────────────────────────────────────
+
+    async def record_member(self, member: FleetMember) -> None:
+        await self._edit(lambda s: fleet.record(s.get(FLEET), member))
+
+    async def fleet(self) -> list[FleetMember]:
+        return await self._read(lambda s: fleet.members(s.get(FLEET)))
 
     # ── transfer ──────────────────────────────────────────────────────────────
 

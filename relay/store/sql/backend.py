@@ -9,10 +9,14 @@ class is a table of them (`hook`), so a new hook is one line here and its functi
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
+from dataclasses import replace
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from relay.store.backend import Backend
+from relay.store.backend import Backend, Claim, RunSync
+from relay.store.fleet import FleetMember
+from relay.store.records import RunState
 from relay.store.sql import (
+    fleet,
     ledger,
     migrate,
     outbox,
@@ -25,7 +29,12 @@ from relay.store.sql import (
 )
 from relay.store.sql.drivers.runner import Runner, Stats
 from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
-from relay.store.sql.schema_state import ensure_sqlite_schema, schema_revision, unwritable
+from relay.store.sql.schema_state import (
+    ensure_sqlite_schema,
+    schema_revision,
+    schema_standing,
+    unwritable,
+)
 from relay.store.url import StoreTarget
 
 P = ParamSpec("P")
@@ -56,14 +65,17 @@ class SqlBackend:
 
     A `Backend` structurally (checked below), as `Store` is a `RelayStore`."""
 
-    def __init__(self, runner: Runner, display_url: str) -> None:
+    def __init__(self, runner: Runner, display_url: str, *, has_fleet: bool = True) -> None:
         self._db = runner
         self._display_url = display_url
+        # Below 0007 (a deploy that has yet to migrate) there is no fleet table: record nothing.
+        self._fleet = has_fleet
 
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlBackend:
         """Connect; migrate an embedded SQLite file, but require Postgres to be migrated already
-        (to head, or to a revision with head's tables: `migrate.runnable`).
+        (to head, to a revision with head's tables, or ahead of this code and compatible with
+        it: `Standing.runnable`; a newer one that is not is a `SchemaError` saying what it needs).
 
         `read_only` (SQLite): create, migrate and write nothing, so a read-only file can be read.
         """
@@ -82,17 +94,18 @@ class SqlBackend:
                     raise migrate.file_error(exc, target) from exc
             runner = await SqliteRunner.open(target.path, target.display, read_only=read_only)
         try:
-            current = await schema_revision(runner)
-            if current != migrate.head_revision():
-                if target.backend == "sqlite" and not read_only:
-                    assert target.path is not None
-                    await ensure_sqlite_schema(target.path)
-                elif not migrate.runnable(current):
-                    raise migrate.schema_error(current)
+            standing = await schema_standing(runner)
+            current = standing.current
+            if standing.below and target.backend == "sqlite" and not read_only:
+                assert target.path is not None
+                await ensure_sqlite_schema(target.path)
+                current = migrate.head_revision()
+            elif not standing.runnable:
+                raise standing.error()
         except BaseException:
             await runner.close()
             raise
-        return cls(runner, target.display)
+        return cls(runner, target.display, has_fleet=fleet.has_fleet(current))
 
     @property
     def name(self) -> str:
@@ -153,14 +166,29 @@ class SqlBackend:
     presence_active = hook(presence.presence_active)
     presence_leases = hook(presence.presence_leases)
 
-    keep_alive = hook(runs.keep_alive)
     release_runs = hook(runs.release_runs)
     retire_runs = hook(runs.retire_runs)
     run_states = hook(runs.run_states)
     pass_view = hook(passes.pass_view)
-    pass_write = hook(passes.pass_write)
 
     merge_state = hook(transfer.merge_state)
+
+    # ── the hooks that also carry this replica's fleet row (none below 0007) ─────────────────
+
+    async def keep_alive(self, claim: Claim) -> int | None:
+        return await runs.keep_alive(self._db, claim, fleet=self._fleet)
+
+    async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
+        if not self._fleet:
+            sync = replace(sync, member=None)
+        return await passes.pass_write(self._db, sync)
+
+    async def record_member(self, member: FleetMember) -> None:
+        if self._fleet:
+            await fleet.record_member(self._db, member)
+
+    async def fleet(self) -> list[FleetMember]:
+        return await fleet.members(self._db) if self._fleet else []
 
 
 # mypy proves here that `SqlBackend` is a `Backend`, hook by hook.

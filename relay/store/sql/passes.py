@@ -40,6 +40,7 @@ from relay.errors import StoreError
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store.backend import Reading, RunSync, ViewQuery
 from relay.store.records import CONFIG_VERSION, RunState
+from relay.store.sql import fleet
 from relay.store.sql import runs as run_sql
 from relay.store.sql import schema as t
 from relay.store.sql.claims import free
@@ -157,6 +158,7 @@ def write_steps(d: Dialect, sync: RunSync) -> list[Step]:
         (q.prune, {"cutoff": sync.cutoff}),
         (q.forget, {"forget_before": sync.forget_before}),
         (q.mark_sending, mine),
+        *([] if sync.member is None else [(fleet.statements(d).upsert, sync.member.document())]),
         (p.allocate, {"owner": owner, "now": now_ms}),
         (p.owned, {"owner": owner}),
     ]

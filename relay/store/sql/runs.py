@@ -32,6 +32,7 @@ from sqlalchemy import (
 from relay.protocol import TERMINAL_PHASES
 from relay.store.backend import Claim
 from relay.store.records import RunState
+from relay.store.sql import fleet as fleet_sql
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.drivers.runner import Runner, Tx, scalar
@@ -206,14 +207,18 @@ def columns(run: RunState, owner: str, until: int) -> dict[str, Any]:
     }
 
 
-async def keep_alive(db: Runner, claim: Claim) -> int | None:
+async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | None:
+    """Renew the owner's runs (and with `fleet` its fleet row, in the same transaction)."""
     q = statements(db.dialect)
     mine = {"owner": claim.owner, "now": claim.now_ms, "until": claim.until}
+    renew_row = fleet_sql.statements(db.dialect).renew
 
     async def body(tx: Tx) -> Any:
         if q.lock is not None:
             await tx.rows(q.lock)
         await tx.run(q.renew, mine)
+        if fleet:
+            await tx.run(renew_row, mine)
         return await scalar(tx, q.next_expiry, mine)
 
     expiry: int | None = await db.write(body)

@@ -20,10 +20,12 @@ from sqlalchemy import (
 # Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.
 # The migration these tables are the result of; `alembic` reads the same from the scripts, and
 # tests/test_migrations.py holds the two equal, so reading a revision needs no Alembic.
-HEAD_REVISION = "0006"
-# The oldest revision with these same tables: 0006 added only Postgres' `relay_batch` function,
-# which a store does without (its write batches then run as transactions of their statements),
-# so a store opens at 0005 too: replicas of this version run while a deploy has yet to migrate.
+HEAD_REVISION = "0007"
+# The oldest revision a store of this code opens: 0006 added only Postgres' `relay_batch`
+# function, which a store does without (its write batches then run as transactions of their
+# statements), and 0007 the fleet and compatibility tables, which it does without too (its
+# replicas record themselves nowhere), so a store opens at 0005: replicas of this version run
+# while a deploy has yet to migrate.
 TABLES_REVISION = "0005"
 
 metadata = MetaData(
@@ -170,4 +172,37 @@ turns = Table(
     Column("stream_id", String(191)),
     Column("forgotten_at", BigInteger, nullable=False),
     Index("ix_relay_turns_forgotten_at", "forgotten_at"),
+)
+
+# The oldest schema head whose code may still use this database (`relay.store.sql.compat`),
+# written by the migrations from 0007 on; one row.
+compat = Table(
+    "relay_compat",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("oldest_head", String(32), nullable=False),
+    Column("migrated_by", String(64)),
+    CheckConstraint("id = 1", name="singleton"),
+)
+
+# Every running service, as it recorded itself: what code it runs, where, and how its passes go.
+# `seen_at` and `live_until` move with its leases; a row unseen for a day goes
+# (`relay.store.fleet`).
+fleet = Table(
+    "relay_fleet",
+    metadata,
+    Column("owner", String(64), primary_key=True),
+    Column("version", String(64), nullable=False),
+    Column("schema_head", String(32), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", BigInteger, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("seen_at", BigInteger, nullable=False),
+    # Live until then: its lease, renewed with its leases (a replica dead this long is gone).
+    Column("live_until", BigInteger, nullable=False),
+    Column("pass_at", BigInteger),
+    Column("pass_outcome", String(32)),
+    Column("backoff_until", BigInteger),
+    Column("backoff_class", String(64)),
+    Index("ix_relay_fleet_seen_at", "seen_at"),
 )
