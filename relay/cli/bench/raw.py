@@ -118,8 +118,11 @@ class SqliteRaw:
         self.conn.execute("COMMIT")
         return bool(removed.rowcount == 1)
 
-    async def fill_ledger(self, profile_id: str, floor: int, rows: list[tuple[str, int]]) -> None:
-        """The scope and its entries, all sent, in one transaction (the merge's statements)."""
+    async def fill_ledger(
+        self, profile_id: str, floor: int, rows: list[tuple[str, int]], *, analyze: bool = True
+    ) -> None:
+        """The scope and its entries, all sent, in one transaction (the merge's statements);
+        SQLite keeps no statistics unless asked (`analyze` is for Postgres)."""
         q = self.q.transfer
         entries = [
             q.entry.args(
@@ -179,8 +182,14 @@ class PostgresRaw:
         ack = {"id": queued["id"], "through": queued["through"]}
         return bool(await self.conn.execute(q.ack.sql, *q.ack.args(ack)) == "DELETE 1")
 
-    async def fill_ledger(self, profile_id: str, floor: int, rows: list[tuple[str, int]]) -> None:
-        """The scope and its entries, all sent, by COPY: the fastest way in, and untimed."""
+    async def fill_ledger(
+        self, profile_id: str, floor: int, rows: list[tuple[str, int]], *, analyze: bool = True
+    ) -> None:
+        """The scope and its entries, all sent, by COPY: the fastest way in, and untimed; then
+        ANALYZE, or (`analyze=False`) no statistics until the end, as right after a bulk load
+        (autovacuum is off for the table: the database is the bench's scratch one)."""
+        if not analyze:
+            await self.conn.execute("ALTER TABLE relay_started SET (autovacuum_enabled = false)")
         q = self.q.transfer.scope
         await self.conn.execute(q.sql, *q.args({"profile_id": profile_id, "floor": floor}))
         await self.conn.copy_records_to_table(
@@ -188,7 +197,8 @@ class PostgresRaw:
             records=[(profile_id, sid, at, True) for sid, at in rows],
             columns=["profile_id", "session_id", "started_at", "sent"],
         )
-        await self.conn.execute("ANALYZE relay_started")
+        if analyze:
+            await self.conn.execute("ANALYZE relay_started")
 
     async def close(self) -> None:
         await self.conn.close()

@@ -60,13 +60,17 @@ def render(document: dict[str, Any]) -> list[str]:
                 f"transactions, {_number(one['statements'], 0)} statements"
             )
         shape = store["publisher_shape"]
-        lines.append(
-            f"  publisher steady pass, largest S ÷ smallest: wall "
-            f"{_number(shape['steady_wall_largest_vs_smallest'], 3)}, same cost "
-            f"{'-' if shape['steady_same_cost'] is None else shape['steady_same_cost']}; "
-            f"first pass: the steady pass's transactions + "
-            f"{_number(shape['first_transactions_fixed'], 2)} + "
-            f"{_number(shape['first_transactions_per_batch'], 2)} per batch of {STARTED_BATCH}"
+        lines += (
+            []
+            if not store["publisher"]
+            else [
+                f"  publisher steady pass, largest S ÷ smallest: wall "
+                f"{_number(shape['steady_wall_largest_vs_smallest'], 3)}, same cost "
+                f"{'-' if shape['steady_same_cost'] is None else shape['steady_same_cost']}; "
+                f"first pass: the steady pass's transactions + "
+                f"{_number(shape['first_transactions_fixed'], 2)} + "
+                f"{_number(shape['first_transactions_per_batch'], 2)} per batch of {STARTED_BATCH}"
+            ]
         )
         lines += _distance(store.get("distance") or {})
     return lines + _targets(document["targets"])
