@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from relay.errors import InvalidInputError, SchemaError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql.engines import WRITE, postgres_engine, sqlite_engine
-from relay.store.sql.schema import HEAD_REVISION, TABLES_REVISION
+from relay.store.sql.schema import HEAD_REVISION, SAME_TABLES
 from relay.store.sql.sqlite import connect_read_only
 from relay.store.url import StoreTarget, driver_error, resolve
 
@@ -59,7 +59,7 @@ def head_revision() -> str:
 def runnable(current: str | None) -> bool:
     """Whether a store runs on a database at `current`: head, or a revision with head's tables
     (below head `check` still says so, and `migrate` brings it there)."""
-    return current in (HEAD_REVISION, TABLES_REVISION)
+    return current == HEAD_REVISION or current in SAME_TABLES
 
 
 def current_revision(connection: Connection) -> str | None:
