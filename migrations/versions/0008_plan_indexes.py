@@ -28,6 +28,8 @@ revision: str = "0008"
 down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
+# Expand (compat's `kind`): the previous release's code runs on it unchanged.
+kind = "expand"
 
 # (name, table, columns, partial index predicate on Postgres, on SQLite)
 INDEXES: tuple[tuple[str, str, list[str], str | None, str | None], ...] = (
