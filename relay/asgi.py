@@ -14,6 +14,8 @@
 | `POST /api/talaria/presence` | 200 `{"ok": true, "lease_seconds"}` (90, 0 on revoke); 400; 403 |
 | `POST /api/talaria/viewed` | 200 `{"ok": true}`; 400; 404 for an unknown session |
 | `GET /api/talaria/relay/health` | 200 `{"ok": true}` when the store answers; 503 when not |
+| `GET /api/talaria/relay/operator` | the operator page, for a caller `operator(caller)` accepts |
+| `GET /api/talaria/relay/operator.json` | the same facts as JSON |
 
 Every error is `{"error": message}`, as upstream's `bad(handler, message, status)`. Whatever a
 client sends, the answer is never 500: a body over `max_body` is 413, one that is not JSON 400, a
@@ -45,7 +47,10 @@ from relay.routes import (
     Answer,
     Call,
     Caller,
+    Document,
     Effect,
+    MayOperate,
+    Operator,
     ReadBody,
     Refused,
     WhoCalls,
@@ -56,7 +61,16 @@ from relay.routes import (
 from relay.routes import Route as _Table
 from relay.service import RelayService
 
-__all__ = ["DEFAULT_PREFIX", "MAX_BODY", "Caller", "Identify", "Refused", "app", "routes"]
+__all__ = [
+    "DEFAULT_PREFIX",
+    "MAX_BODY",
+    "Caller",
+    "Identify",
+    "Operator",
+    "Refused",
+    "app",
+    "routes",
+]
 
 # The web app's auth: a `Caller`, or None (401), or raise `Refused(message, status)`.
 Identify: TypeAlias = Callable[[Request], Awaitable[Caller | None]]
@@ -79,30 +93,47 @@ def routes(
     *,
     prefix: str = DEFAULT_PREFIX,
     max_body: int = MAX_BODY,
+    operator: Operator | None = None,
 ) -> list[Route]:
-    """The routes under `prefix` (`""` to mount them): add them to a Starlette or FastAPI app."""
+    """The routes under `prefix` (`""` to mount them): add them to a Starlette or FastAPI app.
+
+    `operator(caller)` says who may read the operator page; without it nobody may.
+    """
     check_options(prefix, max_body)
     return [
         Route(
             f"{prefix}{route.path}",
-            _Endpoint(route, service, identify, max_body).handle,
+            _Endpoint(route, service, identify, max_body, operator).handle,
             methods=[route.method],
         )
         for route in ROUTES
     ]
 
 
-def app(service: ServiceSource, identify: Identify, *, max_body: int = MAX_BODY) -> Starlette:
-    """The routes as an app of their own, to mount at `/api/talaria`."""
-    return Starlette(routes=routes(service, identify, prefix="", max_body=max_body))
+def app(
+    service: ServiceSource,
+    identify: Identify,
+    *,
+    max_body: int = MAX_BODY,
+    operator: Operator | None = None,
+) -> Starlette:
+    """The routes as an app of their own, to mount at `/api/talaria` (or any prefix)."""
+    found = routes(service, identify, prefix="", max_body=max_body, operator=operator)
+    return Starlette(routes=found)
 
 
 class _Endpoint:
     """One route of the shared table, its effects performed with Starlette and the async service."""
 
     def __init__(
-        self, route: _Table, source: ServiceSource, identify: Identify, max_body: int
+        self,
+        route: _Table,
+        source: ServiceSource,
+        identify: Identify,
+        max_body: int,
+        operator: Operator | None,
     ) -> None:
+        self._operator = operator
         self._route = route
         self._source = source
         self._identify = identify
@@ -119,12 +150,16 @@ class _Endpoint:
                 return await self._identify(request)
             if isinstance(effect, ReadBody):
                 return await _read(request, effect.limit)
+            if isinstance(effect, MayOperate):
+                return self._operator is not None and self._operator(effect.caller) is True
             assert isinstance(effect, Call)
             assert service is not None
             return await getattr(service, effect.name)(*effect.args, **effect.kwargs)
 
         flow = self._route.flow(service is not None, headers, self._max_body)
         status, payload = await drive_async(flow, perform)
+        if isinstance(payload, Document):
+            return Response(payload.body, status, dict(payload.headers), payload.media_type)
         return _Json(payload, status)
 
 

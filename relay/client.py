@@ -21,9 +21,11 @@ from typing import Any, Self, cast
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from relay import tracing
 from relay.errors import (
     InvalidInputError,
     RelayHttpError,
+    RelayRequestError,
     RelayResponseError,
     RelayTimeoutError,
     RelayUnreachableError,
@@ -36,6 +38,7 @@ from relay.protocol import (
     canonical_string,
     validated_origin,
 )
+from relay.refused import nothing_listening
 
 UNREACHABLE = "Could not reach Talaria Relay"
 # An error answer is read this far for its reason; it is a code, not a document.
@@ -129,6 +132,24 @@ class RelayClient:
         self, method: str, path: str, body: bytes, auth: httpx.Auth | None, cap: int | None
     ) -> bytes:
         """Send one request; the 2xx answer's body up to `cap` bytes, or none without a cap."""
+        with tracing.http_span(method, self._origin + path) as span:
+            try:
+                return await self._exchange(method, path, body, auth, cap, span)
+            except RelayRequestError as error:
+                if span is not None:
+                    status = error.status if isinstance(error, RelayHttpError) else None
+                    tracing.failed(span, error, None if status is None else str(status))
+                raise
+
+    async def _exchange(
+        self,
+        method: str,
+        path: str,
+        body: bytes,
+        auth: httpx.Auth | None,
+        cap: int | None,
+        span: Any,
+    ) -> bytes:
         try:
             url = httpx.URL(self._origin + path)
         except httpx.InvalidURL as exc:
@@ -154,6 +175,8 @@ class RelayClient:
                 response = await self._http.send(
                     request, auth=auth, stream=True, follow_redirects=False
                 )
+                if span is not None:
+                    span.set_attribute("http.response.status_code", response.status_code)
                 if not response.is_success:
                     try:
                         # A PUT's refusal stays unread (as upstream); a redeem's says why.
@@ -285,6 +308,8 @@ def _http_date(value: str | None) -> float | None:
 def describe(exc: Exception) -> str:
     # httpx's errors often carry an empty message (timeouts, resets): the first cause with one
     # says what happened ("Connection reset by peer"); failing that, the class name does.
+    if (refused := nothing_listening(exc)) is not None:
+        return refused
     cause: BaseException | None = exc
     for _ in range(8):  # a bounded walk: a chain may loop
         if cause is None:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar
 
+from relay import tracing
+
 try:
     from opentelemetry import metrics as _api
     from opentelemetry.metrics import _internal as _globals
@@ -130,25 +132,33 @@ def count(instrument: str, error: BaseException | None) -> None:
 
 
 def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Awaitable[T]]:
-    """`method` of a store, timed into `relay.store.transaction.duration` while an SDK is in.
+    """`method` of a store, timed into `relay.store.transaction.duration` and traced as a span
+    (`relay.tracing`) while an SDK is in.
 
     Without one the wrapper hands back the method's own coroutine: no extra frame or allocation.
     """
 
-    async def measured(found: Instruments, store: Any, *args: Any, **kwargs: Any) -> T:
+    async def measured(
+        found: Instruments | None, tracer: Any, store: Any, *args: Any, **kwargs: Any
+    ) -> T:
         start = time.perf_counter()
         try:
-            return await method(store, *args, **kwargs)
+            if tracer is None:
+                return await method(store, *args, **kwargs)
+            with tracing.store_span(tracer, name, store.backend):
+                return await method(store, *args, **kwargs)
         finally:
-            attributes = {"method": name, "backend": store.backend}
-            found.store_duration.record(time.perf_counter() - start, attributes)
+            if found is not None:
+                attributes = {"method": name, "backend": store.backend}
+                found.store_duration.record(time.perf_counter() - start, attributes)
 
     @wraps(method)
     def wrapper(store: Any, *args: Any, **kwargs: Any) -> Awaitable[T]:
         found = current()
-        if found is None:
+        tracer = tracing.current()
+        if found is None and tracer is None:
             return method(store, *args, **kwargs)
-        return measured(found, store, *args, **kwargs)
+        return measured(found, tracer, store, *args, **kwargs)
 
     return wrapper
 

@@ -11,6 +11,12 @@ content-type rule and the `{"error": …}` bodies are decided here alone.
 | `POST /presence` | 200 `{"ok": true, "lease_seconds"}` (90, 0 on revoke); 400; 403 |
 | `POST /viewed` | 200 `{"ok": true}`; 400; 404 for an unknown session |
 | `GET /relay/health` | 200 `{"ok": true}` when the store answers; 503 when not |
+| `GET /relay/operator` | the operator page (HTML); 401 for nobody, 403 for a non-operator |
+| `GET /relay/operator.json` | the same facts as JSON |
+
+The operator routes answer only a caller that `identify` names and the app's `operator`
+predicate accepts; without a predicate nobody is an operator. Their answers (refusals included)
+carry `relay.operator.page.HEADERS`: a strict CSP, nosniff, no-store, no referrer.
 """
 
 from __future__ import annotations
@@ -27,11 +33,14 @@ from relay.errors import (
     RelayError,
     RelayPairingError,
     RelayRequestError,
+    ServiceNotStartedError,
     SessionNotFoundError,
     StaleConfigError,
     StoreError,
 )
 from relay.health import Health
+from relay.logfields import of_error
+from relay.operator import page
 from relay.store import checks
 
 logger = logging.getLogger("relay.routes")
@@ -98,8 +107,26 @@ class Call:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-Effect: TypeAlias = WhoCalls | ReadBody | Call
-Reply: TypeAlias = tuple[int, dict[str, Any]]
+@dataclass(frozen=True, slots=True)
+class MayOperate:
+    """Ask the app's `operator` predicate whether `caller` may read the operator page."""
+
+    caller: Caller
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """An answer that is not the routes' plain JSON: its bytes, media type and headers."""
+
+    body: bytes
+    media_type: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+Effect: TypeAlias = WhoCalls | ReadBody | Call | MayOperate
+Reply: TypeAlias = tuple[int, dict[str, Any] | Document]
+# The app's operator predicate: whether an identified caller may read the operator page.
+Operator: TypeAlias = Callable[[Caller], bool]
 Flow: TypeAlias = Generator[Effect, Any, Reply]
 
 
@@ -187,16 +214,56 @@ def _health(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
     return 200, {"ok": True}
 
 
+def _operator(html: bool) -> Callable[[bool, Mapping[str, str], int], Flow]:
+    """The operator page (`html`) or its JSON twin: read-only, for operators only."""
+
+    def flow(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
+        try:
+            if not started:
+                raise Answer(503, "Talaria relay is not started")
+            caller = yield WhoCalls()
+            if caller is None:
+                raise Refused()
+            if not isinstance(caller, Caller):
+                raise TypeError(f"identify must return a Caller or None, not {caller!r}")
+            if (yield MayOperate(caller)) is not True:
+                raise Refused("Only an operator may read this page", 403)
+            document = yield Call("operator_facts")
+        except Answer as answer:
+            return _secured(answer.status, {"error": answer.message})
+        except RelayError as error:
+            return _secured(*_error_body(error))
+        if html:
+            body = page.render(document).encode("utf-8")
+            return 200, Document(body, "text/html; charset=utf-8", page.HEADERS)
+        return _secured(200, document)
+
+    return flow
+
+
+def _error_body(error: RelayError) -> tuple[int, dict[str, Any]]:
+    status, message = status_of(error)
+    return status, {"error": message}
+
+
+def _secured(status: int, payload: dict[str, Any]) -> Reply:
+    return status, Document(encode(payload), "application/json", page.HEADERS)
+
+
 ROUTES: tuple[Route, ...] = (
     Route("pair", "POST", "/relay/pair", _guarded(_pair)),
     Route("presence", "POST", "/presence", _guarded(_presence)),
     Route("viewed", "POST", "/viewed", _guarded(_viewed)),
     Route("health", "GET", "/relay/health", _health),
+    Route("operator", "GET", "/relay/operator", _operator(html=True)),
+    Route("operator.json", "GET", "/relay/operator.json", _operator(html=False)),
 )
 
 
 def status_of(error: RelayError) -> tuple[int, str]:
     """The answer for an error of the `relay.errors` tree."""
+    if isinstance(error, ServiceNotStartedError):
+        return 503, "Talaria relay is not started"
     if isinstance(error, RelayPairingError | Refused):
         return error.status, str(error)
     if isinstance(error, SessionNotFoundError):
@@ -207,14 +274,16 @@ def status_of(error: RelayError) -> tuple[int, str]:
         return 409, "The relay registration changed meanwhile; try again"
     if isinstance(error, CorruptStateError):
         # Not the client's doing: a stored value is broken. Its details go to the log only.
-        logger.error("[relay] stored relay state is invalid: %s", error)
+        facts = of_error("stored_state_invalid", error)
+        logger.error("[relay] stored relay state is invalid: %s", error, extra=facts)
         return 500, "Stored relay state is invalid"
     if isinstance(error, StoreError):
-        logger.warning("[relay] the store did not answer: %s", error)
+        facts = of_error("store_unavailable", error)
+        logger.warning("[relay] the store did not answer: %s", error, extra=facts)
         return 503, "The relay store is unavailable"
     if isinstance(error, RelayRequestError):
         return 502, "Could not reach Talaria Relay"
-    logger.error("[relay] request failed: %s", error)
+    logger.error("[relay] request failed: %s", error, extra=of_error("request_failed", error))
     return 500, "Talaria relay request failed"
 
 

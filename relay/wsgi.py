@@ -28,7 +28,10 @@ from relay.routes import (
     Answer,
     Call,
     Caller,
+    Document,
     Effect,
+    MayOperate,
+    Operator,
     ReadBody,
     Refused,
     Reply,
@@ -49,6 +52,7 @@ __all__ = [
     "MAX_BODY",
     "Caller",
     "Identify",
+    "Operator",
     "Refused",
     "Router",
     "app",
@@ -73,8 +77,11 @@ class Router:
         prefix: str = DEFAULT_PREFIX,
         max_body: int = MAX_BODY,
         fallback: WSGIApplication | None = None,
+        operator: Operator | None = None,
     ) -> None:
+        """`operator(caller)` says who may read the operator page; without it nobody may."""
         check_options(prefix, max_body)
+        self._operator = operator
         self._source = service
         self._identify = identify
         self._max_body = max_body
@@ -104,6 +111,8 @@ class Router:
                 return who()
             if isinstance(effect, ReadBody):
                 return read(effect.limit)
+            if isinstance(effect, MayOperate):
+                return self._operator is not None and self._operator(effect.caller) is True
             assert isinstance(effect, Call)
             assert service is not None
             return getattr(service, effect.name)(*effect.args, **effect.kwargs)
@@ -126,11 +135,15 @@ class Router:
                 return self._fallback(environ, start_response)
             reply = 404, {"error": "Not found"}
         status, payload = reply
-        body = encode(payload)
         extra = [("Allow", self._allowed(environ))] if status == 405 else []
+        if isinstance(payload, Document):
+            body, media_type = payload.body, payload.media_type
+            extra += payload.headers
+        else:
+            body, media_type = encode(payload), "application/json"
         start_response(
             f"{status} {_phrase(status)}",
-            [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra],
+            [("Content-Type", media_type), ("Content-Length", str(len(body))), *extra],
         )
         return [body]
 
@@ -138,9 +151,15 @@ class Router:
         return self._paths[environ.get("PATH_INFO", "")].method
 
 
-def app(service: ServiceSource, identify: Identify, *, max_body: int = MAX_BODY) -> Router:
+def app(
+    service: ServiceSource,
+    identify: Identify,
+    *,
+    max_body: int = MAX_BODY,
+    operator: Operator | None = None,
+) -> Router:
     """The routes as an app of their own, to mount at `/api/talaria` (a dispatcher)."""
-    return Router(service, identify, prefix="", max_body=max_body)
+    return Router(service, identify, prefix="", max_body=max_body, operator=operator)
 
 
 def middleware(
@@ -150,9 +169,12 @@ def middleware(
     *,
     prefix: str = DEFAULT_PREFIX,
     max_body: int = MAX_BODY,
+    operator: Operator | None = None,
 ) -> Router:
     """`wrapped` with the relay routes in front of it (`flask_app.wsgi_app = middleware(…)`)."""
-    return Router(service, identify, prefix=prefix, max_body=max_body, fallback=wrapped)
+    return Router(
+        service, identify, prefix=prefix, max_body=max_body, fallback=wrapped, operator=operator
+    )
 
 
 def _phrase(status: int) -> str:

@@ -21,3 +21,13 @@ HOSTILE: list[bytes] = [
     '{"session_id": "caf\u00e9"}'.encode("latin-1"),
     b'{"relay_url": 1, "publisher_id": {}, "publisher_invitation": [], "label": true}',
 ]
+
+# Profile names and session titles a user could type: markup, an attribute break-out, a
+# script URL, a lone surrogate's neighbour (still valid text). Every page shows them as text.
+HOSTILE_NAMES: list[str] = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "</td></tr></table><h1>owned</h1>",
+    "javascript:alert(1)",
+    "x' onmouseover='alert(1)",
+]

@@ -11,32 +11,41 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from relay.logfields import Facts, fields, of_error
+
 Log = Callable[[str], None]
 T = TypeVar("T")
 
 
 class Reporter:
-    """Sends each line to `log` if given, else to `logger` at its level."""
+    """Sends each line to `log` if given, else to `logger` at its level, with its facts as
+    `extra` fields (`relay.logfields`) and the replica's `owner` among them."""
 
-    def __init__(self, log: Log | None, logger: logging.Logger) -> None:
+    def __init__(self, log: Log | None, logger: logging.Logger, owner: str | None = None) -> None:
         self.log = log
         self.logger = logger
+        self.owner = owner
 
-    def info(self, line: str) -> None:
-        self._emit(logging.INFO, line)
+    def info(self, line: str, facts: Facts) -> None:
+        self._emit(logging.INFO, line, facts)
 
-    def warning(self, line: str) -> None:
-        self._emit(logging.WARNING, line)
+    def warning(self, line: str, facts: Facts) -> None:
+        self._emit(logging.WARNING, line, facts)
 
-    def error(self, line: str, *, error: BaseException | None = None) -> None:
+    def error(self, line: str, facts: Facts, *, error: BaseException | None = None) -> None:
         """An error; with `error`, its traceback too (for a bug, where the cause is the point)."""
-        self._emit(logging.ERROR, line, error)
+        self._emit(logging.ERROR, line, facts, error)
 
-    def _emit(self, level: int, line: str, error: BaseException | None = None) -> None:
+    def _emit(
+        self, level: int, line: str, facts: Facts, error: BaseException | None = None
+    ) -> None:
         if self.log is not None:
             self.log(line)
         if self.log is None or error is not None:
-            self.logger.log(level, line, exc_info=error)
+            extra = dict(facts)
+            if self.owner is not None:
+                extra["relay_owner"] = self.owner
+            self.logger.log(level, line, exc_info=error, extra=extra)
 
 
 def cause(error: BaseException) -> str:
@@ -67,7 +76,10 @@ class Swallowed:
             self._failed.add(kind)
             if kind not in self._failing:
                 self._failing.add(kind)
-                self._report.warning(f"[relay] Host {kind} failed ({cause(error)}); {consequence}")
+                self._report.warning(
+                    f"[relay] Host {kind} failed ({cause(error)}); {consequence}",
+                    of_error("host_call_failed", error, kind=kind),
+                )
             return fallback
         self._succeeded.add(kind)
         return result
@@ -76,7 +88,9 @@ class Swallowed:
         """End of a pass: a failing kind that only succeeded in it is reported as recovered."""
         for kind in sorted((self._failing & self._succeeded) - self._failed):
             self._failing.discard(kind)
-            self._report.info(f"[relay] Host {kind} recovered")
+            self._report.info(
+                f"[relay] Host {kind} recovered", fields("host_call_recovered", kind=kind)
+            )
         self._failed.clear()
         self._succeeded.clear()
 
@@ -97,11 +111,13 @@ class Refusals:
         if status != 404:
             self._report.warning(
                 f"[relay] Talaria relay rejected a {self._what} for profile {profile} "
-                f"(HTTP {status})"
+                f"(HTTP {status})",
+                fields("request_rejected", profile=profile, status=status, kind=self._what),
             )
         elif not self._unsupported_logged:
             self._unsupported_logged = True
             self._report.info(
                 f"[relay] Talaria relay does not support {self._what}s (HTTP 404); "
-                f"{self._without_it}"
+                f"{self._without_it}",
+                fields("request_unsupported", status=404, kind=self._what),
             )

@@ -18,8 +18,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from relay import metrics
+from relay import metrics, tracing
 from relay.errors import RelayError, RelayHttpError
+from relay.logfields import fields, of_error
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S
 from relay.publishing.logs import Reporter, cause
 
@@ -59,6 +60,10 @@ class LoopHealth:
     last_success: float | None
     backoff_until: float | None
     stopped: bool
+    # The class of the failure that started the backoff, and its HTTP status if it was an
+    # answer (None while no backoff holds).
+    last_failure: str | None = None
+    last_failure_status: int | None = None
 
 
 def _for(error: BaseException) -> str:
@@ -85,6 +90,8 @@ class PassLoop:
         self._clock = clock
         self._last_success: float | None = None
         self._backoff_until: float | None = None
+        self._last_failure: str | None = None
+        self._last_status: int | None = None
         self._backing_off = metrics.Gauge("backoff_active")
         self._report = report
         self._uniform = uniform
@@ -106,7 +113,14 @@ class PassLoop:
         return self._task is not None
 
     def health(self) -> LoopHealth:
-        return LoopHealth(self._failures, self._last_success, self._backoff_until, self.stopped)
+        return LoopHealth(
+            self._failures,
+            self._last_success,
+            self._backoff_until,
+            self.stopped,
+            self._last_failure,
+            self._last_status,
+        )
 
     def start(self) -> None:
         """Run passes in the background until `stop()`."""
@@ -151,7 +165,8 @@ class PassLoop:
             start = time.perf_counter()
             delay = None
             try:
-                delay = await self._attempt()
+                with tracing.pass_span():
+                    delay = await self._attempt()
                 return delay
             finally:
                 if (found := metrics.current()) is not None:
@@ -169,27 +184,36 @@ class PassLoop:
                 return self._failed(error)
             self._report.error(
                 f"[relay] Talaria relay publisher stopped after permanent HTTP {error.status}"
-                + _for(error)
+                + _for(error),
+                of_error("publisher_stopped", error),
             )
             self.stopped = True
             self._backing_off.clear()
+            tracing.annotate({"relay.outcome": "stopped"}, error)
             return None
         except RelayError as error:  # the relay or the store: expected, one line
             return self._failed(error)
         except Exception as error:  # a bug: its traceback, and the loop goes on
             return self._failed(error, bug=True)
         if self._failures:
-            self._report.info("[relay] Talaria relay snapshot recovered")
+            self._report.info(
+                "[relay] Talaria relay snapshot recovered", fields("snapshot_recovered")
+            )
         self._failures = 0
         self._last_success, self._backoff_until = self._clock(), None
+        self._last_failure, self._last_status = None, None
         self._backing_off.set(0)
+        tracing.annotate({"relay.outcome": "ok"})
         return None
 
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
         self._failures += 1
         delay = retry_delay(self._failures, error, self._uniform)
         self._backoff_until = self._clock() + delay
+        self._last_failure = type(error).__name__
+        self._last_status = error.status if isinstance(error, RelayHttpError) else None
         self._backing_off.set(1)
+        tracing.annotate({"relay.outcome": "backoff", "relay.retry_in": delay}, error)
         state = "failed" if self._failures == 1 else "still failing"
         reason = cause(error) if bug else str(error)
         line = (
@@ -198,10 +222,11 @@ class PassLoop:
         )
         if isinstance(error, RelayHttpError) and error.retry_after is not None:
             line += f" (Retry-After: {error.retry_after:.0f}s)"
+        facts = of_error("snapshot_failed", error, retry_in=delay)
         if bug:
-            self._report.error(line, error=error)
+            self._report.error(line, facts, error=error)
         else:
-            self._report.warning(line)
+            self._report.warning(line, facts)
         return delay
 
     async def _sleep(self, seconds: float) -> None:
@@ -231,7 +256,9 @@ class PassLoop:
                 continue  # the store is down: the heartbeat's pass reports it
             except Exception as error:
                 self._report.error(
-                    f"[relay] Talaria relay lease renewal failed ({cause(error)})", error=error
+                    f"[relay] Talaria relay lease renewal failed ({cause(error)})",
+                    of_error("lease_renewal_failed", error),
+                    error=error,
                 )
                 continue
             takeover_at = math.inf if due is None else clock() + due

@@ -21,20 +21,23 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
-from relay import metrics
+from relay import metrics, tracing
 from relay.client import RelayClient
 from relay.errors import (
     CorruptStateError,
     RelayHttpError,
     RelayPairingError,
     RelayRequestError,
+    StoreUnavailableError,
 )
 from relay.host import ActiveRun, Host
+from relay.logfields import fields
 from relay.presence import Presence
 from relay.protocol import (
     RelayState,
@@ -56,6 +59,15 @@ from relay.store.records import PassRows, PassView
 
 # The name predates this module's move into `publishing/`; operators filter on it (README).
 logger = logging.getLogger("relay.publisher")
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A profile's last snapshot the relay accepted from this publisher (the operator page)."""
+
+    at: float
+    revision: int | None
+    states: int
 
 
 class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Passes, Backlog, Protocol):
@@ -96,12 +108,16 @@ class RelayPublisher:
         self._client = client
         self._presence = presence
         self._clock = clock
-        self._report = Reporter(log, logger)
+        self._report = Reporter(log, logger, owner)
         self._new_id = new_id
         self._background = background
         self._key: Ed25519PrivateKey | None = None
         self._following = asyncio.Lock()
         self._disabled: set[str] = set()
+        # Only what this process saw, for the operator page: why a profile was disabled (by
+        # profile_id) and each profile's last accepted snapshot (by profile name).
+        self.disabled: dict[str, str] = {}
+        self.accepted: dict[str, Accepted] = {}
         self._alert_eligibility = True
         self._identities: dict[str, str | None] | None = None
         self._swallowed = Swallowed(self._report)
@@ -154,6 +170,7 @@ class RelayPublisher:
         """Carry unpublished terminal runs and queued views from the publisher being replaced."""
         self._runs.inherit(previous._runs)
         self.views.update(previous.views)
+        self.accepted.update(previous.accepted)
 
     # ── lifecycle ─────────────────────────────────────────────────────────────
 
@@ -265,10 +282,22 @@ class RelayPublisher:
         is raised; with it a permanent refusal disables its profile alone, and the failure
         asking the longest Retry-After backs off the publisher."""
         # No store call is in flight while the PUTs are.
-        built: list[tuple[str, str, list[RelayState]]] = []
-        for profile, grant in self.config.profiles.items():
-            if await self._publishes(profile, grant):
-                built.append((profile, grant.profile_id, await self.build_states(profile)))
+        built = await self._build_all()
+        if self._runs.lapsing():
+            # Frozen or held up past the rows' leases since they were written: another replica
+            # may publish some of them by now. Write again; what the store says now is sent.
+            if self._rows is not None:  # in a pass; outside one, each build writes anew
+                self._rows = await self._runs.sync()
+                self._revisions = iter(self._rows.revisions)
+            built = await self._build_all()
+            if self._runs.lapsing():
+                raise StoreUnavailableError(
+                    "Relay store answered too slowly to trust the run leases it gave "
+                    f"({self._leases.lease_ms / 1000:g}s); no snapshot was sent"
+                )
+        tracing.annotate(
+            {"relay.profiles": len(built), "relay.states": sum(len(one[2]) for one in built)}
+        )
         outcomes = await fanout.attempt_all(
             [functools.partial(self._send_snapshot, *one) for one in built]
         )
@@ -283,11 +312,26 @@ class RelayPublisher:
         for profile, profile_id, error in permanent:
             self._disabled.add(profile_id)
             status = error.status if isinstance(error, RelayHttpError) else None
+            self.disabled[profile_id] = f"the relay refused its snapshot for good (HTTP {status})"
             self._report.error(
-                f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
+                f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}",
+                fields(
+                    "profile_disabled",
+                    profile=profile,
+                    status=status,
+                    failure=type(error).__name__,
+                ),
             )
         if backoff:
             raise fanout.longest_wait(backoff)
+
+    async def _build_all(self) -> list[tuple[str, str, list[RelayState]]]:
+        """Every published profile's states: (profile, profile id, states)."""
+        built: list[tuple[str, str, list[RelayState]]] = []
+        for profile, grant in self.config.profiles.items():
+            if await self._publishes(profile, grant):
+                built.append((profile, grant.profile_id, await self.build_states(profile)))
+        return built
 
     async def publish_profile(self, profile_id: str, expected_identity: str) -> None:
         """The validation publish of a newly enrolled profile."""
@@ -319,7 +363,8 @@ class RelayPublisher:
             self._alert_eligibility = False
             self._report.warning(
                 f"[relay] Talaria relay rejected alertEligible for profile {profile} "
-                f"(HTTP {error.status}); publishing alert-eligible snapshots only"
+                f"(HTTP {error.status}); publishing alert-eligible snapshots only",
+                fields("alert_eligibility_rejected", profile=profile, status=error.status),
             )
 
     async def _put_snapshot(
@@ -333,6 +378,8 @@ class RelayPublisher:
             error.profile = error.profile or profile
             raise
         metrics.count("snapshots", None)
+        newest = max((state.revision for state in built), default=None)
+        self.accepted[profile] = Accepted(self._clock(), newest, len(built))
 
     async def build_states(self, profile: str) -> list[RelayState]:
         """One row per session of `profile` whose newest turn this replica publishes."""

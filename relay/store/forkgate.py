@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from relay.logfields import fields
+
 logger = logging.getLogger("relay.store")
 T = TypeVar("T")
 
@@ -58,6 +60,7 @@ class ForkGate:
             logger.warning(
                 "[relay] fork() while store work ran for %gs: the child may find the store locked",
                 FORK_WAIT_S,
+                extra=fields("fork_during_store_work"),
             )
 
     def after_fork_in_parent(self) -> None:

@@ -7,9 +7,11 @@
     relay.stop()                     # or `with ThreadedRelayService(...) as relay:`; or at exit
 
 The same `RelayService` runs on an event loop in a daemon thread of its own (started on first
-use); every method is safe from any thread and waits at most `timeout` seconds. Errors are the
-async service's own `relay.errors` classes, raised in the calling thread; a call that takes too
-long raises `CallTimeoutError` (and is cancelled), one cut short by `stop()` `ServiceStoppedError`.
+use; a first call other than `start()` or `health()` starts the service too, where the async
+`RelayService` raises `ServiceNotStartedError`); every method is safe from any thread and
+waits at most `timeout` seconds. Errors are the async service's own `relay.errors` classes,
+raised in the calling thread; a call that takes too long raises `CallTimeoutError` (and is
+cancelled), one cut short by `stop()` `ServiceStoppedError`.
 
 Fork: a service used before `os.fork()` (gunicorn `--preload`, multiprocessing's fork) is made
 again in the child, with a new loop, a new store connection and a new owner id: at once and
@@ -36,6 +38,7 @@ from typing import Any, TypeVar
 from relay.errors import InvalidInputError, RelayError, ServiceStoppedError
 from relay.health import Health
 from relay.host import Host
+from relay.logfields import fields, of_error
 from relay.service import RelayService
 from relay.threaded.host import SyncHost
 from relay.threaded.runtime import Runtime
@@ -126,6 +129,10 @@ class ThreadedRelayService:
         """The store's answers and the publisher's loop; never calls the relay."""
         return self._call("health", lambda s: s.health(), timeout)
 
+    def operator_facts(self, *, timeout: float | None = None) -> dict[str, Any]:
+        """The operator page's document (`RelayService.operator_facts`)."""
+        return self._call("operator_facts", lambda s: s.operator_facts(), timeout)
+
     def flush(self, *, timeout: float | None = None) -> None:
         """Return once a publishing pass that began after this call has finished."""
         self._call("flush", lambda s: s.flush(), timeout)
@@ -163,7 +170,8 @@ class ThreadedRelayService:
         atexit.unregister(self.stop)
         if runtime is not None and runtime.pid == os.getpid():
             took = runtime.shutdown(timeout)
-            logger.debug("[relay] threaded relay service stopped in %.2fs", took)
+            facts = fields("threaded_stopped")
+            logger.debug("[relay] threaded relay service stopped in %.2fs", took, extra=facts)
 
     def __enter__(self) -> ThreadedRelayService:
         self.start()
@@ -196,6 +204,11 @@ class ThreadedRelayService:
         wait = self.timeout if timeout is None else timeout
         if not isinstance(wait, int | float) or not isfinite(wait) or wait <= 0:
             raise InvalidInputError("timeout must be a positive number of seconds")
+        if name not in ("start", "health"):
+            # The thread starts on first use, and the service with it: a threaded app that
+            # forgot `start()` publishes from its first call on (the async service raises).
+            self._started = True
+            action = _started_first(action)
         return self._runtime_here().call(name, action, wait)
 
     def _after_fork(self) -> None:
@@ -210,10 +223,25 @@ class ThreadedRelayService:
             self._runtime_here().boot(lambda s: s.start()).add_done_callback(_report_restart)
 
 
+def _started_first(
+    action: Callable[[RelayService], Awaitable[T]],
+) -> Callable[[RelayService], Awaitable[T]]:
+    async def run(service: RelayService) -> T:
+        if not service.started:
+            await service.start()
+        return await action(service)
+
+    return run
+
+
 def _report_restart(answer: Future[bool]) -> None:
     error = answer.exception()
     if error is not None:
-        logger.warning("[relay] the threaded relay service did not restart after fork: %s", error)
+        logger.warning(
+            "[relay] the threaded relay service did not restart after fork: %s",
+            error,
+            extra=of_error("fork_restart_failed", error),
+        )
 
 
 def _after_fork_in_child() -> None:
@@ -221,7 +249,10 @@ def _after_fork_in_child() -> None:
         try:
             service._after_fork()
         except Exception:  # a child must come up even if one service cannot
-            logger.exception("[relay] restarting the threaded relay service after fork failed")
+            logger.exception(
+                "[relay] restarting the threaded relay service after fork failed",
+                extra=fields("fork_restart_failed"),
+            )
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -20,6 +20,7 @@ from typing import Any, TypeVar, cast
 
 from relay.errors import CallTimeoutError, RelayError, ServiceStoppedError
 from relay.host import Host
+from relay.logfields import fields, of_error
 from relay.service import RelayService
 from relay.store import RelayStore, open_store
 from relay.threaded.host import OffLoopHost, SyncHost, is_async_host
@@ -93,7 +94,7 @@ class Runtime:
         return self.service
 
     def changed(self) -> None:
-        if self.service is not None:
+        if self.service is not None and self.service.started:
             self.service.changed()
 
     # ── callers' threads ──────────────────────────────────────────────────────
@@ -178,9 +179,17 @@ class Runtime:
         try:
             asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout * 0.8)
         except TimeoutError:
-            logger.warning("[relay] the threaded relay service did not stop within %gs", timeout)
+            logger.warning(
+                "[relay] the threaded relay service did not stop within %gs",
+                timeout,
+                extra=fields("threaded_stop_timeout"),
+            )
         except Exception as error:  # a close that fails still ends the loop
-            logger.warning("[relay] stopping the threaded relay service failed: %s", error)
+            logger.warning(
+                "[relay] stopping the threaded relay service failed: %s",
+                error,
+                extra=of_error("threaded_stop_failed", error),
+            )
         with contextlib.suppress(RuntimeError):  # already closed
             self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(max(timeout - (time.monotonic() - began), 0.1))

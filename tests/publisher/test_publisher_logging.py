@@ -186,7 +186,7 @@ async def test_without_a_log_callable_lines_reach_the_relay_logger_with_levels(
     try:
         raise TypeError("bad")
     except TypeError as error:
-        report.error("[relay] broken", error=error)
+        report.error("[relay] broken", {}, error=error)
     got = [(r.name, r.levelno, r.getMessage(), bool(r.exc_info)) for r in caplog.records]
     assert got == [
         (

@@ -1,0 +1,58 @@
+"""The facts of a `[relay]` line as `extra` fields, so a JSON formatter emits them as fields.
+
+The message text stays what it always was (people and old log filters read it); the same facts go
+on the `LogRecord` as attributes, under names that cannot collide with `logging`'s own or with
+the web app's: `relay_event` (a stable name of what happened: `snapshot_failed`, …),
+`relay_profile`, `relay_status` (an HTTP status), `relay_failure` (the failure's class),
+`relay_retry_in` (seconds), `relay_owner` (this replica, `name/<12 hex>`), `relay_kind` (a host
+call). A field without a value is left out. docs/observability.md lists each event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TypeAlias
+
+Value: TypeAlias = str | int | float
+Facts: TypeAlias = Mapping[str, Value]
+
+
+def fields(
+    event: str,
+    *,
+    profile: str | None = None,
+    status: int | None = None,
+    failure: str | None = None,
+    retry_in: float | None = None,
+    owner: str | None = None,
+    kind: str | None = None,
+) -> dict[str, Value]:
+    """The `extra` of one line: its event, and each fact that has a value."""
+    found: dict[str, Value] = {"relay_event": event}
+    named: dict[str, Value | None] = {
+        "relay_profile": profile,
+        "relay_status": status,
+        "relay_failure": failure,
+        "relay_retry_in": None if retry_in is None else round(retry_in, 3),
+        "relay_owner": owner,
+        "relay_kind": kind,
+    }
+    found.update({name: value for name, value in named.items() if value is not None})
+    return found
+
+
+def of_error(
+    event: str, error: BaseException, *, kind: str | None = None, retry_in: float | None = None
+) -> dict[str, Value]:
+    """The fields of a line about `error`: its class, its HTTP status and profile when it has
+    them (`RelayHttpError.status`, the profile a request was for)."""
+    status = getattr(error, "status", None)
+    profile = getattr(error, "profile", None)
+    return fields(
+        event,
+        failure=type(error).__name__,
+        status=status if isinstance(status, int) else None,
+        profile=profile if isinstance(profile, str) else None,
+        retry_in=retry_in,
+        kind=kind,
+    )

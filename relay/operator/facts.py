@@ -1,0 +1,191 @@
+"""What the operator page shows, gathered once: a JSON-ready document, never a secret.
+
+The page (`relay.operator.page`) renders this document and `…/relay/operator.json` serves it as
+it is. Everything comes through the public `RelayStore` methods and the running publisher; the
+key is read only to compute its public fingerprint (`relay.cli.status.key_state`).
+
+A page left open, or many operators at once, must not load the database: one gather serves every
+request for `REFRESH_S` seconds, and requests that arrive while one runs wait for it instead of
+starting their own (`Gatherer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from relay.cli.status import key_state, replicas
+from relay.errors import RelayError
+from relay.store.sql import migrate
+
+if TYPE_CHECKING:
+    from relay.service import RelayService
+
+# One gather serves every request for this long: the page's load on the store is at most one
+# gather each `REFRESH_S` per process, however often it is asked.
+REFRESH_S = 5.0
+# Rows shown at most; the document says how many more there were.
+MAX_REPLICAS = 200
+VERSION = 1
+
+
+def _age_s(now_ms: int, then_ms: int | None) -> float | None:
+    return None if then_ms is None else round(max(now_ms - then_ms, 0) / 1000, 1)
+
+
+async def gather(service: RelayService, now: float | None = None) -> dict[str, Any]:
+    """The operator document of `service`'s store and publisher, as of `now` (Unix seconds)."""
+    now_ms = int((time.time() if now is None else now) * 1000)
+    store = service.store
+    document: dict[str, Any] = {
+        "version": VERSION,
+        "generated_at": now_ms,
+        "store": {"backend": store.backend, "url": store.display_url},
+        "problems": [],
+        "registration": None,
+        "schema": None,
+        "profiles": [],
+        "fleet": {"source": "leases", "replicas": [], "more": 0},
+    }
+    try:
+        await _fill(document, service, now_ms)
+    except RelayError as error:
+        # The page still answers: what could not be read is named, the rest is left empty.
+        document["problems"].append(f"the store did not answer: {type(error).__name__}")
+    return document
+
+
+async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) -> None:
+    store = service.store
+    if store.backend in ("sqlite", "postgres"):
+        revision = await store.schema_revision()
+        head = migrate.head_revision()
+        document["schema"] = {"revision": revision, "head": head, "at_head": revision == head}
+    config = await store.load_config()
+    publisher = service.current()
+    ledger = await store.started_ledger()
+    leases = await store.presence_leases()
+    outbox = await store.pending_deleted()
+    runs = await store.run_states()
+    if config is not None:
+        encrypted, fingerprint = await key_state(store, config.key_ref)
+        document["registration"] = {
+            "relay_url": config.url,
+            "publisher_id": config.publisher_id,
+            "key_id": config.key_id,
+            "key_fingerprint": fingerprint,
+            "key_encrypted": encrypted,
+            "generation": config.generation,
+        }
+        identities = await store.identities()
+        scopes = {scope.profile_id: scope for scope in ledger}
+        for name, grant in config.profiles.items():
+            scope = scopes.get(grant.profile_id)
+            unsent = [entry for entry in (scope.entries if scope else ()) if not entry.sent]
+            queued = [view for view in outbox if view.profile == name]
+            live = [lease for lease in leases if lease.profile == name]
+            why = None
+            if identities.get(name) != grant.identity:
+                why = "the profile was recreated since it was enrolled: pair it again"
+            elif publisher is not None and grant.profile_id in publisher.disabled:
+                why = publisher.disabled[grant.profile_id]
+            accepted = publisher.accepted.get(name) if publisher is not None else None
+            document["profiles"].append(
+                {
+                    "name": name,
+                    "profile_id": grant.profile_id,
+                    "enrolled": why is None,
+                    "disabled_why": why,
+                    "last_accepted": None
+                    if accepted is None
+                    else {
+                        "at": int(accepted.at * 1000),
+                        "age_s": _age_s(now_ms, int(accepted.at * 1000)),
+                        "revision": accepted.revision,
+                        "states": accepted.states,
+                    },
+                    "presence_leases": sum(
+                        lease.active and lease.expires_at > now_ms for lease in live
+                    ),
+                    "announcements_unsent": len(unsent),
+                    "announcements_oldest_age_s": _age_s(
+                        now_ms, min((entry.started_at for entry in unsent), default=None)
+                    ),
+                    "outbox_depth": len(queued),
+                    "outbox_oldest_age_s": _age_s(
+                        now_ms, min((view.through for view in queued), default=None)
+                    ),
+                }
+            )
+    claims = [
+        (entry.claimed_by, entry.claimed_until)
+        for scope in ledger
+        for entry in scope.entries
+        if not entry.sent and entry.claimed_by and entry.claimed_until
+    ]
+    found = replicas(runs, claims, now_ms)
+    own = service.owner
+    for row in found:
+        row["this_replica"] = row["owner"] == own
+    if not any(row["this_replica"] for row in found):
+        found.insert(
+            0,
+            {
+                "owner": own,
+                "runs": 0,
+                "claims": 0,
+                "lease_until": None,
+                "alive": True,
+                "this_replica": True,
+            },
+        )
+    for row in found:
+        row.update(_loop_of(service) if row["this_replica"] else {"last_pass": None})
+    fleet = document["fleet"]
+    fleet["replicas"] = found[:MAX_REPLICAS]
+    fleet["more"] = max(len(found) - MAX_REPLICAS, 0)
+
+
+def _loop_of(service: RelayService) -> dict[str, Any]:
+    """What this replica's publisher loop knows: its last good pass and its backoff."""
+    publisher = service.current()
+    if publisher is None:
+        return {"last_pass": None, "publishing": False}
+    loop = publisher.health()
+    return {
+        "publishing": not loop.stopped,
+        "last_pass": None
+        if loop.last_success is None
+        else {"at": int(loop.last_success * 1000), "outcome": "ok"},
+        "failures": loop.failures,
+        "backoff_until": None if loop.backoff_until is None else int(loop.backoff_until * 1000),
+        "backoff_failure": loop.last_failure,
+        "backoff_status": loop.last_failure_status,
+    }
+
+
+class Gatherer:
+    """One gather at a time per service, reused for `REFRESH_S` seconds; `now` is the service's
+    clock (Unix seconds), what its leases and backoffs are measured in."""
+
+    def __init__(
+        self,
+        service: RelayService,
+        now: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._service = service
+        self._now = now
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._document: dict[str, Any] | None = None
+        self._until = 0.0
+
+    async def __call__(self) -> dict[str, Any]:
+        async with self._lock:
+            if self._document is None or self._clock() >= self._until:
+                self._document = await gather(self._service, self._now())
+                self._until = self._clock() + REFRESH_S
+            return self._document

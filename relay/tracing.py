@@ -1,0 +1,140 @@
+"""Traces through the OpenTelemetry API: nothing is made until the app installs an SDK.
+
+A publishing pass is a span (`relay.pass`: profiles, states, outcome); its store calls
+(`relay.store <method>`) and its requests to the relay (HTTP client spans, named by the method as
+the HTTP semantic conventions say) are its children. As with `relay.metrics`, `opentelemetry-api`
+is optional and the global provider is looked up at use time: while it is still the API's
+default, `current()` is None and no span object is made at all. `use(provider)` names a provider
+explicitly (the tests do). The names and attributes are documented in docs/observability.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+try:
+    from opentelemetry import trace as _api
+except ImportError:  # the optional extra is not installed: no span is made
+    _api = None  # type: ignore[assignment]
+
+TRACER_NAME = "talaria-relay"
+# What the API hands out before an SDK is installed: its spans record nothing.
+_NO_SDK = ("NoOpTracerProvider", "ProxyTracerProvider")
+_LOOK_UP = object()
+_FROM_ENVIRONMENT = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+
+
+class _Chosen:
+    """The provider named by `use()`, and the tracer made for the last provider seen."""
+
+    override: Any = None
+    provider: Any = None
+    tracer: Any = None
+
+
+def use(provider: Any) -> None:
+    """Trace to `provider` from now on; None goes back to the global provider."""
+    _Chosen.override = provider
+
+
+def current() -> Any:
+    """The tracer to start spans with, or None while no SDK is installed (trace nothing)."""
+    if _api is None:
+        return None
+    provider = _Chosen.override
+    if provider is None:
+        # The API's global, read without `get_tracer_provider()` (which reads os.environ on
+        # every call): None until an SDK is set.
+        provider = getattr(_api, "_TRACER_PROVIDER", _LOOK_UP)
+        if provider is None and not _FROM_ENVIRONMENT:
+            return None
+        if provider is None or provider is _LOOK_UP:
+            provider = _api.get_tracer_provider()
+    if provider is not _Chosen.provider:
+        no_sdk = type(provider).__name__ in _NO_SDK
+        _Chosen.tracer = None if no_sdk else provider.get_tracer(TRACER_NAME)
+        _Chosen.provider = provider
+    return _Chosen.tracer
+
+
+def annotate(
+    attributes: Mapping[str, str | int | float | bool], error: Exception | None = None
+) -> None:
+    """Add attributes to the span in progress (a pass's profiles, states, outcome), if one is;
+    with `error`, mark it failed by it."""
+    if _api is None or current() is None:
+        return
+    span = _api.get_current_span()
+    if span.is_recording():
+        span.set_attributes(attributes)
+        if error is not None:
+            failed(span, error)
+
+
+def failed(span: Any, error: BaseException, kind: str | None = None) -> None:
+    """Mark `span` as failed by `error`; `kind` is its `error.type` (default: the class name)."""
+    assert _api is not None
+    span.set_attribute("error.type", kind or type(error).__name__)
+    span.record_exception(error)
+    span.set_status(_api.Status(_api.StatusCode.ERROR, type(error).__name__))
+
+
+@contextlib.contextmanager
+def pass_span() -> Iterator[Any]:
+    """The span of one pass, current while it runs; None without an SDK."""
+    tracer = current()
+    if tracer is None:
+        yield None
+        return
+    # The loop marks the outcome itself (a failed pass is caught there, not raised through).
+    with tracer.start_as_current_span(
+        "relay.pass", record_exception=False, set_status_on_exception=False
+    ) as span:
+        yield span
+
+
+@contextlib.contextmanager
+def store_span(tracer: Any, method: str, backend: str) -> Iterator[Any]:
+    """The span of one store call, a child of the pass when a pass makes it."""
+    attributes = {"relay.store.method": method, "relay.store.backend": backend}
+    with tracer.start_as_current_span(
+        f"relay.store {method}", attributes=attributes, record_exception=False
+    ) as span:
+        try:
+            yield span
+        except BaseException as error:
+            failed(span, error)
+            raise
+
+
+@contextlib.contextmanager
+def http_span(method: str, url: str) -> Iterator[Any]:
+    """An HTTP client span (semantic conventions: `{method}`, kind CLIENT); None without an SDK.
+
+    The caller sets `http.response.status_code` and, on a failure, `failed(span, error, kind)`.
+    """
+    tracer = current()
+    if tracer is None:
+        yield None
+        return
+    assert _api is not None
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    attributes: dict[str, str | int] = {
+        "http.request.method": method,
+        "url.full": url,
+        "server.address": parts.hostname or "",
+        "server.port": port,
+    }
+    with tracer.start_as_current_span(
+        method,
+        kind=_api.SpanKind.CLIENT,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        yield span

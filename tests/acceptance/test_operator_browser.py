@@ -1,0 +1,137 @@
+"""The operator page in a real browser: Debian's Chromium, driven by Playwright for Python.
+
+Three replicas on SQLite and on Postgres (tests/operator_scene.py), one backing off; the page is
+read from the running app through both faces. The browser must show what the store holds, log
+nothing to its console (a CSP violation would be logged there), show a hostile profile name as
+text and run none of it, and be refused without authorization. Each run saves a screenshot to
+`TALARIA_RELAY_TEST_ARTIFACTS` (default `.artifacts/` at the root).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from backends import on
+from operator_scene import HOSTILE_PROFILE, HOSTILE_TITLE, MEMBER, OWNER, PAGE, Scene, scene
+from playwright.sync_api import Browser, ConsoleMessage, Dialog, Error, Page, sync_playwright
+
+pytestmark = on("sqlite", "postgres")
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(
+    os.environ.get("TALARIA_RELAY_TEST_ARTIFACTS", Path(__file__).parents[2] / ".artifacts")
+)
+
+
+@pytest.fixture
+def browser(running: Scene) -> Iterator[Browser]:
+    """Started after the scene: Playwright's sync API holds an event loop on this thread, where
+    the store fixtures run theirs."""
+    # Debian's Chromium, never a browser Playwright downloads (`.ci/run` installs it).
+    assert Path(CHROMIUM).exists(), f"{CHROMIUM} is missing: apt-get install chromium"
+    with sync_playwright() as playwright:
+        found = playwright.chromium.launch(executable_path=CHROMIUM)
+        yield found
+        found.close()
+
+
+@pytest.fixture
+def running(store_url: str) -> Iterator[Scene]:
+    with scene(store_url) as found:
+        yield found
+
+
+class Watched:
+    """A page with everything it logs, every error it throws and every dialog it opens."""
+
+    def __init__(self, browser: Browser, headers: dict[str, str] | None = None) -> None:
+        self.context = browser.new_context(
+            extra_http_headers=headers or {}, viewport={"width": 1280, "height": 900}
+        )
+        self.page: Page = self.context.new_page()
+        self.console: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("console", self._logged)
+        self.page.on("pageerror", self._threw)
+        self.page.on("dialog", self._opened)
+
+    def _opened(self, dialog: Dialog) -> None:
+        self.dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    def _threw(self, error: Error) -> None:
+        self.console.append(f"pageerror: {error}")
+
+    def _logged(self, message: ConsoleMessage) -> None:
+        self.console.append(f"{message.type}: {message.text}")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+def test_the_page_shows_the_fleet_profiles_and_registration(
+    browser: Browser, running: Scene, backend: str
+) -> None:
+    """Served through ASGI by the replica that is backing off: the verdict says so, the three
+    replicas are listed, both profiles (the hostile name as text) and the registration shown,
+    no script or image came from the data, the console is empty; a screenshot is saved."""
+    watched = Watched(browser, OWNER)
+    try:
+        response = watched.page.goto(running.asgi_url + PAGE)
+        assert response is not None
+        assert response.status == 200
+        page = watched.page
+        verdict = page.locator(".verdict").inner_text()
+        assert "web-1/" in verdict
+        assert "the relay answered HTTP 503 (RelayHttpError)" in verdict
+        rows = page.locator("h2:has-text('Replicas') + table tbody tr")
+        assert rows.count() == 3
+        fleet = rows.all_inner_texts()
+        assert [row.split("\t")[1].split("/")[0] for row in fleet] == ["web-1", "web-2", "web-3"]
+        assert "backing off" in fleet[0]
+        profiles = page.locator("h2:has-text('Profiles') + table tbody tr").all_inner_texts()
+        assert len(profiles) == 2
+        assert any(HOSTILE_PROFILE in row for row in profiles)
+        assert page.get_by_text(HOSTILE_PROFILE, exact=True).count() == 1
+        assert page.locator("img").count() == 0
+        assert page.locator("script").count() == 0
+        assert HOSTILE_TITLE not in page.content()
+        assert "SHA256:" in page.locator("dl").inner_text()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=ARTIFACTS / f"operator-page-{backend}.png", full_page=True)
+        assert watched.dialogs == []
+        assert watched.console == []
+    finally:
+        watched.close()
+
+
+@pytest.mark.parametrize("face", ["asgi", "wsgi"])
+def test_refused_without_authorization_through_both_faces(
+    browser: Browser, running: Scene, face: str
+) -> None:
+    """Nobody gets 401, a member 403, through ASGI and WSGI; the owner reads the page (through
+    WSGI it is `web-2`'s, which is not backing off)."""
+    base = running.asgi_url if face == "asgi" else running.wsgi_url
+    for headers, status in ((None, 401), (MEMBER, 403)):
+        watched = Watched(browser, headers)
+        try:
+            response = watched.page.goto(base + PAGE)
+            assert response is not None
+            assert response.status == status
+            assert response.headers["content-security-policy"].startswith("default-src 'none'")
+            assert "Talaria relay" not in watched.page.content()
+        finally:
+            watched.close()
+    watched = Watched(browser, OWNER)
+    try:
+        response = watched.page.goto(base + PAGE)
+        assert response is not None
+        assert response.status == 200
+        this_one = watched.page.locator("tr:has-text('(this one)')").inner_text()
+        assert ("web-1/" if face == "asgi" else "web-2/") in this_one
+        assert watched.console == []
+    finally:
+        watched.close()

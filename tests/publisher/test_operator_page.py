@@ -1,0 +1,271 @@
+"""The operator page and its JSON twin through both faces: who may read it, what it answers
+with, what it shows, and what it never shows (key material, session titles)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from backends import MEMORY, on
+from harness import Env, relay_env
+from hostile import HOSTILE_NAMES
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.routing import Mount
+from threaded_support import RelayThread, relay_thread
+
+from relay import asgi, wsgi
+from relay.operator import facts, page
+from relay.routes import Caller, Operator
+from relay.store import RelayStore
+from relay.testing import MemoryHost
+from relay.threaded import ThreadedRelayService
+
+pytestmark = on(MEMORY)
+
+OPERATOR = {"x-profile": "default", "x-operator": "1"}
+MEMBER = {"x-profile": "default"}
+SECURITY = {
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-store",
+    "referrer-policy": "no-referrer",
+}
+
+
+def who(headers: dict[str, str]) -> Caller | None:
+    profile = headers.get("x-profile")
+    return None if profile is None else Caller(profile, operator=headers.get("x-operator") == "1")
+
+
+async def identify(request: Request) -> Caller | None:
+    return who(dict(request.headers))
+
+
+def is_operator(caller: Caller) -> bool:
+    return caller.operator
+
+
+@asynccontextmanager
+async def web(
+    env: Env, operator: Operator | None = is_operator, prefix: str = "/api/talaria"
+) -> AsyncIterator[httpx.AsyncClient]:
+    found = asgi.routes(env.service, identify, prefix=prefix, operator=operator)
+    transport = httpx.ASGITransport(app=Starlette(routes=found))
+    async with httpx.AsyncClient(transport=transport, base_url="http://web.test") as client:
+        yield client
+
+
+def secured(response: httpx.Response) -> None:
+    for name, value in SECURITY.items():
+        assert response.headers[name] == value
+    csp = response.headers["content-security-policy"]
+    assert "default-src 'none'" in csp
+    assert "script-src" not in csp
+    assert "unsafe-inline" not in csp
+
+
+async def paired(env: Env, title: str = "a chat") -> None:
+    await env.pair()
+    env.host.create_session("s1", title=title)
+    env.host.start_run("s1")
+    assert await env.publish() is None
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/talaria/relay/operator", "/api/talaria/relay/operator.json"]
+)
+async def test_nobody_gets_401_a_non_operator_403_both_with_the_headers(
+    store: RelayStore, path: str
+) -> None:
+    """Without a caller 401, with a caller the predicate refuses 403; both JSON errors that
+    carry the strict headers and say nothing of the relay state."""
+    async with relay_env(store) as env, web(env) as client:
+        await paired(env)
+        nobody = await client.get(path)
+        assert nobody.status_code == 401
+        secured(nobody)
+        member = await client.get(path, headers=MEMBER)
+        assert member.status_code == 403
+        assert member.json() == {"error": "Only an operator may read this page"}
+        secured(member)
+
+
+async def test_without_an_operator_predicate_nobody_is_an_operator(store: RelayStore) -> None:
+    """An app that passes no `operator=` shows the page to nobody, not even `operator=True`."""
+    async with relay_env(store) as env, web(env, operator=None) as client:
+        await paired(env)
+        response = await client.get("/api/talaria/relay/operator", headers=OPERATOR)
+        assert response.status_code == 403
+
+
+async def test_an_operator_reads_the_page_and_its_json_twin(store: RelayStore) -> None:
+    """The page is HTML with the headers, shows the relay, key id, fingerprint and profile; the
+    JSON has the same registration; neither holds key material or a session title."""
+    async with relay_env(store) as env, web(env) as client:
+        await paired(env, title="Quarterly secret plan")
+        html = await client.get("/api/talaria/relay/operator", headers=OPERATOR)
+        assert html.status_code == 200
+        assert html.headers["content-type"] == "text/html; charset=utf-8"
+        secured(html)
+        data = (await client.get("/api/talaria/relay/operator.json", headers=OPERATOR)).json()
+        registration = data["registration"]
+        assert registration["relay_url"] == "https://relay.example"
+        assert registration["key_fingerprint"].startswith("SHA256:")
+        assert registration["key_encrypted"] is False
+        for shown in (registration["key_id"], registration["key_fingerprint"], "default"):
+            assert shown in html.text
+        assert "Publishing normally" in html.text
+        (profile,) = data["profiles"]
+        assert profile["enrolled"] is True
+        assert profile["last_accepted"]["states"] == 1
+        assert profile["outbox_depth"] == 0
+        (replica,) = data["fleet"]["replicas"]
+        assert replica["this_replica"] is True
+        assert replica["owner"] == env.service.owner
+        key = await store.load_key((await env.config()).key_ref)
+        body = key.split("-----")[2].strip().splitlines()[0]
+        for text in (html.text, json.dumps(data)):
+            assert "PRIVATE KEY" not in text
+            assert body not in text
+            assert "Quarterly secret plan" not in text
+
+
+async def test_the_page_is_read_only(store: RelayStore) -> None:
+    """Any method but GET is 405: nothing on the page changes state."""
+    async with relay_env(store) as env, web(env) as client:
+        await paired(env)
+        for method in ("POST", "PUT", "DELETE"):
+            response = await client.request(method, "/api/talaria/relay/operator", headers=OPERATOR)
+            assert response.status_code == 405
+
+
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+async def test_a_hostile_profile_name_is_shown_as_text(store: RelayStore, name: str) -> None:
+    """A profile named with markup appears escaped: its text is on the page, no tag of it is."""
+    async with relay_env(store, profiles=(name,)) as env, web(env) as client:
+        await env.pair(profile=name)
+        response = await client.get(
+            "/api/talaria/relay/operator", headers={"x-profile": "x", "x-operator": "1"}
+        )
+        assert response.status_code == 200
+        assert page._t(name) in response.text
+        if page._t(name) != name:  # markup: only its escaped form is there
+            assert name not in response.text
+
+
+async def test_mounted_under_any_prefix_its_json_link_still_resolves(store: RelayStore) -> None:
+    """Mounted at `/ops/relay-team`, the page answers there and links its JSON relatively."""
+    async with relay_env(store) as env:
+        await paired(env)
+        mounted = Starlette(
+            routes=[Mount("/ops/relay-team", asgi.app(env.service, identify, operator=is_operator))]
+        )
+        transport = httpx.ASGITransport(app=mounted)
+        async with httpx.AsyncClient(transport=transport, base_url="http://web.test") as client:
+            html = await client.get("/ops/relay-team/relay/operator", headers=OPERATOR)
+            assert html.status_code == 200
+            assert 'href="operator.json"' in html.text
+            linked = str(html.url.join("operator.json"))
+            assert (await client.get(linked, headers=OPERATOR)).status_code == 200
+
+
+async def test_a_page_left_open_reads_the_store_once_per_refresh(
+    store: RelayStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twenty requests inside `REFRESH_S` gather the facts once; after it, once more."""
+    now = [0.0]
+    calls: list[int] = []
+    gather = facts.gather
+
+    async def counted(service: Any, at: float | None = None) -> dict[str, Any]:
+        calls.append(1)
+        return await gather(service, at)
+
+    monkeypatch.setattr(facts, "gather", counted)
+    async with relay_env(store) as env:
+        await paired(env)
+        gatherer = facts.Gatherer(env.service, env.clock, lambda: now[0])
+        for _ in range(20):
+            await gatherer()
+        assert len(calls) == 1
+        now[0] += facts.REFRESH_S
+        await gatherer()
+        assert len(calls) == 2
+
+
+async def test_a_backing_off_replica_and_a_disabled_profile_are_named(store: RelayStore) -> None:
+    """A 503 puts this replica in backoff (failure class, until when); a 403 on a later pass
+    disables the profile with its reason; the verdict says which and why."""
+    async with relay_env(store) as env:
+        await paired(env)
+        env.relay.inject("snapshot", 503)
+        assert await env.publish() == 5.0
+        document = await facts.gather(env.service, env.clock())
+        (replica,) = document["fleet"]["replicas"]
+        assert replica["backoff_failure"] == "RelayHttpError"
+        assert replica["backoff_until"] == int((env.clock() + 5.0) * 1000)
+        level, _line, reasons = page.verdict(document)
+        assert level == "bad"
+        assert any("backing off: the relay answered HTTP 503" in reason for reason in reasons)
+        env.clock.advance(10)
+        env.relay.inject("snapshot", 403)
+        await env.publish()
+        document = await facts.gather(env.service, env.clock())
+        (profile,) = document["profiles"]
+        assert profile["enrolled"] is False
+        assert "HTTP 403" in profile["disabled_why"]
+        assert "not publishing" in " ".join(page.verdict(document)[2])
+
+
+# ── the WSGI face ─────────────────────────────────────────────────────────────
+
+
+@pytest.fixture
+def dev() -> Iterator[RelayThread]:
+    with relay_thread() as relay:
+        yield relay
+
+
+@pytest.fixture
+def threaded(dev: RelayThread) -> Iterator[ThreadedRelayService]:
+    service = ThreadedRelayService(
+        "memory://", MemoryHost(["default"]), relay_url=dev.url, allow_insecure_loopback=True
+    )
+    service.start()
+    service.pair({**dev.pairing(), "publisher_id": "https://wsgi.example"}, "default")
+    yield service
+    service.stop()
+
+
+def wsgi_client(
+    service: ThreadedRelayService, operator: Callable[[Caller], bool] | None
+) -> httpx.Client:
+    def identify_wsgi(environ: dict[str, Any]) -> Caller | None:
+        headers = {
+            k[5:].lower().replace("_", "-"): v for k, v in environ.items() if k.startswith("HTTP_")
+        }
+        return who(headers)
+
+    router = wsgi.Router(service, identify_wsgi, operator=operator)
+    return httpx.Client(transport=httpx.WSGITransport(app=router), base_url="http://web.test")
+
+
+def test_wsgi_refuses_and_serves_as_asgi_does(threaded: ThreadedRelayService) -> None:
+    """Through WSGI: 401 for nobody, 403 for a member, 200 HTML with the headers for an
+    operator, and the JSON twin names the registration."""
+    with wsgi_client(threaded, is_operator) as client:
+        path = "/api/talaria/relay/operator"
+        assert client.get(path).status_code == 401
+        assert client.get(path, headers=MEMBER).status_code == 403
+        html = client.get(path, headers=OPERATOR)
+        assert html.status_code == 200
+        assert html.headers["content-type"] == "text/html; charset=utf-8"
+        secured(html)
+        assert "https://wsgi.example" in html.text
+        data = client.get(path + ".json", headers=OPERATOR).json()
+        assert data["registration"]["publisher_id"] == "https://wsgi.example"
+        secured(client.get(path + ".json"))
