@@ -132,9 +132,9 @@ async def _outbox(store: RelayStore) -> None:
     await store.ack_deleted(view.id, view.through)
 
 
-Path_ = Callable[[RelayStore], Awaitable[None]]
+HotPath = Callable[[RelayStore], Awaitable[None]]
 # Each hot path, and the big tables its statements must be seen touching.
-HOT: dict[str, tuple[Path_, frozenset[str]]] = {
+HOT: dict[str, tuple[HotPath, frozenset[str]]] = {
     "pass": (_pass, frozenset({"relay_started", "relay_deleted", "relay_runs"})),
     "idle": (_idle, frozenset({"relay_started", "relay_deleted", "relay_runs"})),
     "ledger": (_ledger, frozenset({"relay_started"})),
@@ -159,11 +159,6 @@ class Plan:
 
 
 def _verdict(plans: list[Plan], touched: frozenset[str]) -> None:
-    import os
-
-    if os.environ.get("SHOW_PLANS"):
-        for plan in plans:
-            print(plan.scans, plan.sql[:300])
     seen = set().union(*(plan.tables() for plan in plans)) if plans else set()
     missing = touched - seen
     assert not missing, f"no statement seen on {sorted(missing)}: the capture missed them"
