@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from typing import Any
 
 # How often the timer looks, per timeout: a call ends at most a quarter of one late.
@@ -35,14 +36,13 @@ class Deadlines:
 
     def start(self) -> int:
         """Note the current task's call, due `timeout_s` from now; its token."""
-        loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
         token = next(self._tokens)
-        self._calls[token] = (loop.time() + self.timeout_s, task)
-        if self._timer is None or self._loop is not loop:
-            self._loop = loop
-            self._timer = loop.call_later(self._period, self._check)
+        self._calls[token] = (time.monotonic() + self.timeout_s, task)
+        if self._timer is None or self._loop is not task.get_loop():
+            self._loop = task.get_loop()
+            self._timer = self._loop.call_later(self._period, self._check)
         return token
 
     def expired(self, token: int) -> bool:
@@ -55,7 +55,7 @@ class Deadlines:
 
     def _check(self) -> None:
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = time.monotonic()
         for token, (deadline, task) in list(self._calls.items()):
             if deadline <= now and token not in self._expired and not task.done():
                 self._expired.add(token)
