@@ -1,6 +1,6 @@
 """A Postgres server that stops answering mid-call: the call ends after `statement_timeout` as
-StoreUnavailableError, bounded from the client (`relay.store.sql.deadlines`), and the store
-works again once the server answers."""
+StoreUnavailableError, bounded from the client (`relay.store.sql.drivers.deadlines`), and the
+store works again once the server answers."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from relay.store.sql.deadlines import CHECKS, Deadlines
+from relay.store.sql.drivers.deadlines import CHECKS, Deadlines
 
 
 async def test_a_call_past_its_deadline_is_cancelled_within_a_quarter_timeout_late() -> None:
