@@ -34,7 +34,7 @@ from relay.store.backend import Claim
 from relay.store.records import RunState
 from relay.store.sql import fleet as fleet_sql
 from relay.store.sql import schema as t
-from relay.store.sql.dialect import Compiled, Dialect, Row, bind
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind, closed_below
 from relay.store.sql.drivers.runner import Runner, Tx, scalar
 
 # Any constant will do: it names this aggregate's lock among the database's advisory locks.
@@ -99,7 +99,8 @@ def statements(d: Dialect) -> Statements:
         where=or_(newer_turn, and_(same_turn, not_(terminal))),
     )
     cutoff = bind(r.updated_at, "cutoff")
-    pruned = and_(terminal, r.updated_at < cutoff)
+    # Closed below, so the planner reads an index range, not a third of the rows (`closed_below`).
+    pruned = and_(terminal, closed_below(r.updated_at), r.updated_at < cutoff)
     remember = d.insert(t.turns).from_select(
         ["session_id", "started_at", "stream_id", "forgotten_at"],
         select(r.session_id, r.started_at, r.stream_id, now).where(pruned),
@@ -147,7 +148,7 @@ def statements(d: Dialect) -> Statements:
         ),
         take_over=d.compile(
             update(t.runs)
-            .where(r.owner != owner, r.lease_until <= now)
+            .where(r.owner != owner, closed_below(r.lease_until), r.lease_until <= now)
             .values(
                 owner=owner,
                 lease_until=until,
