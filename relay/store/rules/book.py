@@ -208,14 +208,7 @@ class RulebookBackend:
         await self._edit(work)
 
     async def claim_started(self, request: StartedClaim) -> list[StartedEntry]:
-        c = request.claim
-
-        def work(s: Session) -> list[StartedEntry]:
-            return ledger.advance(
-                s.get(STARTED), request.scopes, c.owner, c.now_ms, c.until, c.limit, request.sent
-            )
-
-        return await self._edit(work)
+        return await self._edit(lambda s: ledger.advance(s.get(STARTED), request))
 
     async def started_ledger(self) -> list[StartedScope]:
         return await self._read(lambda s: ledger.scopes(s.get(STARTED)))
@@ -302,20 +295,8 @@ class RulebookBackend:
         return await self._read(work)
 
     async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
-        w = sync
-
         def work(s: Session) -> tuple[list[RunState], int] | None:
-            written = passes.write(
-                s.get(RUNS),
-                s.get(FORGOTTEN),
-                s.get(FLOOR),
-                w.owner,
-                list(w.live),
-                w.now_ms,
-                w.until,
-                w.cutoff,
-                w.forget_before,
-            )
+            written = passes.write(s.get(RUNS), s.get(FORGOTTEN), s.get(FLOOR), sync)
             if written is not None:
                 s.put(FLOOR, written[1])
             return written
