@@ -85,7 +85,7 @@ class Pairing:
         if not all(isinstance(value, str) for value in fields):
             raise RelayPairingError("Missing relay pairing fields", 400)
         relay_url, publisher_id, invitation, label = (str(value) for value in fields)
-        if not all(_clean(value) for value in (relay_url, publisher_id, invitation, label)):
+        if not all(map(checks.storable, (relay_url, publisher_id, invitation, label))):
             raise RelayPairingError("Invalid relay pairing fields", 400)
         try:
             relay_url = self._relay_origin(relay_url)
@@ -111,7 +111,7 @@ class Pairing:
     async def _available_profile(self, raw_profile: str) -> str:
         profile = raw_profile.strip()
         try:
-            if not profile or not _clean(profile):
+            if not profile or not checks.storable(profile):
                 raise ValueError(profile)
             canonical = self.host.canonical_profile(profile)
             available = await self.host.profile_available(canonical)
@@ -300,17 +300,6 @@ def _is_loopback(origin: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _clean(value: str) -> bool:
-    """Free of NUL and unpaired surrogates, which no relay field or profile name may hold."""
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _new_id(prefix: str) -> str:
