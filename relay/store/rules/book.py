@@ -61,14 +61,8 @@ class RulebookBackend:
 
     def __init__(self, documents: Documents) -> None:
         self.documents = documents
-
-    @property
-    def name(self) -> str:
-        return self.documents.name
-
-    @property
-    def display_url(self) -> str:
-        return self.documents.display_url
+        self.name = documents.name
+        self.display_url = documents.display_url
 
     async def schema_revision(self) -> str | None:
         return None  # documents have no schema
