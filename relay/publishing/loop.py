@@ -64,6 +64,9 @@ class LoopHealth:
     # answer (None while no backoff holds).
     last_failure: str | None = None
     last_failure_status: int | None = None
+    # When the last pass ended and how: `ok`, `backoff` (a failure to retry) or `stopped`.
+    last_pass: float | None = None
+    last_outcome: str | None = None
 
 
 def _for(error: BaseException) -> str:
@@ -92,6 +95,8 @@ class PassLoop:
         self._backoff_until: float | None = None
         self._last_failure: str | None = None
         self._last_status: int | None = None
+        self._last_pass: float | None = None
+        self._last_outcome: str | None = None
         self._backing_off = metrics.Gauge("backoff_active")
         self._report = report
         self._uniform = uniform
@@ -120,6 +125,8 @@ class PassLoop:
             self.stopped,
             self._last_failure,
             self._last_status,
+            self._last_pass,
+            self._last_outcome,
         )
 
     def start(self) -> None:
@@ -169,6 +176,10 @@ class PassLoop:
                     delay = await self._attempt()
                 return delay
             finally:
+                self._last_pass = self._clock()
+                self._last_outcome = (
+                    "stopped" if self.stopped else "ok" if delay is None else "backoff"
+                )
                 if (found := metrics.current()) is not None:
                     outcome = "ok" if delay is None and not self.stopped else "failed"
                     found.pass_duration.record(time.perf_counter() - start, {"outcome": outcome})
