@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from relay.store.contract import RelayStore
@@ -81,12 +80,7 @@ class _Opening:
         self._store = await _open(self._url, self._profile_home)
         return self._store
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._store is not None:
             await self._store.close()
 
