@@ -46,6 +46,8 @@ class Health:
     `stopped` after a permanent HTTP answer, until a new pairing or a restart; `publishing`
     while a publisher runs in this service (False before `start()`, before pairing, after a
     stored registration was found unusable, and once stopped).
+    `clock_offset_s` is this server's wall clock minus the store's, as last measured (None: a
+    store on this host's clock, or none measured yet); replicas compare leases on the store's.
     """
 
     store_reachable: bool
@@ -57,6 +59,7 @@ class Health:
     consecutive_failures: int
     backoff_until: float | None
     stopped: bool
+    clock_offset_s: float | None = None
 
     @property
     def ready(self) -> bool:

@@ -5,7 +5,8 @@ on the `LogRecord` as attributes, under names that cannot collide with `logging`
 the web app's: `relay_event` (a stable name of what happened: `snapshot_failed`, …),
 `relay_profile`, `relay_status` (an HTTP status), `relay_failure` (the failure's class),
 `relay_retry_in` (seconds), `relay_owner` (this replica, `name/<12 hex>`), `relay_kind` (a host
-call). A field without a value is left out. docs/observability.md lists each event.
+call), `relay_clock_offset_s` (this server's clock minus the store's). A field without a value
+is left out. docs/observability.md lists each event.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def fields(
     retry_in: float | None = None,
     owner: str | None = None,
     kind: str | None = None,
+    clock_offset_s: float | None = None,
 ) -> dict[str, Value]:
     """The `extra` of one line: its event, and each fact that has a value."""
     found: dict[str, Value] = {"relay_event": event}
@@ -36,6 +38,7 @@ def fields(
         "relay_retry_in": None if retry_in is None else round(retry_in, 3),
         "relay_owner": owner,
         "relay_kind": kind,
+        "relay_clock_offset_s": None if clock_offset_s is None else round(clock_offset_s, 3),
     }
     found.update({name: value for name, value in named.items() if value is not None})
     return found

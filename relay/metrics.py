@@ -45,6 +45,7 @@ class Instruments:
     outbox_depth: Any
     ledger_unsent: Any
     store_duration: Any
+    clock_offset: Any
 
     @classmethod
     def of(cls, provider: Any) -> Instruments:
@@ -74,6 +75,9 @@ class Instruments:
             ),
             store_duration=meter.create_histogram(
                 "relay.store.transaction.duration", "s", "One store method call, by backend"
+            ),
+            clock_offset=meter.create_up_down_counter(
+                "relay.clock.offset", "ms", "This replica's wall clock minus the store's"
             ),
         )
 

@@ -35,6 +35,7 @@ from relay.logfields import fields, of_error
 from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
+from relay.publishing.clock import StoreClock
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, incarnation
 from relay.publishing.logs import Log, Reporter
 from relay.publishing.publisher import RelayPublisher
@@ -66,13 +67,15 @@ class RelayService:
         lease_s: float = DEFAULT_LEASE_S,
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
         publisher_options: dict[str, Any] | None = None,
+        store_time: bool = True,
     ) -> None:
         """`owner` names this replica in the store (a fresh id by default; a name gets a suffix
         unique to this process, see `incarnation`); `lease_s` is how long its claims and runs
-        outlive it; `heartbeat_s` how often it republishes when idle."""
+        outlive it; `heartbeat_s` how often it republishes when idle. Replicas compare leases on
+        the store's clock (Postgres's; docs/clock.md); `store_time=False` keeps `clock` as the
+        time base instead: for a test that moves `clock` by hand (`relay.testing.Clock`)."""
         self.store = store
         self.host = host
-        self.presence = Presence(store, clock)
         self._http = http
         self._clock = clock
         self._log = log
@@ -89,6 +92,12 @@ class RelayService:
         self.owner_name = None if owner is None else checks.text("owner", owner, OWNER_LIMIT)
         self.owner = uuid.uuid4().hex if owner is None else incarnation(owner)
         self._report = Reporter(log, logger, self.owner)
+        # The time base shared with the other replicas (the store's clock): one for every
+        # publisher of this service, so a swap keeps what it measured.
+        self.store_clock = StoreClock(
+            clock, lease_s=lease_s, report=self._report, follow=store_time
+        )
+        self.presence = Presence(store, self.store_clock.time)
         self._publisher: RelayPublisher | None = None
         self._candidate: RelayPublisher | None = None
         self._clients: dict[str, RelayClient] = {}
@@ -119,7 +128,8 @@ class RelayService:
             # Imported here: the facts read the CLI's status helpers, which import this module.
             from relay.operator.facts import Gatherer
 
-            self._gatherer = Gatherer(self, self._clock)
+            # The store's clock: the leases, presence and queues it judges are stamped on it.
+            self._gatherer = Gatherer(self, self.store_clock.time)
         return await self._gatherer()
 
     async def health(self) -> Health:
@@ -140,6 +150,7 @@ class RelayService:
             consecutive_failures=loop.failures if loop else 0,
             backoff_until=loop.backoff_until if loop else None,
             stopped=loop.stopped if loop else False,
+            clock_offset_s=self.store_clock.offset_s,
         )
 
     async def start(self) -> bool:
@@ -387,6 +398,7 @@ class RelayService:
             owner=self.owner,
             clock=self._clock,
             log=self._log,
+            store_clock=self.store_clock,
             **self._publisher_options,
         )
         await publisher.initialize()
@@ -398,4 +410,4 @@ class RelayService:
         return self._clients[base_url]
 
     def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        return self.store_clock.now_ms()

@@ -26,6 +26,8 @@ from relay.testing import MemoryHost
 
 # Seconds this replica's clock runs ahead: a soak test moves every clock past the 24 h window.
 SKEW = [0.0]
+# Set: this replica's wall clock is its time base, not the store's (`advance` moves it).
+LOCAL_CLOCK_ENV = "TALARIA_RELAY_TEST_LOCAL_CLOCK"
 
 
 def clock() -> float:
@@ -61,6 +63,16 @@ class Trapped:
             return result
 
         return trapped
+
+
+class Kept(logging.Handler):
+    """Keeps the library's lines of WARNING and above, for the test to read (`logs`)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        LINES.append(f"{record.levelname} {record.getMessage()}")
+
+
+LINES: list[str] = []
 
 
 def _rss_kib() -> int:
@@ -131,6 +143,14 @@ def _changed_if_started(service: RelayService) -> None:
 STARTS_FIRST = ("presence", "pair", "flush", "delete")
 
 
+async def _clock_offset(service: RelayService, _: dict[str, Any]) -> float | None:
+    return (await service.health()).clock_offset_s
+
+
+async def _logs(_: RelayService, __: dict[str, Any]) -> list[str]:
+    return LINES
+
+
 # Commands that only call the service.
 PLAIN: dict[str, Callable[[RelayService, dict[str, Any]], Awaitable[Any]]] = {
     "presence": lambda s, c: s.update_presence(c["body"], c.get("profile", "default")),
@@ -138,11 +158,14 @@ PLAIN: dict[str, Callable[[RelayService, dict[str, Any]], Awaitable[Any]]] = {
     "start_service": lambda s, _: s.start(),
     "flush": lambda s, _: s.flush(),
     "changed": _changed,
+    "clock_offset": _clock_offset,
+    "logs": _logs,
 }
 
 
 async def main(store_url: str, relay_url: str, owner: str, lease_s: float, beat_s: float) -> None:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    logging.getLogger("relay").addHandler(Kept(logging.WARNING))
     host = MemoryHost(["default", "work", "home"], clock=clock)
     async with open_store(store_url) as store:
         trap = Trapped(store)
@@ -155,6 +178,8 @@ async def main(store_url: str, relay_url: str, owner: str, lease_s: float, beat_
             lease_s=lease_s,
             heartbeat_s=beat_s,
             clock=clock,
+            # A test that moves every replica's clock by hand (`advance`) keeps each on its own.
+            store_time=not os.environ.get(LOCAL_CLOCK_ENV),
         )
         reader = asyncio.StreamReader()
         loop = asyncio.get_running_loop()

@@ -47,6 +47,10 @@ async def key_state(store: RelayStore, ref: str) -> tuple[bool | None, str | Non
 async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     """The status document of the store at `target`."""
     now_ms = int(time.time() * 1000)
+    if store.backend == "postgres":
+        # Leases are on the server's clock: judged against it, not this host's (docs/clock.md).
+        view = await store.pass_view("talaria-relay status", [], [], now_ms)
+        now_ms = view.store_ms or now_ms
     schema: dict[str, Any] | None = None
     if target.url is not None:
         schema = (await migrate.standing(target)).document()

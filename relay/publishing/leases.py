@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import math
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from relay.protocol import REQUEST_TIMEOUT_S
+from relay.publishing.clock import ticks as boot_ticks
 from relay.store.records import OWNER_LIMIT
 
 DEFAULT_LEASE_S = 20.0
@@ -43,13 +43,14 @@ def incarnation(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Leases:
-    """One replica's leases: who holds them, for how long, by which clock (Unix seconds), and
-    the monotonic clock (`ticks`, seconds) their trust windows are measured on."""
+    """One replica's leases: who holds them, for how long, by which clock (Unix seconds: the
+    store's, `StoreClock.time`), and the monotonic clock (`ticks`, seconds) their trust windows
+    are measured on."""
 
     owner: str
     lease_ms: int
     clock: Callable[[], float]
-    ticks: Callable[[], float] = time.monotonic
+    ticks: Callable[[], float] = boot_ticks
 
     def now_ms(self) -> int:
         return math.floor(self.clock() * 1000)

@@ -21,7 +21,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -47,6 +47,7 @@ from relay.protocol import (
 )
 from relay.publishing import fanout, states
 from relay.publishing.announcements import Announcements
+from relay.publishing.clock import StoreClock
 from relay.publishing.fleet import FleetRow
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
 from relay.publishing.levels import Backlog, Levels
@@ -106,7 +107,10 @@ class RelayPublisher:
         background: bool = True,
         lease_s: float = DEFAULT_LEASE_S,
         heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        store_clock: StoreClock | None = None,
     ) -> None:
+        """`clock` is this process's wall clock; `store_clock` the time base shared with the
+        other replicas (a service's publishers share one; by default one of its own on `clock`)."""
         self.config = config
         self._store = store
         self._host = host
@@ -126,10 +130,11 @@ class RelayPublisher:
         self._alert_eligibility = True
         self._identities: dict[str, str | None] | None = None
         self._swallowed = Swallowed(self._report)
+        self._time = store_clock or StoreClock(clock, lease_s=lease_s, report=self._report)
         # The owner names this replica's claims and runs: shared by a service's publishers, so a
         # swap keeps them.
-        self._leases = Leases(owner, math.ceil(lease_s * 1000), clock)
-        self._runs = HostedRuns(store, host, self._leases, self._swallowed, clock)
+        self._leases = Leases(owner, math.ceil(lease_s * 1000), self._time.time, self._time.ticks)
+        self._runs = HostedRuns(store, host, self._leases, self._swallowed, self._time.time)
         self._loop = PassLoop(
             self._pass,
             report=self._report,
@@ -171,6 +176,10 @@ class RelayPublisher:
         """Load the key; start the started-ledger floors now, so the chat that wakes us is new."""
         self._key = load_key(await self._store.load_key(self.config.key_ref))
         with contextlib.suppress(Exception):  # the first pass tracks them, and reports a failure
+            if not self._time.asked:
+                # The store's clock first (one read, once a process): a floor set on a wall clock
+                # minutes ahead would hide the sessions started meanwhile.
+                await self._read_view(following=False)
             await self._announcements.track(self.config)
         await self._record_in_fleet()
 
@@ -193,7 +202,18 @@ class RelayPublisher:
         if self._fleet_row is None:
             return None
         until = now_ms + self._leases.lease_ms
-        return self._fleet_row.at(now_ms, until, self._loop.health())
+        health = self._loop.health()
+        if offset := self._time.offset_s:
+            # The loop's times are this host's wall clock; the fleet compares on the store's.
+            def moved(at: float | None) -> float | None:
+                return None if at is None else at - offset
+
+            health = replace(
+                health,
+                last_pass=moved(health.last_pass),
+                backoff_until=moved(health.backoff_until),
+            )
+        return self._fleet_row.at(now_ms, until, health)
 
     def inherit(self, previous: RelayPublisher) -> None:
         """Carry unpublished terminal runs and queued views from the publisher being replaced."""
@@ -246,7 +266,8 @@ class RelayPublisher:
 
     def mark_viewed(self, session_id: str, profile: str | None) -> None:
         """Queue an acknowledgement, sent after the snapshot carrying the session's outcome."""
-        self.views[session_id] = View(profile, math.floor(self._clock() * 1000))
+        # On the store's clock: it covers turn ends other replicas stamped on it.
+        self.views[session_id] = View(profile, self._time.now_ms())
         self.changed()
 
     async def run_once(self) -> float | None:
@@ -283,9 +304,11 @@ class RelayPublisher:
         """The pass's view; after adopting another replica's registration, that one's."""
         grants = self.config.profiles
         scopes = [grant.profile_id for grant in grants.values()]
+        sent = self._time.ticks()
         view = await self._store.pass_view(
             self._leases.owner, list(grants), scopes, self._leases.now_ms()
         )
+        self._time.read(sent, self._time.ticks(), view.store_ms)
         if following and view.generation not in (None, self.config.generation):
             return await self._read_view(False) if await self._follow_registration() else view
         return view
@@ -352,8 +375,14 @@ class RelayPublisher:
             self._disabled.add(profile_id)
             status = error.status if isinstance(error, RelayHttpError) else None
             self.disabled[profile_id] = f"the relay refused its snapshot for good (HTTP {status})"
+            line = f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
+            if status == 401 and (note := self._time.note()):
+                line += (
+                    f"; {note}: the relay refuses signatures more than 300s off its own clock, "
+                    "check this server's clock (NTP)"
+                )
             self._report.error(
-                f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}",
+                line,
                 fields(
                     "profile_disabled",
                     profile=profile,
@@ -476,9 +505,15 @@ class RelayPublisher:
             raise RuntimeError("RelayPublisher.initialize() was not awaited")
         key, key_id, generation = self._key, self.config.key_id, self.config.generation
         try:
-            await self._client.put(path, body, key=key, key_id=key_id)
+            try:
+                await self._client.put(path, body, key=key, key_id=key_id)
+            except RelayHttpError as error:
+                # Another replica may have re-registered: the old key's 401 is no reason to stop.
+                if error.status != 401 or not await self._follow_registration(generation):
+                    raise
+                await self._client.put(path, body, key=self._key, key_id=self.config.key_id)
         except RelayHttpError as error:
-            # Another replica may have re-registered: the old key's 401 is no reason to stop.
-            if error.status != 401 or not await self._follow_registration(generation):
-                raise
-            await self._client.put(path, body, key=self._key, key_id=self.config.key_id)
+            if error.status == 401 and (note := self._time.note()):
+                # A refused signature from a server whose clock is far off: say so, not only 401.
+                error.args = (f"{error}; {note}",)
+            raise

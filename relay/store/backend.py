@@ -119,6 +119,9 @@ class Reading:
     deleted: bool = False  # whether the owner would claim a queued deletion
     unsent: set[str] = field(default_factory=set)  # scopes with entries the owner would claim
     tracked: set[str] = field(default_factory=set)  # scopes with a ledger
+    # The store's clock as the read ran, in Unix ms: a store on a server of its own (Postgres)
+    # reports it, for the replicas' one time base; None for a store on this host's clock.
+    store_ms: int | None = None
 
 
 class Backend(Protocol):

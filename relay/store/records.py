@@ -224,11 +224,16 @@ class PassView:
     unsent: frozenset[str]
     # Scopes without a ledger yet.
     untracked: frozenset[str]
+    # The store's clock when it read this, in Unix ms; None for a store on this host's clock.
+    # A reading of a clock, not what the store holds: views compare equal without it.
+    store_ms: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         try:
             if self.generation is not None:
                 checks.int64("generation", self.generation)
+            if self.store_ms is not None:
+                checks.time_ms("store_ms", self.store_ms)
             identities = dict(checks.mapping("identities", self.identities))
             for name, identity in identities.items():
                 checks.text("profile", name)

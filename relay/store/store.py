@@ -365,6 +365,7 @@ class Store:
             got.deleted,
             frozenset(s for s in query.scopes if s in got.unsent),
             frozenset(s for s in query.scopes if s not in got.tracked),
+            got.store_ms,
         )
 
     async def pass_write(

@@ -8,10 +8,14 @@ a replica frozen (SIGSTOP) past its leases and woken again. Judged on the relay 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import re
+import sys
 import time
 from collections import Counter
 
+import faketime
 import pytest
 from backends import on
 from handoffs import PHASES, HandOffs, Turns
@@ -22,8 +26,6 @@ pytestmark = on("postgres")
 # Inside the relay's 300 s signature window: a replica off by more cannot publish at all.
 OFFSETS = [pytest.param(s, id=f"{s:+.0f}s") for s in (60.0, -60.0, 240.0, -240.0)]
 SKEWED = 2  # the replica whose clock is off, by index
-# Until every replica compares leases on the store's clock (issue 24, step 3).
-ONE_CLOCK = pytest.mark.xfail(reason="leases are stamped with each replica's clock", strict=True)
 
 
 def once_each(seen: list[str], expected: list[str]) -> dict[str, int]:
@@ -32,7 +34,6 @@ def once_each(seen: list[str], expected: list[str]) -> dict[str, int]:
     return {sid: counts[sid] for sid in expected if counts[sid] != 1}
 
 
-@ONE_CLOCK
 @pytest.mark.parametrize("offset_s", OFFSETS)
 async def test_a_replica_whose_clock_is_off_changes_no_outcome(
     store_url: str, offset_s: float
@@ -54,6 +55,9 @@ async def test_a_replica_whose_clock_is_off_changes_no_outcome(
             host = group.replicas[n % 3]
             await host.call("start", session=sid, stream=f"{sid}-1", at=time.time())
         await group.everywhere("flush")
+        measured = await group.everywhere("clock_offset")
+        assert abs(measured[SKEWED] - offset_s) < 1
+        assert [abs(o) < 1 for n, o in enumerate(measured) if n != SKEWED] == [True, True]
         # Three leases of background passes: a clock ahead would see the others' leases end, and
         # a clock behind would make its own look ended to them.
         await asyncio.sleep(3 * lease_s)
@@ -74,6 +78,17 @@ async def test_a_replica_whose_clock_is_off_changes_no_outcome(
             await group.everywhere("flush")
 
         victim = group.replicas[SKEWED]
+        said = [line for line in await victim.call("logs") if "clock" in line]
+        direction = "ahead of" if offset_s > 0 else "behind"
+        assert len(said) == 1
+        found = re.fullmatch(
+            rf"ERROR \[relay\] This server's clock is ([0-9.]+)s {direction} the store's, more"
+            r" than half the 2s lease: replicas compare leases on the store's clock, but check"
+            r" this server's time sync \(NTP\)",
+            said[0],
+        )
+        assert found, said
+        assert abs(float(found[1]) - abs(offset_s)) < 1
         turns.started("s0", "s0-2")
         await victim.call("start", session="s0", stream="s0-2", at=time.time())
         await victim.call("flush")
@@ -94,6 +109,27 @@ async def test_a_replica_whose_clock_is_off_changes_no_outcome(
         assert once_each([ack.session_id for ack in group.relay.viewed], deleted) == {}
         assert group.stale() == 0
         assert took <= lease_s + 4
+
+
+async def test_status_on_a_host_whose_clock_is_off_judges_leases_on_the_stores_clock(
+    store_url: str,
+) -> None:
+    """`talaria-relay status` run on a host 10 minutes ahead still sees the replica that holds
+    a running turn as alive: its lease is judged on the store's clock."""
+    async with cluster(store_url, 1, lease_s=20.0) as group:
+        await group.pair()
+        await group.everywhere("session", id="s1", created_at=time.time())
+        await group.replicas[0].call("start", session="s1", stream="t1", at=time.time())
+        await group.everywhere("flush")
+        status = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "relay", "status", "--json", "--store", store_url,
+            stdout=asyncio.subprocess.PIPE, env=faketime.env(600),
+        )  # fmt: skip
+        out, _ = await status.communicate()
+        assert status.returncode == 0
+        (replica,) = json.loads(out)["replicas"]
+        assert replica["runs"] == 1
+        assert replica["alive"] is True
 
 
 async def paused_past_its_leases(group: Cluster, replica: Replica, method: str) -> None:

@@ -147,6 +147,60 @@ async def test_a_skew_within_the_window_is_accepted(store: RelayStore) -> None:
         assert not log_lines(env, "failed")
 
 
+STORE_NOTE = "this server's clock is 600.0s ahead of the store's (the other replicas' time)"
+
+
+async def test_a_401_from_a_server_far_off_the_relays_and_the_stores_clock_says_both(
+    store: RelayStore,
+) -> None:
+    """A replica 10 minutes ahead of the relay and of the store's clock (as its last reading of
+    it says): its retried 401s name both offsets."""
+    async with relay_env(store) as env:
+        await prepared(env)
+        service = env.new_service(clock=Skewed(env, 600))
+        service.store_clock.follow = True
+        now = service.store_clock.ticks()
+        service.store_clock.read(now, now, round(env.clock() * 1000))
+        assert await service.start()
+        publisher = service.current()
+        assert publisher is not None
+        try:
+            line = await failed_pass(env, publisher.run_once)
+        finally:
+            await service.stop()
+        assert line == (
+            "[relay] Talaria relay snapshot failed for profile default (Talaria relay returned "
+            "HTTP 401: this server's clock is 600s ahead of the relay's, beyond the 300s a "
+            f"signature allows; check this server's clock (NTP); {STORE_NOTE}); retrying in 5.0s"
+        )
+
+
+async def test_a_refused_key_from_a_server_far_off_the_stores_clock_names_the_offset(
+    store: RelayStore,
+) -> None:
+    """A 401 the relay's Date does not blame on the clock disables the profile, as before; with
+    this replica 10 minutes off the store's clock, the line says so."""
+    async with relay_env(store) as env:
+        await prepared(env)
+        service = env.new_service()
+        service.store_clock.follow = True
+        now = service.store_clock.ticks()
+        service.store_clock.read(now, now, round((env.clock() - 600) * 1000))
+        assert await service.start()
+        publisher = service.current()
+        assert publisher is not None
+        env.relay.inject("snapshot", 401)
+        try:
+            await publisher.run_once()
+        finally:
+            await service.stop()
+        assert log_lines(env, "disabled profile") == [
+            "[relay] Talaria relay disabled profile default after permanent HTTP 401; "
+            f"{STORE_NOTE}: the relay refuses signatures more than 300s off its own clock, "
+            "check this server's clock (NTP)"
+        ]
+
+
 @pytest.mark.parametrize(
     ("date", "retryable"),
     [

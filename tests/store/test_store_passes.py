@@ -7,6 +7,7 @@ query, the ledger), and the write to the run sync plus `allocate_revisions`.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -42,6 +43,22 @@ async def test_the_view_of_an_empty_store(store: RelayStore) -> None:
     assert not seen.deleted
     assert seen.unsent == frozenset()
     assert seen.untracked == frozenset(SCOPES)
+
+
+async def test_the_view_carries_the_clock_of_a_store_on_a_server_of_its_own(
+    store: RelayStore,
+) -> None:
+    """Postgres's view brings its clock (the replicas' time base), read in the statement; a
+    store on this host (SQLite, JSON, memory) none: this host's clock is its time base."""
+    before = time.time()
+    seen = await view(store)
+    after = time.time()
+    if store.backend == "postgres":
+        assert seen.store_ms is not None
+        # The test's server is on this host: one clock, to within the read.
+        assert before * 1000 - 1 <= seen.store_ms <= after * 1000 + 1
+    else:
+        assert seen.store_ms is None
 
 
 async def test_the_view_shows_the_registrations_generation(store: RelayStore) -> None:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     case,
     cast,
+    extract,
     false,
     func,
     literal,
@@ -64,6 +65,16 @@ def _tagged(tag: str, name: Any = None, text: Any = None, number: Any = None) ->
     )
 
 
+def _clock(d: Dialect) -> list[Any]:
+    """Postgres: the server's clock in Unix ms, as the statement started (`statement_timestamp()`:
+    not `now()`, the transaction's start, nor `clock_timestamp()`, which moves during it). The
+    replicas' one time base. SQLite lives on this host: its clock is this host's."""
+    if not d.postgres:
+        return []
+    epoch = extract("epoch", func.statement_timestamp())
+    return [_tagged("clock", number=cast(func.floor(epoch * 1000), BigInteger))]
+
+
 @functools.cache
 def statements(d: Dialect) -> Statements:
     c, i, p = t.config.c, t.identities.c, t.presence.c
@@ -95,6 +106,7 @@ def statements(d: Dialect) -> Statements:
         .group_by(p.profile),
         _tagged("scope", scopes.profile_id, number=case((unsent, 1), else_=0)),
         _tagged("deleted").where(deleted),
+        *_clock(d),
     )
     floor, cap = t.revision.c.floor, literal(MAX_SAFE_INTEGER, BigInteger)
     owned = select(func.count().label("n")).select_from(t.runs).where(r.owner == owner)
@@ -152,6 +164,8 @@ async def pass_view(db: Runner, query: ViewQuery) -> Reading:
                 reading.unsent.add(name)
         elif tag == "deleted":
             reading.deleted = True
+        elif tag == "clock":
+            reading.store_ms = number
     return reading
 
 

@@ -1,0 +1,161 @@
+"""One time base for every replica: the store's clock, as this replica reads it.
+
+Lease and claim ends, run takeovers, the started ledger's window, presence and the viewed
+`through` are instants one replica writes and another compares. So they are all on the store's
+clock, not on each replica's wall clock. Each pass's one read (`pass_view`) brings the store's
+time with it (Postgres: `statement_timestamp()`): no extra round trip. Between reads a replica
+carries that time forward on its own monotonic clock, which nobody sets and which counts a
+suspend, so a wall clock stepped meanwhile changes nothing. SQLite, JSON and memory stores live
+on this host: their time base is this host's wall clock, as before.
+
+The difference between this replica's wall clock and the store's is its offset: `health()`
+shows it, the `relay.clock.offset` metric records it, and the log says once when it passes 1 s
+(WARNING) and half the lease (ERROR), where leases decided by wall clocks would lie.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from relay import metrics
+from relay.logfields import fields
+from relay.publishing.logs import Reporter
+
+# The offsets that are reported: above 1 s (a broken time sync), above half a lease (where wall
+# clocks would have made leases lie), and the one a relay's 401 is likely about.
+WARN_S = 1.0
+SIGNATURE_NOTE_S = 60.0
+# How fast two good clocks drift apart at most (100 ppm): what an older reading loses per second.
+_DRIFT = 1e-4
+
+
+def ticks() -> float:
+    """Seconds on this host's clock that nobody sets and that counts a suspend (CLOCK_BOOTTIME on
+    Linux, else the monotonic clock)."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """The store's time `store_ms` at `at` (`ticks`), to within `error_ms`; and the offset then:
+    this replica's wall clock minus the store's, in seconds."""
+
+    store_ms: int
+    at: float
+    error_ms: float
+    offset_s: float
+
+    def now_ms(self, now: float) -> float:
+        return self.store_ms + (now - self.at) * 1000
+
+    def uncertainty_ms(self, now: float) -> float:
+        return self.error_ms + (now - self.at) * 1000 * _DRIFT
+
+
+class StoreClock:
+    """This replica's reading of the store's clock; `wall` until a store reports one.
+
+    `follow=False` keeps this process's wall clock as the time base even on Postgres: for one
+    host, or a test that moves the wall clock by hand.
+    """
+
+    def __init__(
+        self,
+        wall: Callable[[], float] = time.time,
+        *,
+        lease_s: float,
+        report: Reporter,
+        ticks: Callable[[], float] = ticks,
+        follow: bool = True,
+    ) -> None:
+        self.wall = wall
+        self.ticks = ticks
+        self._lease_s = lease_s
+        self._report = report
+        self.follow = follow
+        self._reading: Reading | None = None
+        # Whether a store was read for its clock yet (whether or not it keeps one).
+        self.asked = False
+        self._level = 0  # 0: within WARN_S, 1: above it, 2: above half the lease
+        self._gauge = metrics.Gauge("clock_offset")
+
+    @property
+    def offset_s(self) -> float | None:
+        """This replica's wall clock minus the store's, in seconds, as last read; None until a
+        store that keeps its own clock (Postgres) has reported it."""
+        return None if self._reading is None else self._reading.offset_s
+
+    def time(self) -> float:
+        """Now, in Unix seconds of the store's clock."""
+        return self.now_ms() / 1000
+
+    def now_ms(self) -> int:
+        """Now, in Unix milliseconds of the store's clock."""
+        if self._reading is None:
+            return math.floor(self.wall() * 1000)
+        return math.floor(self._reading.now_ms(self.ticks()))
+
+    def read(self, sent: float, received: float, store_ms: int | None) -> None:
+        """A store read sent at `sent` and answered at `received` (`ticks`) said its clock was
+        `store_ms` (None: the store has no clock of its own, this host's is the time base).
+
+        The statement ran between the two, so the middle is taken, to within half the round
+        trip. A reading is kept while it stays more certain than a newer one, unless the newer
+        one contradicts it (the store's clock was stepped)."""
+        self.asked = True
+        if store_ms is None or not self.follow:
+            return
+        middle = (sent + received) / 2
+        wall = self.wall() - (received - middle)
+        new = Reading(store_ms, middle, (received - sent) * 500, wall - store_ms / 1000)
+        old = self._reading
+        if old is not None:
+            known = old.uncertainty_ms(middle)
+            apart = abs(old.now_ms(middle) - store_ms)
+            if new.error_ms > known and apart <= known + new.error_ms:
+                return
+        self._reading = new
+        self._gauge.set(round(new.offset_s * 1000))
+        self._tell(new.offset_s)
+
+    def note(self) -> str:
+        """What a refused signature may be about: this replica's offset when it is large."""
+        offset = self.offset_s
+        if offset is None or abs(offset) < SIGNATURE_NOTE_S:
+            return ""
+        return f"this server's clock is {_apart(offset)} the store's (the other replicas' time)"
+
+    def _tell(self, offset: float) -> None:
+        """Log a change of level once: above 1 s, above half the lease, back within 1 s."""
+        size = abs(offset)
+        level = 2 if size > self._lease_s / 2 else 1 if size > WARN_S else 0
+        if level == self._level:
+            return
+        previous, self._level = self._level, level
+        if level == 2:
+            self._report.error(
+                f"[relay] This server's clock is {_apart(offset)} the store's, more than half "
+                f"the {self._lease_s:g}s lease: replicas compare leases on the store's clock, "
+                "but check this server's time sync (NTP)",
+                fields("clock_offset_beyond_lease", clock_offset_s=offset),
+            )
+        elif level == 1 and previous == 0:
+            self._report.warning(
+                f"[relay] This server's clock is {_apart(offset)} the store's: replicas "
+                "compare leases on the store's clock, but check this server's time sync (NTP)",
+                fields("clock_offset_large", clock_offset_s=offset),
+            )
+        elif level == 0:
+            self._report.info(
+                f"[relay] This server's clock is within {WARN_S:g}s of the store's",
+                fields("clock_offset_normal", clock_offset_s=offset),
+            )
+
+
+def _apart(offset: float) -> str:
+    direction = "ahead of" if offset > 0 else "behind"
+    return f"{abs(offset):.1f}s {direction}"
