@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test lint migrate
+.PHONY: venv demo test lint migrate docs
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,7 +13,15 @@ $(BIN)/.installed: pyproject.toml
 
 venv: $(BIN)/.installed
 
-demo: venv
+# The demo needs the package and the dev relay's server, nothing of the test toolchain: its own
+# stamp, so `make demo` on a fresh clone installs only `.[devrelay]` (a `make venv` has it all).
+$(BIN)/.demo-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[devrelay]'
+	touch $@
+
+demo: $(BIN)/.demo-installed
 	$(BIN)/talaria-relay demo
 
 # The suite runs in worker processes (pytest-xdist). It mostly waits (on Postgres, sockets, child
@@ -33,3 +41,11 @@ lint: venv
 
 migrate: venv
 	$(BIN)/talaria-relay migrate
+
+# The manual, built as CI builds it: a broken link, anchor, nav entry or API reference fails.
+$(BIN)/.docs-installed: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[test,docs]'
+	touch $@
+
+docs: $(BIN)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

@@ -38,6 +38,7 @@ from relay.protocol import (
     canonical_string,
     validated_origin,
 )
+from relay.refused import nothing_listening
 
 UNREACHABLE = "Could not reach Talaria Relay"
 # An error answer is read this far for its reason; it is a code, not a document.
@@ -307,6 +308,8 @@ def _http_date(value: str | None) -> float | None:
 def describe(exc: Exception) -> str:
     # httpx's errors often carry an empty message (timeouts, resets): the first cause with one
     # says what happened ("Connection reset by peer"); failing that, the class name does.
+    if (refused := nothing_listening(exc)) is not None:
+        return refused
     cause: BaseException | None = exc
     for _ in range(8):  # a bounded walk: a chain may loop
         if cause is None:

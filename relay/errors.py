@@ -14,6 +14,7 @@
     ├── RelayPairingError           pairing failed: the `message` and `status` to answer with
     ├── relay.routes.Refused        the web app's `identify` refused a request: its 4xx status
     │                               (also as `relay.asgi.Refused` and `relay.wsgi.Refused`)
+    ├── ServiceNotStartedError      a `RelayService` was used before `await service.start()`
     ├── ServiceStoppedError         a blocking call to `relay.threaded` came after, or was cut
     │                               short by, its `stop()`
     ├── CallTimeoutError            a blocking call to `relay.threaded` did not finish in time;
@@ -72,6 +73,11 @@ class StaleConfigError(StoreError):
 
 class StoreUnavailableError(StoreError):
     """The relay store cannot be reached."""
+
+
+class ServiceNotStartedError(RelayError):
+    """The relay service is not started: call `await service.start()` first (in the web app's
+    startup, or its lifespan), then use it."""
 
 
 class ServiceStoppedError(RelayError):

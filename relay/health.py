@@ -41,12 +41,15 @@ class Health:
 
     `last_success` is the end of the last pass that published without a failure (None: none yet
     in this process); `backoff_until` is set while the publisher waits after a failure;
-    `stopped` after a permanent HTTP answer, until a new pairing or a restart.
+    `stopped` after a permanent HTTP answer, until a new pairing or a restart; `publishing`
+    while a publisher runs in this service (False before `start()`, before pairing, after a
+    stored registration was found unusable, and once stopped).
     """
 
     store_reachable: bool
     schema_at_head: bool | None
     registered: bool
+    publishing: bool
     last_success: float | None
     last_success_age_s: float | None
     consecutive_failures: int
@@ -55,9 +58,15 @@ class Health:
 
     @property
     def ready(self) -> bool:
-        """Reachable store at head, registered, and a publisher that has not stopped for good."""
+        """Reachable store at head, registered, and a publisher that runs (not stopped for good)."""
         at_head = self.schema_at_head is not False
-        return self.store_reachable and at_head and self.registered and not self.stopped
+        return (
+            self.store_reachable
+            and at_head
+            and self.registered
+            and self.publishing
+            and not self.stopped
+        )
 
 
 class Probed(Handle, Registration, Revisions, Protocol):
@@ -88,6 +97,17 @@ def missing(target: StoreTarget) -> bool:
     if target.backend == "json":
         return target.path is not None and not target.path.is_dir()
     return target.backend == "sqlite" and target.path is not None and not target.path.exists()
+
+
+def absence(target: StoreTarget) -> str | None:
+    """What `status`, `check` and the other readers say of a file store that is not there."""
+    if not missing(target):
+        return None
+    assert target.path is not None
+    hint = ""
+    if target.backend == "sqlite":
+        hint = " (sqlite:///relay.db is relative to here, sqlite:////srv/relay.db absolute)"
+    return f"no {target.name} store at {target.path.absolute()}{hint}; nothing created"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +142,13 @@ async def probe(url: str | None) -> Probe:
     is not migrated, and the relay is never called."""
     target = resolve(url)
     unknown = StoreHealth(reachable=False, schema_at_head=None, registered=False)
+    # Before the schema: a file that is not there has no schema to be below (`status` agrees).
+    if (absent := absence(target)) is not None:
+        return Probe(target, unknown, absent)
     try:
         if target.url is not None and await migrate.current(target) != migrate.head_revision():
             below = StoreHealth(reachable=True, schema_at_head=False, registered=False)
             return Probe(target, below, "below the schema head: run `talaria-relay migrate`")
-        if missing(target):
-            return Probe(target, unknown, "no store there")
         async with open_store(url) as store:
             found = await store_health(store)
             refusal = await store.unwritable() if found.reachable else None

@@ -279,11 +279,15 @@ class Pairing:
         """The relay origin as given: https, or http to a loopback host when allowed."""
         try:
             return validated_origin(raw, True)
-        except RelayError:
+        except RelayError as error:
             origin = validated_origin(raw)
             if self._allow_insecure_loopback and _is_loopback(origin):
                 return origin
-            raise
+            # Plain http: upstream's words, then the one way it is accepted.
+            raise InvalidInputError(
+                f"{error}; http:// is accepted only for a loopback relay, with "
+                "allow_insecure_loopback=True (the command line's --allow-insecure-loopback)"
+            ) from None
 
     @property
     def trusted_origin(self) -> str:

@@ -33,6 +33,7 @@ from relay.errors import (
     RelayError,
     RelayPairingError,
     RelayRequestError,
+    ServiceNotStartedError,
     SessionNotFoundError,
     StaleConfigError,
     StoreError,
@@ -261,6 +262,8 @@ ROUTES: tuple[Route, ...] = (
 
 def status_of(error: RelayError) -> tuple[int, str]:
     """The answer for an error of the `relay.errors` tree."""
+    if isinstance(error, ServiceNotStartedError):
+        return 503, "Talaria relay is not started"
     if isinstance(error, RelayPairingError | Refused):
         return error.status, str(error)
     if isinstance(error, SessionNotFoundError):

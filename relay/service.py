@@ -1,7 +1,9 @@
 """`RelayService`: the relay side of a web app: pairing, the current publisher, its swaps.
 
 A port of Talaria Web 1.20's `RelayService`. The web app builds one with its store and `Host`,
-awaits `start()`, and calls `changed()` whenever its session list changes.
+awaits `start()`, and calls `changed()` whenever its session list changes. Used before `start()`,
+every method but `health()` and `stop()` raises `ServiceNotStartedError`: a call that would
+otherwise be dropped without a word (upstream's silence cost a newcomer an hour).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from relay.errors import (
     KeyPassphraseError,
     RelayError,
     RelayPairingError,
+    ServiceNotStartedError,
     SessionNotFoundError,
     StoreUnavailableError,
 )
@@ -97,6 +100,13 @@ class RelayService:
         )
         self._cleared: set[tuple[str, str]] = set()
         self._gatherer: Gatherer | None = None
+        # Set once `start()` has read the store, whatever it found there.
+        self._started = False
+
+    @property
+    def started(self) -> bool:
+        """`start()` has run (whether or not it found a registration to publish with)."""
+        return self._started
 
     def current(self) -> RelayPublisher | None:
         return self._publisher
@@ -111,7 +121,10 @@ class RelayService:
         return await self._gatherer()
 
     async def health(self) -> Health:
-        """The store's answers (two cheap reads) and the publisher's loop; never calls the relay."""
+        """The store's answers (two cheap reads) and the publisher's loop; never calls the relay.
+
+        Never raises for a service not started yet: it is then not ready (`publishing` False).
+        """
         found = await store_health(self.store)
         loop = self._publisher.health() if self._publisher is not None else None
         last = loop.last_success if loop else None
@@ -119,6 +132,7 @@ class RelayService:
             store_reachable=found.reachable,
             schema_at_head=found.schema_at_head,
             registered=found.registered,
+            publishing=loop is not None and not loop.stopped,
             last_success=last,
             last_success_age_s=None if last is None else max(self._clock() - last, 0.0),
             consecutive_failures=loop.failures if loop else 0,
@@ -127,7 +141,24 @@ class RelayService:
         )
 
     async def start(self) -> bool:
-        """Resume from stored state; an invalid stored registration disables the publisher."""
+        """Resume from stored state; an invalid stored registration disables the publisher.
+
+        True when a publisher runs; False when there is no usable registration (the service is
+        started all the same: `pair` then registers). A store that cannot be reached raises
+        `StoreUnavailableError` and leaves the service not started, to start again later.
+        """
+        running = await self._start()
+        self._started = True
+        return running
+
+    def _require_started(self, what: str) -> None:
+        if not self._started:
+            raise ServiceNotStartedError(
+                f"RelayService.{what}() before start(): call `await service.start()` first "
+                "(in the web app's startup or lifespan)"
+            )
+
+    async def _start(self) -> bool:
         if self._publisher is not None:
             return True
         try:
@@ -174,22 +205,26 @@ class RelayService:
 
     async def flush(self) -> None:
         """Return once a publishing pass that began after this call has finished."""
+        self._require_started("flush")
         if self._publisher is not None:
             await self._publisher.flush()
 
     def changed(self) -> None:
         """The web app's session list changed."""
+        self._require_started("changed")
         if self._publisher is not None:
             self._publisher.changed()
 
     async def update_presence(self, body: object, profile: str) -> dict[str, Any]:
         """`POST /api/talaria/presence`."""
+        self._require_started("update_presence")
         result = await self.presence.update(body, profile)
         self.changed()
         return result
 
     async def mark_viewed(self, session_id: str) -> None:
         """A viewed session clears its finished runs on the relay; without a publisher, nothing."""
+        self._require_started("mark_viewed")
         publisher = self._publisher or self._candidate
         if publisher is None:
             return
@@ -204,6 +239,7 @@ class RelayService:
 
         It is persisted even with no publisher, and bound to a relay scope at most once.
         """
+        self._require_started("clear_deleted")
         checks.text("session_id", session_id)
         checks.optional_text("profile", profile)
         name = self._canonical(profile or "default")
@@ -242,6 +278,7 @@ class RelayService:
 
     async def profile_deleted(self, profile: str) -> None:
         """The web app deleted a profile: one recreated under its name is a new relay scope."""
+        self._require_started("profile_deleted")
         checks.text("profile", profile)
         await self.store.forget_profile_identity(self._canonical(profile))
 
@@ -254,6 +291,7 @@ class RelayService:
 
     async def note_terminal(self, stream_id: str, phase: str) -> None:
         """A turn ended: its outcome reaches the relay, even in the middle of a swap."""
+        self._require_started("note_terminal")
         checks.text("stream_id", stream_id)
         if checks.text("phase", phase) not in TERMINAL_PHASES:
             return
@@ -265,6 +303,7 @@ class RelayService:
 
     async def pair(self, body: object, profile: str, *, operator: bool = True) -> dict[str, Any]:
         """`POST /api/talaria/relay/pair`: register the server, or enroll another profile."""
+        self._require_started("pair")
         return await self._pairing.pair(body, profile, operator=operator)
 
     # ── swaps ─────────────────────────────────────────────────────────────────

@@ -262,6 +262,8 @@ async def relay_env(
         host = MemoryHost(profiles, clock=clock)
         env = Env(store, host, relay, http, wire, clock, service=None)  # type: ignore[arg-type]
         env.service = make_service(env)
+        # Started as a web app starts it; on a store with no registration it has no publisher yet.
+        await env.service.start()
         try:
             yield env
         finally:

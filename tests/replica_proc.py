@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from relay.service import RelayService
-from relay.store import open_store
+from relay.store import RelayStore, open_store
 from relay.testing import MemoryHost
 
 # Seconds this replica's clock runs ahead: a soak test moves every clock past the 24 h window.
@@ -30,6 +32,37 @@ def clock() -> float:
     return time.time() + SKEW[0]
 
 
+class Trapped:
+    """The store, with a trap: once armed for a method, the first call of it that returns work
+    (rows this replica publishes, claims) stops the whole process (SIGSTOP) right after it
+    returns, between taking a lease and acting on it; the test sends SIGCONT."""
+
+    # What counts as work, by method.
+    WORK: ClassVar[dict[str, Callable[[Any], bool]]] = {
+        "pass_write": lambda rows: bool(rows.runs),
+        "claim_started_scopes": bool,
+        "claim_deleted": bool,
+    }
+
+    def __init__(self, store: RelayStore) -> None:
+        self._store = store
+        self.armed: str | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._store, name)
+        if name != self.armed:
+            return found
+
+        async def trapped(*args: Any, **kwargs: Any) -> Any:
+            result = await found(*args, **kwargs)
+            if self.armed == name and self.WORK[name](result):
+                self.armed = None
+                os.kill(os.getpid(), signal.SIGSTOP)
+            return result
+
+        return trapped
+
+
 def _rss_kib() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -37,8 +70,12 @@ def _rss_kib() -> int:
     return 0
 
 
-async def handle(service: RelayService, host: MemoryHost, command: dict[str, Any]) -> Any:
+async def handle(
+    service: RelayService, host: MemoryHost, trap: Trapped, command: dict[str, Any]
+) -> Any:
     op, c = command["op"], command
+    if op in STARTS_FIRST and not service.started:
+        await service.start()  # as a web app does before it serves these
     if op in PLAIN:
         return await PLAIN[op](service, c)
     if op == "session":
@@ -52,14 +89,20 @@ async def handle(service: RelayService, host: MemoryHost, command: dict[str, Any
         host.sessions.pop(c["id"], None)
     elif op == "start":
         host.start_run(c["session"], c["stream"], started_at=c.get("at"))
-        service.changed()
+        _changed_if_started(service)
     elif op == "end":
-        await service.note_terminal(c["stream"], c["phase"])
+        if service.started:  # a replica not started yet hosts turns that no publisher sees
+            await service.note_terminal(c["stream"], c["phase"])
         host.end_run(c["stream"])
-        service.changed()
-    elif op == "delete":
-        host.sessions.pop(c["session"], None)
-        await service.clear_deleted(c["session"], c.get("profile"))
+        _changed_if_started(service)
+    elif op == "delete":  # `session`, or several at once: `sessions`
+        for sid in c.get("sessions", [c.get("session")]):
+            host.sessions.pop(sid, None)
+            await service.clear_deleted(sid, c.get("profile"))
+    elif op == "trap":
+        if c["method"] not in Trapped.WORK:
+            raise ValueError(f"no trap for {c['method']!r}")
+        trap.armed = c["method"]
     elif op == "advance":
         SKEW[0] += c["seconds"]
     elif op == "rss":
@@ -70,7 +113,16 @@ async def handle(service: RelayService, host: MemoryHost, command: dict[str, Any
 
 
 async def _changed(service: RelayService, _: dict[str, Any]) -> None:
-    service.changed()
+    _changed_if_started(service)
+
+
+def _changed_if_started(service: RelayService) -> None:
+    if service.started:
+        service.changed()
+
+
+# Commands a web app serves only once its service has started.
+STARTS_FIRST = ("presence", "pair", "flush", "delete")
 
 
 # Commands that only call the service.
@@ -87,8 +139,9 @@ async def main(store_url: str, relay_url: str, owner: str, lease_s: float, beat_
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     host = MemoryHost(["default", "work", "home"], clock=clock)
     async with open_store(store_url) as store:
+        trap = Trapped(store)
         service = RelayService(
-            store,
+            cast(RelayStore, trap),
             host,
             relay_url=relay_url,
             allow_insecure_loopback=True,
@@ -107,7 +160,7 @@ async def main(store_url: str, relay_url: str, owner: str, lease_s: float, beat_
             if command["op"] == "stop":
                 break
             try:
-                reply = {"ok": True, "result": await handle(service, host, command)}
+                reply = {"ok": True, "result": await handle(service, host, trap, command)}
             except Exception as error:  # the test reads what went wrong
                 reply = {"ok": False, "error": f"{type(error).__name__}: {error}"}
             print(json.dumps(reply), flush=True)

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
+import faketime
 import forked
 
 from relay.testing import DevRelay, serve
@@ -22,12 +23,27 @@ PUBLISHER_ID = "https://hermes.example"
 REPLY_TIMEOUT_S = 60.0
 
 
+class Process(Protocol):
+    """What a replica's process offers: a forked child, or a real `exec` (libfaketime)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stdin(self) -> asyncio.StreamWriter | None: ...
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    @property
+    def returncode(self) -> int | None: ...
+    async def wait(self) -> int: ...
+    def kill(self) -> None: ...
+
+
 @dataclass
 class Replica:
     """One replica process and the pipe that drives it."""
 
     owner: str  # the name it was given
-    process: forked.Child
+    process: Process
     incarnation: str = ""  # its owner id in the store: the name and a suffix of this process
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -55,6 +71,18 @@ class Replica:
         """kill -9: no clean-up of any kind."""
         os.kill(self.process.pid, signal.SIGKILL)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process is frozen where it stands (a GC pause, a VM frozen)."""
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.process.pid, signal.SIGCONT)
+
+    def paused(self) -> bool:
+        """Whether the process is stopped now (state `T` in /proc)."""
+        stat = Path(f"/proc/{self.process.pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] == "T"
+
     async def stop(self) -> None:
         if self.process.returncode is None:
             assert self.process.stdin is not None
@@ -68,11 +96,22 @@ class Replica:
 
 
 async def spawn(
-    store_url: str, relay_url: str, owner: str, *, lease_s: float = 20.0, heartbeat_s: float = 60.0
+    store_url: str,
+    relay_url: str,
+    owner: str,
+    *,
+    lease_s: float = 20.0,
+    heartbeat_s: float = 60.0,
+    offset_s: float = 0.0,
 ) -> Replica:
-    process = await forked.start(
-        PROC, store_url, relay_url, owner, str(lease_s), str(heartbeat_s), capture_stderr=False
-    )
+    """A replica process; with `offset_s`, its wall clock that many seconds off (libfaketime)."""
+    argv = (store_url, relay_url, owner, str(lease_s), str(heartbeat_s))
+    process: Process
+    if offset_s:
+        process = await faketime.start(PROC, *argv, offset_s=offset_s)
+    else:
+        process = await forked.start(PROC, *argv, capture_stderr=False)
+    assert process.stdout is not None
     ready = json.loads(await asyncio.wait_for(process.stdout.readline(), REPLY_TIMEOUT_S))
     assert ready["ok"], ready
     return Replica(owner, process, ready["ready"])
@@ -86,6 +125,8 @@ class Cluster:
     replicas: list[Replica]
     lease_s: float = 20.0
     heartbeat_s: float = 60.0
+    # Seconds each replica's wall clock is off, by index (a restart keeps its host's clock).
+    offsets: dict[int, float] = field(default_factory=dict)
 
     async def everywhere(self, op: str, **fields: Any) -> list[Any]:
         return list(await asyncio.gather(*(r.call(op, **fields) for r in self.live())))
@@ -108,8 +149,14 @@ class Cluster:
     async def spare(self, index: int) -> Replica:
         """A process under the name of replica `index`, ready but not started: its restart
         made in advance, so it can start within a lease of the kill."""
-        options = {"lease_s": self.lease_s, "heartbeat_s": self.heartbeat_s}
-        return await spawn(self.store_url, self.relay_url, self.replicas[index].owner, **options)
+        return await spawn(
+            self.store_url,
+            self.relay_url,
+            self.replicas[index].owner,
+            lease_s=self.lease_s,
+            heartbeat_s=self.heartbeat_s,
+            offset_s=self.offsets.get(index, 0.0),
+        )
 
     async def restart(self, index: int, spare: Replica | None = None) -> Replica:
         """A new process (`spare`, or one spawned now) under the name of replica `index`, dead
@@ -153,18 +200,28 @@ async def cluster(
     lease_s: float = 20.0,
     heartbeat_s: float = 60.0,
     clock: Callable[[], float] = time.time,
+    offsets: dict[int, float] | None = None,
 ) -> AsyncIterator[Cluster]:
-    """`count` replicas of one store publishing to one dev relay on loopback."""
+    """`count` replicas of one store publishing to one dev relay on loopback; `offsets`: the
+    seconds some of their wall clocks are off, by index."""
+    offsets = offsets or {}
     relay = DevRelay(clock=clock)
     async with AsyncExitStack() as stack:
         relay_url = await stack.enter_async_context(serve(relay))
         replicas: list[Replica] = []
         try:
             for n in range(count):
-                name = f"replica-{n}"
-                options = {"lease_s": lease_s, "heartbeat_s": heartbeat_s}
-                replicas.append(await spawn(store_url, relay_url, name, **options))
-            group = Cluster(relay, relay_url, store_url, replicas, lease_s, heartbeat_s)
+                replicas.append(
+                    await spawn(
+                        store_url,
+                        relay_url,
+                        f"replica-{n}",
+                        lease_s=lease_s,
+                        heartbeat_s=heartbeat_s,
+                        offset_s=offsets.get(n, 0.0),
+                    )
+                )
+            group = Cluster(relay, relay_url, store_url, replicas, lease_s, heartbeat_s, offsets)
             yield group
         finally:
             # `restart` replaces entries of the same list: these are the processes now running.

@@ -32,7 +32,7 @@ from relay.errors import (
     StoreUnavailableError,
     TransferConflictError,
 )
-from relay.store import resolve
+from relay.store import StoreTarget, resolve
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
 from relay.store.sql import migrate
 
@@ -45,17 +45,42 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"a {target.name} store has no schema to migrate")
     head = migrate.head_revision()
     if args.sql:
-        migrate.offline_sql(target)
-        return OK
+        return await _migrate_sql(target, from_empty=args.from_empty)
+    if args.from_empty:
+        raise InvalidInputError("--from-empty goes with --sql")
     if args.check:
         current = await migrate.current(target)
         if current == head:
             say(f"{target.display} is at head {head}")
             return OK
-        say(f"{target.display} is at {current or 'no revision'}, not at head {head}")
+        say(f"{target.display} is at {current or 'no revision'}, not at head {head}; pending:")
+        for revision in migrate.revisions(current):
+            say(f"  {revision.id}  {revision.doc}")
         return FAILED
-    await migrate.upgrade(target)
+    applied = await migrate.upgrade(target)
+    if not applied:
+        say(f"{target.display} is already at head {head}")
+        return OK
+    for revision in applied:
+        say(f"applied {revision.id}  {revision.doc}")
     say(f"{target.display} is at head {head}")
+    return OK
+
+
+async def _migrate_sql(target: StoreTarget, *, from_empty: bool) -> int:
+    """The DDL a DBA runs by hand: what the database lacks (it is read, not written), or with
+    `from_empty` every revision without connecting. Notes go to stderr: stdout is only SQL."""
+    if from_empty:
+        migrate.offline_sql(target)
+        return OK
+    current = await migrate.current(target)
+    head = migrate.head_revision()
+    if current == head:
+        progress(f"-- {target.display} is already at head {head}: nothing to apply")
+        return OK
+    pending = ", ".join(revision.id for revision in migrate.revisions(current))
+    progress(f"-- {target.display} is at {current or 'no revision'}: the DDL of {pending}")
+    migrate.offline_sql(target, since=current)
     return OK
 
 
@@ -144,6 +169,34 @@ async def _bench_replicas(args: argparse.Namespace) -> int:
     return OK
 
 
+# ── pairing refusals ──────────────────────────────────────────────────────────
+
+# What to do about a relay's refusal of an invitation, by its reason.
+_REMEDIES = {
+    "invalid_invitation": "the relay does not know this invitation: ask for a new one",
+    "expired_invitation": "the invitation expired or was used already: ask for a new one",
+    "publisher_already_registered": "another user registered this publisher id at the relay",
+}
+
+
+def refusal(error: RelayPairingError) -> str:
+    """A pairing refusal with the status it answers (`error.status`, the one a web app
+    returns), and the relay's own answer and reason told apart from it."""
+    cause = error.__cause__
+    if isinstance(cause, RelayUnreachableError):
+        return str(cause)  # upstream's "Could not reach Talaria Relay", and why
+    if not isinstance(cause, RelayHttpError):
+        return f"pairing refused with {error.status}: {error}"
+    # Upstream's message ends in the relay's status, " (HTTP 400)": said once, as the relay's.
+    message = str(error).removesuffix(f" (HTTP {cause.status})")
+    said = f"the relay answered HTTP {cause.status}"
+    if cause.code:
+        said += f" {cause.code}"
+        if cause.code in _REMEDIES:
+            said += f": {_REMEDIES[cause.code]}"
+    return f"pairing refused with {error.status}: {message} ({said})"
+
+
 # ── the parser ────────────────────────────────────────────────────────────────
 
 # A URL's password (`scheme://user:PASSWORD@`, up to the last `@` of the word) and an invitation.
@@ -160,6 +213,10 @@ def _redacted(text: str) -> str:
     return text
 
 
+_STORE_FORMS = "(sqlite:///path, postgresql://…, json:///dir, memory://)"
+_DEFAULT_STORE = "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)"
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, except that a usage error never repeats a password or an invitation.
 
@@ -172,13 +229,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    store = _Parser(add_help=False)
-    store.add_argument(
-        "--store",
-        metavar="URL",
-        help="the relay store: sqlite:///path, postgresql://…, json:///dir, memory:// (new and "
-        "empty) (default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)",
-    )
+    def store(text: str) -> _Parser:
+        """A `--store URL` option whose help says what this command does with the store."""
+        option = _Parser(add_help=False)
+        option.add_argument("--store", metavar="URL", help=f"{text} {_STORE_FORMS}")
+        return option
+
     root = _Parser(
         prog="talaria-relay",
         description="Talaria Relay publisher state: migrate, inspect, rekey, copy; "
@@ -188,18 +244,42 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, run: Command, text: str, **kwargs: Any) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, parents=[store], help=text, description=text, **kwargs)
+    def add(
+        name: str, run: Command, text: str, store_text: str | None = None, **kwargs: Any
+    ) -> argparse.ArgumentParser:
+        """A subcommand; with `store_text`, a `--store` that it reads (or writes) as told."""
+        parents = [] if store_text is None else [store(f"{store_text} {_DEFAULT_STORE}")]
+        sub = commands.add_parser(name, parents=parents, help=text, description=text, **kwargs)
         sub.set_defaults(run=run)
         return sub
 
-    sub = add("migrate", cmd_migrate, "upgrade the store's schema to head (safe on replicas)")
+    sub = add(
+        "migrate",
+        cmd_migrate,
+        "upgrade the store's schema to head (safe on replicas)",
+        "the SQL store to migrate (a missing SQLite file and its directories are created)",
+    )
     sub.add_argument("--check", action="store_true", help="change nothing; exit 1 if not at head")
-    sub.add_argument("--sql", action="store_true", help="print the DDL instead of running it")
+    sub.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the DDL of the revisions the database lacks instead of running it (reads "
+        "its revision)",
+    )
+    sub.add_argument(
+        "--from-empty",
+        action="store_true",
+        help="with --sql: the DDL of every revision, from an empty database; connects to nothing",
+    )
 
-    add_grants(commands, store)
+    add_grants(commands, store(f"the Postgres store whose database is named {_DEFAULT_STORE}"))
 
-    sub = add("status", cmd_status, "show what the store holds (never the private key)")
+    sub = add(
+        "status",
+        cmd_status,
+        "show what the store holds (never the private key)",
+        "the store to read, never written (one that is not there is refused)",
+    )
     sub.add_argument("--json", action="store_true", help="the stable JSON shape (see README)")
 
     sub = add(
@@ -207,6 +287,7 @@ def parser() -> argparse.ArgumentParser:
         cmd_check,
         "readiness probe: the store answers, is at head and holds a registration (exit 0), "
         "else 1, or 3 when the store cannot be reached; never calls the relay",
+        "the store to probe, never written",
     )
     sub.add_argument("--json", action="store_true", help="one JSON document (see README)")
 
@@ -214,6 +295,7 @@ def parser() -> argparse.ArgumentParser:
         "rekey",
         cmd_rekey,
         "encrypt, re-encrypt or decrypt every stored key, all at once",
+        "the store whose keys to rewrite (one that is not there is refused)",
         epilog=f"Keys are read with ${PASSPHRASE_ENV} (or ${PASSPHRASE_FILE_ENV}); the new "
         "passphrase is never taken on the command line. On failure nothing changes.",
     )
@@ -257,8 +339,14 @@ def parser() -> argparse.ArgumentParser:
         "demo",
         cmd_demo,
         "publish a demo web app's sessions and check what the relay got; it writes only an empty "
-        "store, $XDG_STATE_HOME/talaria-relay/demo.db unless --store names one (never "
-        "$TALARIA_RELAY_STORE_URL's)",
+        "store, never $TALARIA_RELAY_STORE_URL's",
+    )
+    sub.add_argument(
+        "--store",
+        metavar="URL",
+        help="the store the demo writes, empty or not there yet (default: "
+        "$XDG_STATE_HOME/talaria-relay/demo.db, made afresh for each dev relay; never "
+        f"$TALARIA_RELAY_STORE_URL) {_STORE_FORMS}",
     )
     sub.add_argument("--relay-url", metavar="URL", help="a running relay instead of a dev relay")
     sub.add_argument(
@@ -284,6 +372,11 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a store that already holds a registration is left alone, and the demo exits 0",
     )
+    _add_bench(commands)
+    return root
+
+
+def _add_bench(commands: Any) -> None:
     sub = commands.add_parser(
         "bench",
         help="measure the store beside the raw drivers doing the same statements",
@@ -312,7 +405,6 @@ def parser() -> argparse.ArgumentParser:
     scale.add_argument("--profiles", type=int, default=10, metavar="P", help="(default 10)")
     scale.add_argument("--sessions", type=int, default=2000, metavar="S", help="(default 2000)")
     scale.add_argument("--seconds", type=float, default=60.0, help="(default 60)")
-    return root
 
 
 def _glued(argv: Sequence[str]) -> list[str]:
@@ -335,9 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return FAILED
     except RelayPairingError as error:
-        cause = error.__cause__
-        reason = cause.code if isinstance(cause, RelayHttpError) else None
-        fail(f"{error}: the relay's reason: {reason}" if reason else str(error))
+        fail(refusal(error))
         unreachable = isinstance(error.__cause__, RelayUnreachableError)
         return UNREACHABLE if unreachable else FAILED
     except ModuleNotFoundError as error:

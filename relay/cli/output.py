@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from relay.errors import InvalidInputError
-from relay.health import missing
+from relay.health import absence
 from relay.store import StoreTarget
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
@@ -31,11 +31,5 @@ def progress(line: str) -> None:
 
 def require_existing(target: StoreTarget, flag: str = "--store") -> None:
     """Reading a store that is not there is a mistake: say where we looked, create nothing."""
-    if missing(target):
-        assert target.path is not None
-        hint = ""
-        if target.backend == "sqlite":
-            hint = " (sqlite:///relay.db is relative to here, sqlite:////srv/relay.db absolute)"
-        raise InvalidInputError(
-            f"{flag}: no {target.name} store at {target.path.absolute()}{hint}; nothing created"
-        )
+    if (absent := absence(target)) is not None:
+        raise InvalidInputError(f"{flag}: {absent}")

@@ -86,21 +86,25 @@ class Announcements:
         done: list[tuple[str, str]] = []
         try:
             while True:
+                asked = leases.asking()
                 entries = await self._store.claim_started_scopes(
                     scopes, leases.owner, leases.now_ms(), leases.lease_ms, STARTED_BATCH, sent=done
                 )
                 done = []
                 if not entries:
                     return
-                until = leases.until()
                 for entry in entries:
-                    if done and leases.expiring(until):
-                        break  # claim the rest again before the lease can lapse mid-send
+                    if leases.lapsing(asked):
+                        break  # claim the rest again: another replica may hold them by now
                     profile = profiles[entry.profile_id]
                     await self._announce(
                         config, profile, entry.profile_id, entry.session_id, entry.started_at
                     )
                     done.append((entry.profile_id, entry.session_id))
+                if not done:
+                    # The claim itself outlasted its window (a frozen process, a store that slow):
+                    # the next pass claims again rather than this one spinning on it.
+                    return
         finally:
             # What went out stays sent even when a later one of the batch failed.
             if done:

@@ -2,12 +2,19 @@
 
 A claim (an announcement or a deletion being delivered) and a run row are leased to one replica.
 While it lives it renews them; when it dies, another takes them over once the lease has ended.
+
+A holder trusts a lease only within its trust window (as River's leader does): from the moment
+it asked for the lease, by its own monotonic clock, for the lease's length minus the time a
+request may take. Past it, the lease may have ended and another replica may hold the work, so the
+holder sends nothing on it until it has asked the store again. A process frozen past its leases
+(SIGSTOP, a GC pause, a VM paused) wakes with every window shut, whatever its wall clock says.
 """
 
 from __future__ import annotations
 
 import math
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,21 +43,27 @@ def incarnation(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Leases:
-    """One replica's leases: who holds them, for how long, by which clock (Unix seconds)."""
+    """One replica's leases: who holds them, for how long, by which clock (Unix seconds), and
+    the monotonic clock (`ticks`, seconds) their trust windows are measured on."""
 
     owner: str
     lease_ms: int
     clock: Callable[[], float]
+    ticks: Callable[[], float] = time.monotonic
 
     def now_ms(self) -> int:
         return math.floor(self.clock() * 1000)
 
-    def until(self) -> int:
-        return self.now_ms() + self.lease_ms
+    def asking(self) -> float:
+        """Now, on the monotonic clock: read just before a store call that takes or renews a
+        lease, it opens that lease's trust window (`lapsing`)."""
+        return self.ticks()
 
-    def expiring(self, until: int) -> bool:
-        """Whether a claim held until `until` may end during the next request."""
-        return self.now_ms() + min(_SEND_MS, self.lease_ms // 2) > until
+    def lapsing(self, asked: float) -> bool:
+        """Whether a lease asked for at `asked` (`asking()`) may end before a request started
+        now does: its trust window has shut, and nothing may be sent on it."""
+        margin_ms = min(_SEND_MS, self.lease_ms // 2)
+        return (self.ticks() - asked) * 1000 + margin_ms > self.lease_ms
 
     @property
     def poll_s(self) -> float:

@@ -47,9 +47,9 @@ class Outbox:
     ) -> None:
         self._store = store
         self._leases = leases
-        # The deletions this replica holds claims on, and until when.
+        # The deletions this replica holds claims on, and when it asked for them (`Leases.asking`).
         self._claimed: set[str] = set()
-        self._until = 0
+        self._asked = 0.0
         self._host = host
         self._put = put
         self._publishes = publishes
@@ -74,15 +74,16 @@ class Outbox:
     async def _claim(self) -> list[DeletedView]:
         """Claim what no other replica is delivering (and renew what this one is)."""
         leases = self._leases
-        self._until = leases.until()
+        self._asked = leases.asking()
         views = await self._store.claim_deleted(leases.owner, leases.now_ms(), leases.lease_ms)
         self._claimed = {view.id for view in views}
         return views
 
     async def _still_claimed(self, view: DeletedView) -> bool:
-        if self._leases.expiring(self._until):
+        if self._leases.lapsing(self._asked):
             await self._claim()
-        return view.id in self._claimed
+        # A claim that outlasted its own window is not trusted either: the next pass asks again.
+        return view.id in self._claimed and not self._leases.lapsing(self._asked)
 
     async def _deleted(self, config: RelayConfig) -> list[DeletedView]:
         """The outbox, bound once to this registration's scope, minus sessions that still exist.

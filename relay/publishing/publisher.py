@@ -34,6 +34,7 @@ from relay.errors import (
     RelayHttpError,
     RelayPairingError,
     RelayRequestError,
+    StoreUnavailableError,
 )
 from relay.host import ActiveRun, Host
 from relay.logfields import fields
@@ -281,10 +282,19 @@ class RelayPublisher:
         is raised; with it a permanent refusal disables its profile alone, and the failure
         asking the longest Retry-After backs off the publisher."""
         # No store call is in flight while the PUTs are.
-        built: list[tuple[str, str, list[RelayState]]] = []
-        for profile, grant in self.config.profiles.items():
-            if await self._publishes(profile, grant):
-                built.append((profile, grant.profile_id, await self.build_states(profile)))
+        built = await self._build_all()
+        if self._runs.lapsing():
+            # Frozen or held up past the rows' leases since they were written: another replica
+            # may publish some of them by now. Write again; what the store says now is sent.
+            if self._rows is not None:  # in a pass; outside one, each build writes anew
+                self._rows = await self._runs.sync()
+                self._revisions = iter(self._rows.revisions)
+            built = await self._build_all()
+            if self._runs.lapsing():
+                raise StoreUnavailableError(
+                    "Relay store answered too slowly to trust the run leases it gave "
+                    f"({self._leases.lease_ms / 1000:g}s); no snapshot was sent"
+                )
         tracing.annotate(
             {"relay.profiles": len(built), "relay.states": sum(len(one[2]) for one in built)}
         )
@@ -314,6 +324,14 @@ class RelayPublisher:
             )
         if backoff:
             raise fanout.longest_wait(backoff)
+
+    async def _build_all(self) -> list[tuple[str, str, list[RelayState]]]:
+        """Every published profile's states: (profile, profile id, states)."""
+        built: list[tuple[str, str, list[RelayState]]] = []
+        for profile, grant in self.config.profiles.items():
+            if await self._publishes(profile, grant):
+                built.append((profile, grant.profile_id, await self.build_states(profile)))
+        return built
 
     async def publish_profile(self, profile_id: str, expected_identity: str) -> None:
         """The validation publish of a newly enrolled profile."""

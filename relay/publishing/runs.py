@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Protocol
 
@@ -52,6 +53,8 @@ class HostedRuns:
         # What each hosted session's turn was last offered as: re-offered while its metadata is
         # unreadable, since a live turn left out of a sync ends as failed.
         self.offered: dict[str, RunState] = {}
+        # When the last write asked for the leases on the rows it returned (`Leases.asking`).
+        self._asked = -math.inf
 
     def inherit(self, previous: HostedRuns) -> None:
         self.terminal.update(previous.terminal)
@@ -88,6 +91,7 @@ class HostedRuns:
         give_up = clock() + REQUEST_TIMEOUT_S + 1
         while True:
             now_ms = self._leases.now_ms()
+            self._asked = self._leases.asking()
             written = await self._store.pass_write(
                 owner,
                 hosted,
@@ -98,6 +102,11 @@ class HostedRuns:
             if clock() >= give_up or not any(r.sent_elsewhere(owner, now_ms) for r in written.runs):
                 return written
             await asyncio.sleep(SENDING_POLL_S)
+
+    def lapsing(self) -> bool:
+        """Whether the rows of the last write may have been taken by another replica by the time a
+        request started now ends: past their trust window, they are not sent (`Leases`)."""
+        return self._leases.lapsing(self._asked)
 
     async def release(self) -> None:
         # Unreleased, the rows wait for their lease instead: slower for another replica, no loss.

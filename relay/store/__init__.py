@@ -25,7 +25,7 @@ from relay.store.records import (
     StartedScope,
     StateBatch,
 )
-from relay.store.url import StoreTarget, resolve
+from relay.store.url import StoreTarget, require_directory, resolve
 
 __all__ = [
     "DeletedScope",
@@ -48,6 +48,7 @@ ProfileHome = Callable[[str], Path]
 
 async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore:
     target = resolve(url)
+    require_directory(target)  # a mistyped directory is refused, not made
     if target.backend == "memory":
         from relay.store.memory import MemoryStore
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +17,7 @@ from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
+from relay.refused import nothing_listening
 from relay.store import budget, hosts, sqlstate
 
 ENV_VAR = "TALARIA_RELAY_STORE_URL"
@@ -75,14 +76,20 @@ MAX_STATEMENT_CACHE = 100_000
 
 @dataclass(frozen=True, slots=True)
 class StoreTarget:
-    """A parsed store URL; `url` is the canonical SQLAlchemy URL of a SQL backend."""
+    """A parsed store URL; `url` is the canonical SQLAlchemy URL of a SQL backend; `written`
+    the URL as the user wrote it, its password hidden (None for the embedded default)."""
 
     backend: Backend
     path: Path | None = None
     url: URL | None = None
+    written: str | None = field(default=None, compare=False)
 
     @property
     def display(self) -> str:
+        """The URL for messages: as written (`postgresql://`, not the driver's scheme), without
+        its password."""
+        if self.written is not None:
+            return self.written
         if self.url is not None:
             return hosts.render(self.url, hide_password=True)
         return MEMORY if self.backend == "memory" else f"json://{self.path}"
@@ -105,6 +112,34 @@ def default_sqlite_path() -> Path:
     return Path(state) / "talaria-relay" / "relay.db"
 
 
+def missing_directory(target: StoreTarget) -> Path | None:
+    """The directory a file store's path needs and does not have; None when it is there, or
+    is the embedded default's own (`$XDG_STATE_HOME/talaria-relay`, which is ours to make).
+
+    Only `talaria-relay migrate` (`relay.store.sql.migrate`) creates a directory a user named:
+    elsewhere a missing one is a typo, refused before anything is made.
+    """
+    if target.path is None or target.backend not in ("sqlite", "json"):
+        return None
+    parent = target.path.expanduser().absolute().parent
+    if parent.exists() or target.path == default_sqlite_path():
+        return None
+    return parent
+
+
+def require_directory(target: StoreTarget) -> None:
+    """`InvalidInputError` naming the fix when the directory `target` needs is missing."""
+    parent = missing_directory(target)
+    if parent is not None:
+        fix = ", or run `talaria-relay migrate --store URL`, which does" * (
+            target.backend == "sqlite"
+        )
+        raise InvalidInputError(
+            f"no directory {parent} for the {target.name} store {target.display}: "
+            f"create it{fix}; nothing created"
+        )
+
+
 def resolve(raw: str | None = None) -> StoreTarget:
     """Parse `raw`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite default.
 
@@ -122,14 +157,28 @@ def resolve(raw: str | None = None) -> StoreTarget:
         directory = raw.split("://", 1)[1]
         if not directory:
             raise InvalidInputError("json store URL needs a directory: json:///path/to/state-dir")
-        return StoreTarget("json", _json_path(directory))
+        return StoreTarget("json", _json_path(directory), written=raw)
     if scheme in ("sqlite", "sqlite+aiosqlite", "sqlite+pysqlite"):
         path = _sqlite_path(_parse(raw))
-        return StoreTarget("sqlite", path, _sqlite_url(path))
+        return StoreTarget("sqlite", path, _sqlite_url(path), written=raw)
     if scheme in ("postgres", "postgresql", "postgresql+asyncpg"):
-        return StoreTarget("postgres", url=_postgres_url(raw.split("://", 1)[1]))
+        url = _postgres_url(raw.split("://", 1)[1])
+        return StoreTarget("postgres", url=url, written=_without_password(raw, url))
     shown = raw if "@" not in raw else raw.split("://", 1)[0] + "://…"
     raise InvalidInputError(f"unsupported store URL {shown!r}; use one of: " + ", ".join(SUPPORTED))
+
+
+def _without_password(raw: str, url: URL) -> str:
+    """`raw` with the password of its user part as `***`, found as the parser found it."""
+    scheme, rest = raw.split("://", 1)
+    userinfo = _USERINFO.match(rest)
+    assert userinfo is not None  # the pattern matches the empty string
+    user, colon, _password = userinfo.group(0).rstrip("@").partition(":")
+    auth = f"{user}:***@" if colon else userinfo.group(0)
+    shown = f"{scheme}://{auth}{rest[userinfo.end() :]}"
+    if url.password:  # whatever the pattern missed, the parsed password never shows
+        shown = shown.replace(str(url.password), "***")
+    return shown
 
 
 def _checked_raw(raw: object) -> str:
@@ -330,6 +379,8 @@ def driver_error(exc: BaseException, target: StoreTarget) -> StoreError:
     )
     if isinstance(state, str):
         message = sqlstate.described(state, message)
+    elif (refused := nothing_listening(exc)) is not None:
+        message = refused
     if isinstance(state, str) and sqlstate.unavailable(state):
         return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")
     if isinstance(exc, DBAPIError) and not (

@@ -7,9 +7,11 @@
     relay.stop()                     # or `with ThreadedRelayService(...) as relay:`; or at exit
 
 The same `RelayService` runs on an event loop in a daemon thread of its own (started on first
-use); every method is safe from any thread and waits at most `timeout` seconds. Errors are the
-async service's own `relay.errors` classes, raised in the calling thread; a call that takes too
-long raises `CallTimeoutError` (and is cancelled), one cut short by `stop()` `ServiceStoppedError`.
+use; a first call other than `start()` or `health()` starts the service too, where the async
+`RelayService` raises `ServiceNotStartedError`); every method is safe from any thread and
+waits at most `timeout` seconds. Errors are the async service's own `relay.errors` classes,
+raised in the calling thread; a call that takes too long raises `CallTimeoutError` (and is
+cancelled), one cut short by `stop()` `ServiceStoppedError`.
 
 Fork: a service used before `os.fork()` (gunicorn `--preload`, multiprocessing's fork) is made
 again in the child, with a new loop, a new store connection and a new owner id: at once and
@@ -202,6 +204,11 @@ class ThreadedRelayService:
         wait = self.timeout if timeout is None else timeout
         if not isinstance(wait, int | float) or not isfinite(wait) or wait <= 0:
             raise InvalidInputError("timeout must be a positive number of seconds")
+        if name not in ("start", "health"):
+            # The thread starts on first use, and the service with it: a threaded app that
+            # forgot `start()` publishes from its first call on (the async service raises).
+            self._started = True
+            action = _started_first(action)
         return self._runtime_here().call(name, action, wait)
 
     def _after_fork(self) -> None:
@@ -214,6 +221,17 @@ class ThreadedRelayService:
         if self._started and not self._stopped:
             # Started in the parent, so started here: the child publishes its own sessions.
             self._runtime_here().boot(lambda s: s.start()).add_done_callback(_report_restart)
+
+
+def _started_first(
+    action: Callable[[RelayService], Awaitable[T]],
+) -> Callable[[RelayService], Awaitable[T]]:
+    async def run(service: RelayService) -> T:
+        if not service.started:
+            await service.start()
+        return await action(service)
+
+    return run
 
 
 def _report_restart(answer: Future[bool]) -> None:

@@ -94,7 +94,7 @@ class Runtime:
         return self.service
 
     def changed(self) -> None:
-        if self.service is not None:
+        if self.service is not None and self.service.started:
             self.service.changed()
 
     # ── callers' threads ──────────────────────────────────────────────────────

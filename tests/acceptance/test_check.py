@@ -56,13 +56,29 @@ async def test_an_unregistered_store_is_not_ready(home: Path, tmp_path: Path) ->
     assert "pair" in str(document["problem"])
 
 
-def test_a_store_below_head_is_not_ready_and_is_left_alone(home: Path, tmp_path: Path) -> None:
-    """A SQLite file that does not exist yet: exit 1 with the hint to migrate; nothing created."""
+def test_a_missing_sqlite_file_is_missing_to_check_and_status_alike(
+    home: Path, tmp_path: Path
+) -> None:
+    """A SQLite file that does not exist: `check` says there is no store there (exit 3, not
+    reachable, no schema verdict), `status` says the same words (exit 2); nothing created."""
     path = tmp_path / "relay.db"
     code, document = check(home, f"sqlite:///{path}")
-    assert (code, document["schema_at_head"]) == (1, False)
-    assert "talaria-relay migrate" in str(document["problem"])
+    assert (code, document["reachable"], document["schema_at_head"]) == (3, False, None)
+    absent = f"no SQLite store at {path}"
+    assert absent in str(document["problem"])
+    status = run(home, "status", "--store", f"sqlite:///{path}", timeout=30, process=True)
+    assert status.code == 2
+    assert absent in status.stderr
     assert not path.exists()
+
+
+async def test_a_store_below_head_is_not_ready(home: Path, tmp_path: Path) -> None:
+    """An empty SQLite file (no relay schema yet): exit 1 with the hint to migrate."""
+    path = tmp_path / "relay.db"
+    path.touch()
+    code, document = check(home, f"sqlite:///{path}")
+    assert (code, document["reachable"], document["schema_at_head"]) == (1, True, False)
+    assert "talaria-relay migrate" in str(document["problem"])
 
 
 async def test_an_unmigrated_postgres_is_not_ready(home: Path, pg_database: str) -> None:

@@ -119,13 +119,40 @@ def unreachable_pg_url() -> str:
 
 
 @pytest.mark.parametrize(
-    "subcommand", ["migrate", "status", "check", "rekey", "import", "dev-relay", "demo"]
+    ("subcommand", "says"),
+    [
+        ("migrate", "the SQL store to migrate"),
+        ("status", "the store to read, never written"),
+        ("check", "the store to probe, never written"),
+        ("rekey", "the store whose keys to rewrite"),
+        ("grants", "the Postgres store whose database is named"),
+    ],
 )
-def test_every_subcommand_has_help_with_the_store_option(home: Path, subcommand: str) -> None:
-    """`SUBCOMMAND --help` exits 0 and documents `--store URL` and its environment default."""
+def test_every_subcommand_on_a_store_has_help_with_its_own_store_option(
+    home: Path, subcommand: str, says: str
+) -> None:
+    """`SUBCOMMAND --help` exits 0 and documents `--store URL` as that command uses it, with
+    its environment default."""
     result = expect(cli(home, subcommand, "--help", timeout=30), 0)
     assert "--store URL" in result.stdout
-    assert "TALARIA_RELAY_STORE_URL" in result.stdout
+    assert says in " ".join(result.stdout.split())
+    assert "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)" in " ".join(
+        result.stdout.split()
+    )
+
+
+def test_demo_help_says_its_store_is_never_the_environments(home: Path) -> None:
+    """`demo --help` says where the demo writes and never promises $TALARIA_RELAY_STORE_URL as
+    its default, which it never uses."""
+    text = " ".join(expect(cli(home, "demo", "--help", timeout=30), 0).stdout.split())
+    assert "(default: $XDG_STATE_HOME/talaria-relay/demo.db" in text
+    assert "default: $TALARIA_RELAY_STORE_URL" not in text
+
+
+@pytest.mark.parametrize("subcommand", ["import", "dev-relay"])
+def test_commands_without_a_store_take_no_store_option(home: Path, subcommand: str) -> None:
+    """`import` (--from/--to) and `dev-relay` name no --store they would ignore."""
+    assert "--store" not in expect(cli(home, subcommand, "--help", timeout=30), 0).stdout
 
 
 def test_no_subcommand_is_a_usage_error(home: Path) -> None:
@@ -210,8 +237,10 @@ def test_two_migrates_at_once_on_postgres_both_succeed(home: Path, pg_database: 
 
 
 def test_migrate_sql_prints_postgres_ddl_without_a_server(home: Path) -> None:
-    """`migrate --sql` on a Postgres URL prints DDL and the advisory lock, connecting nowhere."""
-    result = expect(cli(home, "migrate", "--sql", "--store", unreachable_pg_url(), timeout=30), 0)
+    """`migrate --sql --from-empty` on a Postgres URL prints DDL and the advisory lock,
+    connecting nowhere."""
+    url = unreachable_pg_url()
+    result = expect(cli(home, "migrate", "--sql", "--from-empty", "--store", url, timeout=30), 0)
     assert "CREATE TABLE relay_config" in result.stdout
     assert "pg_advisory_xact_lock" in result.stdout
     assert SECRET not in result.output
@@ -823,7 +852,8 @@ def test_demo_takes_an_invitation_token_that_starts_with_a_dash(home: Path) -> N
 
 
 def test_demo_with_a_bad_invitation_exits_1_with_the_rejection(home: Path) -> None:
-    """An invitation the relay does not know: exit 1 and the relay's refusal in the message."""
+    """An invitation the relay does not know: exit 1, the refusal's own status (409), and the
+    relay's answer (400 and its reason) told apart from it, with what to do."""
     with dev_relay(home) as relay:
         result = cli(
             home,
@@ -839,9 +869,11 @@ def test_demo_with_a_bad_invitation_exits_1_with_the_rejection(home: Path) -> No
         relay.stop()
     expect(result, 1)
     assert (
-        "Talaria Relay rejected server registration (HTTP 400): the relay's reason: "
-        "invalid_invitation" in result.stderr
+        "pairing refused with 409: Talaria Relay rejected server registration (the relay "
+        "answered HTTP 400 invalid_invitation: the relay does not know this invitation: ask for "
+        "a new one)" in result.stderr
     )
+    assert "(HTTP 400)" not in result.stderr
     assert "not-a-real-invitation" not in result.output, "the invitation was printed"
 
 

@@ -340,6 +340,7 @@ async def pair_with(relay_url: str, seen: list[httpx.Request]) -> RelayPairingEr
             open_store(f"json://{state}") as store,
         ):
             service = RelayService(store, MemoryHost(["default"]), relay_url=TRUSTED, http=http)
+            await service.start()
             body = {
                 "relay_url": relay_url,
                 "publisher_id": "https://hermes.example",

@@ -99,6 +99,22 @@ def test_every_method_is_a_plain_call(dev: RelayThread, tmp_path: Path) -> None:
         assert dev.started() == ["chat-1"]
 
 
+def test_a_first_call_starts_the_threaded_service(dev: RelayThread, tmp_path: Path) -> None:
+    """Without `start()`, the threaded facade's first call (here a presence beat) starts the
+    service, so a registered store publishes; `health()` alone starts nothing."""
+    with make(dev, tmp_path, Sessions()) as relay:
+        relay.pair(dev.pairing(), "default")
+    relay = make(dev, tmp_path, Sessions())
+    try:
+        health = relay.health()
+        assert (health.registered, health.publishing, health.ready) == (True, False, False)
+        assert relay.update_presence(BEAT, "default")["ok"] is True
+        health = relay.health()
+        assert (health.publishing, health.ready) == (True, True)
+    finally:
+        relay.stop()
+
+
 def test_errors_are_the_async_services_own(dev: RelayThread, tmp_path: Path) -> None:
     """What the service raises is raised in the calling thread, of the same class."""
     with make(dev, tmp_path, Sessions()) as relay:

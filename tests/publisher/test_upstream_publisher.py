@@ -174,7 +174,13 @@ async def test_rejects_untrusted_relays_and_malformed_fields_before_touching_the
         # the rest of the §3.2 table
         ("default", {"relay_url": None}, "Missing relay pairing fields", 400),
         ("default", {"label": 7}, "Missing relay pairing fields", 400),
-        ("default", {"relay_url": "http://relay.example"}, "value must be an HTTPS origin", 400),
+        (
+            "default",
+            {"relay_url": "http://relay.example"},
+            "value must be an HTTPS origin; http:// is accepted only for a loopback relay, with "
+            "allow_insecure_loopback=True (the command line's --allow-insecure-loopback)",
+            400,
+        ),
         (
             "default",
             {"publisher_id": "https://u:p@hermes.example"},
@@ -307,6 +313,7 @@ async def test_re_pairing_to_a_different_relay_or_publisher_answers_409(store: R
         other_relay = RelayService(
             store, env.host, relay_url="https://relay2.example", http=env.http, clock=env.clock
         )
+        assert not await other_relay.start()  # a registration with another relay: no publisher
         error = await pairing_error(
             other_relay.pair(
                 {

@@ -87,6 +87,7 @@ async def asgi_client(dev: RelayThread) -> AsyncIterator[httpx.AsyncClient]:
         service = RelayService(
             store, MemoryHost(["default"]), relay_url=dev.url, allow_insecure_loopback=True
         )
+        await service.start()
         await service.pair(dev.pairing(), "default")
         app = Starlette(routes=asgi.routes(service, identify_asgi))
         transport = httpx.ASGITransport(app=app)

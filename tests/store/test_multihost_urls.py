@@ -26,47 +26,47 @@ FORMS = {
     "port-per-host": (
         "postgresql://u:s3cret@h1:5432,h2:5433/db",
         [("h1", 5432), ("h2", 5433)],
-        "postgresql+asyncpg://u:***@h1:5432,h2:5433/db",
+        "postgresql://u:***@h1:5432,h2:5433/db",
     ),
     "ports-apart": (
         "postgresql://u@h1,h2/db?port=5432,5433",
         [("h1", 5432), ("h2", 5433)],
-        "postgresql+asyncpg://u@h1:5432,h2:5433/db",
+        "postgresql://u@h1,h2/db?port=5432,5433",
     ),
     "one-port-for-all": (
         "postgres://u@h1,h2/db?port=6432",
         [("h1", 6432), ("h2", 6432)],
-        "postgresql+asyncpg://u@h1:6432,h2:6432/db",
+        "postgres://u@h1,h2/db?port=6432",
     ),
     "hosts-apart": (
         "postgresql://u@/db?host=h1,h2&port=5432,5433&target_session_attrs=read-write",
         [("h1", 5432), ("h2", 5433)],
-        "postgresql+asyncpg://u@h1:5432,h2:5433/db?target_session_attrs=read-write",
+        "postgresql://u@/db?host=h1,h2&port=5432,5433&target_session_attrs=read-write",
     ),
     "no-ports": (
         "postgresql://u@h1,h2,h3/db",
         [("h1", None), ("h2", None), ("h3", None)],
-        "postgresql+asyncpg://u@h1,h2,h3/db",
+        "postgresql://u@h1,h2,h3/db",
     ),
     "ipv6": (
         "postgresql://u@[::1]:5432,[fd00::2]/db",
         [("::1", 5432), ("fd00::2", None)],
-        "postgresql+asyncpg://u@[::1]:5432,[fd00::2]/db",
+        "postgresql://u@[::1]:5432,[fd00::2]/db",
     ),
     "ipv6-bare-in-query": (
         "postgresql://u@/db?host=::1,h2",
         [("::1", None), ("h2", None)],
-        "postgresql+asyncpg://u@[::1],h2/db",
+        "postgresql://u@/db?host=::1,h2",
     ),
     "socket-dir": (
         "postgresql://u@/db?host=/var/run/postgresql&port=5433",
         [("/var/run/postgresql", 5433)],
-        "postgresql+asyncpg://u@/db?host=%2Fvar%2Frun%2Fpostgresql&port=5433",
+        "postgresql://u@/db?host=/var/run/postgresql&port=5433",
     ),
     "one-host": (
         "postgresql://u@db.internal:6432/relay",
         [("db.internal", 6432)],
-        "postgresql+asyncpg://u@db.internal:6432/relay",
+        "postgresql://u@db.internal:6432/relay",
     ),
 }
 
@@ -110,7 +110,7 @@ def test_every_multi_host_form_names_the_servers_asyncpg_connects_to(
     raw: str, expected: list[tuple[str, int | None]], shown: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each form gives the servers it names, asyncpg reads the same from the store's DSN (5432
-    where none is given), and the URL shows and parses back unchanged, password hidden."""
+    where none is given), the URL shows as written, password hidden, and parses back unchanged."""
     monkeypatch.delenv("PGPORT", raising=False)
     target = resolve(raw)
     assert target.url is not None

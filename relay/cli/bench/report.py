@@ -59,17 +59,26 @@ def render(document: dict[str, Any]) -> list[str]:
                 f"{_number(one['wall_ms'], 2)} ms, {_number(one['transactions'], 0)} "
                 f"transactions, {_number(one['statements'], 0)} statements"
             )
-        shape = store["publisher_shape"]
-        lines.append(
-            f"  publisher steady pass, largest S ÷ smallest: wall "
-            f"{_number(shape['steady_wall_largest_vs_smallest'], 3)}, same cost "
-            f"{'-' if shape['steady_same_cost'] is None else shape['steady_same_cost']}; "
-            f"first pass: the steady pass's transactions + "
-            f"{_number(shape['first_transactions_fixed'], 2)} + "
-            f"{_number(shape['first_transactions_per_batch'], 2)} per batch of {STARTED_BATCH}"
-        )
+        lines.append(_shape(store["publisher_shape"]))
         lines += _distance(store.get("distance") or {})
     return lines + _targets(document["targets"])
+
+
+def _shape(shape: dict[str, Any]) -> str:
+    """The publisher's cost shape in words; a store that counts no transactions (JSON files)
+    has no transaction figures to fit, and says so instead of printing blanks."""
+    line = (
+        "  publisher steady pass, largest S ÷ smallest: wall "
+        f"{_number(shape['steady_wall_largest_vs_smallest'], 3)}"
+    )
+    fixed, per_batch = shape["first_transactions_fixed"], shape["first_transactions_per_batch"]
+    if shape["steady_same_cost"] is None or fixed is None or per_batch is None:
+        return line + "; no transaction counts on this store, so no cost fit"
+    return (
+        f"{line}, same cost {shape['steady_same_cost']}; first pass: the steady pass's "
+        f"transactions + {fixed:,.2f} + {per_batch:,.2f} per batch of {STARTED_BATCH} "
+        "announcements"
+    )
 
 
 def _distance(distance: dict[str, Any]) -> list[str]:

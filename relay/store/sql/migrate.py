@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from relay.errors import InvalidInputError, SchemaError, StoreUnavailableError
@@ -30,6 +31,15 @@ if TYPE_CHECKING:
 
 # Held (per transaction) by every Postgres migration, so replicas racing `upgrade head` take turns.
 ADVISORY_LOCK_KEY = 0x74616C61726961  # "talaria"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One migration script: its id (`0006`) and the first line of its docstring."""
+
+    id: str
+    doc: str
 
 
 def script_location() -> Path:
@@ -76,6 +86,23 @@ def schema_error(current: str | None) -> SchemaError:
     )
 
 
+def revisions(after: str | None = None) -> list[Revision]:
+    """The scripts' revisions above `after` (None: every one), oldest first; none above a
+    revision the scripts do not know."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    found = [
+        Revision(str(s.revision), (s.doc or "").strip().splitlines()[0] if s.doc else "")
+        for s in script.walk_revisions("base", "heads")
+    ]
+    found.reverse()  # walked from the head down
+    if after is None:
+        return found
+    ids = [revision.id for revision in found]
+    return found[ids.index(after) + 1 :] if after in ids else []
+
+
 def upgrade_locked(connection: Connection, revision: str = "head") -> None:
     """Upgrade on a connection whose open transaction already excludes other migrators."""
     from alembic import command
@@ -83,9 +110,25 @@ def upgrade_locked(connection: Connection, revision: str = "head") -> None:
     command.upgrade(alembic_config(connection=connection), revision)
 
 
-async def upgrade(target: StoreTarget, revision: str = "head") -> None:
-    """Migrate the store `target` names (`resolve(url)`) to `revision`."""
-    await run(target, lambda connection: upgrade_locked(connection, revision))
+async def upgrade(target: StoreTarget, revision: str = "head") -> list[Revision]:
+    """Migrate the store `target` names (`resolve(url)`) to `revision`; the revisions this call
+    applied, oldest first (none when another migrator, or an earlier run, got there first)."""
+
+    def step(connection: Connection) -> str | None:
+        # The revision is read under the migrators' lock (SQLite: BEGIN IMMEDIATE), so what we
+        # list is what this transaction applied, not what a racing replica did.
+        if connection.dialect.name == "postgresql":
+            connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
+        before = current_revision(connection)
+        upgrade_locked(connection, revision)
+        return before
+
+    before = await run(target, step)
+    applied = revisions(before)
+    if revision != "head":
+        ids = [r.id for r in applied]
+        applied = applied[: ids.index(revision) + 1] if revision in ids else []
+    return applied
 
 
 async def current(target: StoreTarget) -> str | None:
@@ -126,12 +169,13 @@ async def current(target: StoreTarget) -> str | None:
         await engine.dispose()
 
 
-def offline_sql(target: StoreTarget) -> None:
-    """Print the DDL of an upgrade to head for the store, without connecting to it."""
+def offline_sql(target: StoreTarget, since: str | None = None) -> None:
+    """Print the DDL of an upgrade to head for the store, from revision `since` (None: from an
+    empty database), without connecting to it."""
     from alembic import command
 
     address = target.sqlalchemy_url.render_as_string(hide_password=False)
-    command.upgrade(alembic_config(address), "head", sql=True)
+    command.upgrade(alembic_config(address), "head" if since is None else f"{since}:head", sql=True)
 
 
 async def downgrade(target: StoreTarget, revision: str) -> None:
@@ -143,37 +187,37 @@ async def downgrade(target: StoreTarget, revision: str) -> None:
     )
 
 
-async def run(target: StoreTarget, step: Callable[[Connection], None]) -> None:
+async def run(target: StoreTarget, step: Callable[[Connection], T]) -> T:
     """Run a migration `step` on a connection to the store, in one write transaction, with the
-    store's own engine (SQLite: `BEGIN IMMEDIATE` on sqlite3; Postgres: asyncpg)."""
+    store's own engine (SQLite: `BEGIN IMMEDIATE` on sqlite3; Postgres: asyncpg); its answer."""
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema to migrate")
     if target.backend == "postgres":
         engine = postgres_engine(target.sqlalchemy_url)
         try:
             async with engine.connect() as connection:
-                await connection.run_sync(step)
+                answer = await connection.run_sync(step)
                 await connection.commit()
         except (DBAPIError, OSError, TimeoutError) as exc:
             raise driver_error(exc, target) from exc
         finally:
             await engine.dispose()
-        return
+        return answer
     assert target.path is not None
     path = target.path
 
-    def on_sqlite() -> None:
+    def on_sqlite() -> T:
         engine = sqlite_engine(path)
         try:
             with engine.connect() as connection:
                 connection.execution_options(**{WRITE: True})
                 with connection.begin():
-                    step(connection)
+                    return step(connection)
         finally:
             engine.dispose()
 
     try:
-        await asyncio.to_thread(FORK_GATE.run, on_sqlite)
+        return await asyncio.to_thread(FORK_GATE.run, on_sqlite)
     except (OSError, sqlite3.Error, DBAPIError) as exc:
         raise file_error(exc, target) from exc
 

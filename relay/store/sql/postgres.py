@@ -23,6 +23,7 @@ import asyncpg
 from sqlalchemy import URL
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
+from relay.refused import nothing_listening
 from relay.store import sqlstate
 from relay.store.budget import PARAMETERS as BUDGET_PARAMETERS
 from relay.store.budget import Budget, budget
@@ -247,6 +248,8 @@ class PostgresRunner:
             text = f"no answer within statement_timeout ({self.budget.statement_timeout:g}s)"
         elif state:
             text = sqlstate.described(state, text)
+        elif (refused := nothing_listening(error)) is not None:
+            text = refused
         if lost:
             text = f"the connection was lost ({text})"
         if self._password:

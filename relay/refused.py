@@ -1,0 +1,31 @@
+"""A connection refused, said as what it means: nothing is listening at that address.
+
+Drivers say `[Errno 111] Connect call failed ('127.0.0.1', 5433)` (asyncio) or bury it under
+"All connection attempts failed" (httpx); a user who mistyped a port needs the address and the
+likely fix, for the store and the relay alike.
+"""
+
+from __future__ import annotations
+
+import re
+
+# asyncio's words for a refused connect: `('host', port)` or, for IPv6, `('::1', port, 0, 0)`.
+_FAILED = re.compile(r"Connect call failed \('([^']*)', (\d+)")
+
+
+def nothing_listening(exc: BaseException) -> str | None:
+    """`nothing is listening at HOST:PORT` when `exc` (or what it was raised from) is a refused
+    connection; None otherwise."""
+    places: dict[str, None] = {}
+    refused = False
+    seen: BaseException | None = exc
+    for _ in range(8):  # a bounded walk: a chain may loop
+        if seen is None:
+            break
+        refused = refused or isinstance(seen, ConnectionRefusedError)
+        for host, port in _FAILED.findall(str(seen)):
+            places[f"[{host}]:{port}" if ":" in host else f"{host}:{port}"] = None
+        seen = seen.__cause__ or seen.__context__
+    if not places or not (refused or "Errno 111" in str(exc)):
+        return None
+    return f"nothing is listening at {' or '.join(places)} (is the server up, on that port?)"
