@@ -161,6 +161,16 @@ def _loop_of(service: RelayService) -> dict[str, Any]:
         else {"at": int(loop.last_success * 1000), "outcome": "ok"},
         "failures": loop.failures,
         "backoff_until": None if loop.backoff_until is None else int(loop.backoff_until * 1000),
+        "ring": [
+            {
+                "at": int(one.at * 1000),
+                "outcome": one.outcome,
+                "backoff_until": None
+                if one.backoff_until is None
+                else int(one.backoff_until * 1000),
+            }
+            for one in publisher.recent_passes()
+        ],
         "backoff_failure": loop.last_failure,
         "backoff_status": loop.last_failure_status,
     }

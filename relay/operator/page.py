@@ -149,15 +149,19 @@ def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
 
 def failure(row: Mapping[str, Any]) -> str:
     """What made a replica back off, in an operator's words, with the failure's class."""
+    return f"{_said(row)} ({row.get('backoff_failure')})"
+
+
+def _said(row: Mapping[str, Any]) -> str:
     kind = row.get("backoff_failure")
     status = row.get("backoff_status")
     if isinstance(status, int):
-        return f"the relay answered HTTP {status} ({kind})"
+        return f"the relay answered HTTP {status}"
     if kind in ("RelayUnreachableError", "RelayTimeoutError"):
-        return f"the relay could not be reached ({kind})"
+        return "the relay could not be reached"
     if isinstance(kind, str) and kind.startswith("Store"):
-        return f"the store did not answer ({kind})"
-    return f"{kind}"
+        return "the store did not answer"
+    return "a failure in the pass"
 
 
 def _worse(level: str, other: str) -> str:
@@ -220,14 +224,20 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
             state = _pill("warn", "backing off")
         else:
             state = _pill("ok", "live")
-        name = _t(row["owner"]) + (' <span class="muted">(this one)</span>' * row["this_replica"])
+        name = _t(row["owner"]) + (
+            '<br><span class="muted">(this one)</span>' * row["this_replica"]
+        )
         last = row.get("last_pass")
         backoff = ""
         if _backing_off(row, now_ms):
-            backoff = f"{_t(failure(row))}; retries {_when(row['backoff_until'], now_ms)}"
+            backoff = (
+                f'{_t(_said(row)).capitalize()}<div class="muted small">'
+                f"{_t(row.get('backoff_failure'))} · retries "
+                f"{_when(row['backoff_until'], now_ms)}</div>"
+            )
         cells = [
             f"<td>{state}</td>",
-            f"<td><code>{name}</code></td>",
+            f'<td><code class="nowrap">{name}</code></td>',
             f"<td>{_t(row.get('release', ''))}</td>",
             f"<td>{_when(last['at'], now_ms) if last else _unknown(row)}</td>",
             f"<td>{backoff}</td>",
@@ -235,7 +245,8 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
             f'<td class="n">{_t(row["claims"])}</td>',
         ]
         if striped:
-            cells.append(f"<td>{strip(row.get('ring', []), now_ms)}</td>")
+            passes = strip(row["ring"], now_ms) if "ring" in row else _unknown(row)
+            cells.append(f"<td>{passes}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     headings = [
         "State",
@@ -247,7 +258,7 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
         "Announcements it holds",
     ]
     if striped:
-        headings.append("Passes, last hour")
+        headings.append("Passes in the last hour (now at the right)")
     more = fleet.get("more", 0)
     extra = f'<p class="muted">and {_t(more)} more</p>' if more else ""
     legend = (
@@ -270,22 +281,37 @@ def _unknown(row: Mapping[str, Any]) -> str:
     return "" if row["this_replica"] else '<span class="muted nowrap">not recorded</span>'
 
 
-def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 180) -> str:
-    """The replica's passes over the last hour: one tick per pass, coloured by outcome."""
+def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 240) -> str:
+    """The replica's passes over the last hour, now at the right: a tick per pass (green ok,
+    red failed) and an amber band over each backoff."""
     start = now_ms - STRIP_S * 1000
-    ticks = []
+
+    def x(at: int) -> int:
+        return max(0, min((at - start) * width // (STRIP_S * 1000), width - 2))
+
+    bands, ticks = [], []
+    ok = failed = 0
     for one in ring:
-        at = one.get("at")
-        outcome = one.get("outcome")
-        if not isinstance(at, int) or at < start or outcome not in ("ok", "failed", "backoff"):
+        at, outcome, until = one.get("at"), one.get("outcome"), one.get("backoff_until")
+        if not isinstance(at, int) or at < start or outcome not in ("ok", "failed"):
             continue
-        x = min((at - start) * (width - 3) // (STRIP_S * 1000), width - 3)
-        ticks.append(f'<rect class="{outcome}" x="{x}" y="2" width="3" height="14"></rect>')
-    label = f"{len(ticks)} passes in the last hour"
+        if outcome == "ok":
+            ok += 1
+        else:
+            failed += 1
+        if isinstance(until, int) and until > at:
+            left, right = x(at), x(min(until, now_ms))
+            bands.append(
+                f'<rect class="backoff" x="{left}" y="5" width="{max(right - left, 2)}" '
+                'height="10"></rect>'
+            )
+        ticks.append(f'<rect class="{outcome}" x="{x(at)}" y="2" width="2" height="16"></rect>')
+    label = f"last hour: {ok} passes ok, {failed} failed"
     return (
-        f'<svg class="strip" width="{width}" height="18" viewBox="0 0 {width} 18" role="img">'
-        f'<title>{_t(label)}</title><rect class="bg" x="0" y="0" width="{width}" height="18">'
-        f"</rect>{''.join(ticks)}</svg>"
+        f'<svg class="strip" width="{width}" height="20" viewBox="0 0 {width} 20" role="img">'
+        f'<title>{_t(label)}</title><rect class="bg" x="0" y="0" width="{width}" height="20">'
+        f"</rect>{''.join(bands)}{''.join(ticks)}</svg>"
+        f'<div class="muted small">{_t(label.removeprefix("last hour: "))}</div>'
     )
 
 

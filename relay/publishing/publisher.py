@@ -49,7 +49,7 @@ from relay.publishing.announcements import Announcements
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
 from relay.publishing.levels import Backlog, Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
-from relay.publishing.loop import LoopHealth, PassLoop
+from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
 from relay.publishing.states import Terminal
@@ -185,6 +185,10 @@ class RelayPublisher:
     async def stop(self) -> None:
         await self._loop.stop()
         self._levels.clear()
+
+    def recent_passes(self) -> tuple[PassRecord, ...]:
+        """This publisher's last passes, for the operator page's strip."""
+        return self._loop.recent()
 
     def health(self) -> LoopHealth:
         """Consecutive failures, the last successful pass and the backoff, from the loop."""

@@ -269,3 +269,27 @@ def test_wsgi_refuses_and_serves_as_asgi_does(threaded: ThreadedRelayService) ->
         data = client.get(path + ".json", headers=OPERATOR).json()
         assert data["registration"]["publisher_id"] == "https://wsgi.example"
         secured(client.get(path + ".json"))
+
+
+async def test_this_replicas_passes_feed_the_strip(store: RelayStore) -> None:
+    """Two good passes and a 503 are three ring entries (the last with its backoff's end); the
+    strip draws a tick for each, a band for the backoff, and counts them in its title."""
+    async with relay_env(store) as env:
+        await paired(env)
+        env.clock.advance(60)
+        assert await env.publish() is None
+        env.relay.inject("snapshot", 503)
+        env.clock.advance(60)
+        assert await env.publish() == 5.0
+        document = await facts.gather(env.service, env.clock())
+        (replica,) = document["fleet"]["replicas"]
+        ring = replica["ring"]
+        assert [one["outcome"] for one in ring] == ["ok", "ok", "failed"]
+        assert ring[-1]["backoff_until"] == ring[-1]["at"] + 5000
+        svg = page.strip(ring, document["generated_at"])
+        assert svg.count('class="ok"') == 2
+        assert svg.count('class="failed"') == 1
+        assert svg.count('class="backoff"') == 1
+        assert "2 passes ok, 1 failed" in svg
+        old = [{"at": document["generated_at"] - 2 * page.STRIP_S * 1000, "outcome": "ok"}]
+        assert 'class="ok"' not in page.strip(old, document["generated_at"])
