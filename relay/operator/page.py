@@ -152,6 +152,10 @@ def failure(row: Mapping[str, Any]) -> str:
     return f"{_said(row)} ({row.get('backoff_failure')})"
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _said(row: Mapping[str, Any]) -> str:
     kind = row.get("backoff_failure")
     status = row.get("backoff_status")
@@ -231,7 +235,7 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
         backoff = ""
         if _backing_off(row, now_ms):
             backoff = (
-                f'{_t(_said(row)).capitalize()}<div class="muted small">'
+                f'{_t(_sentence(_said(row)))}<div class="muted small">'
                 f"{_t(row.get('backoff_failure'))} · retries "
                 f"{_when(row['backoff_until'], now_ms)}</div>"
             )
