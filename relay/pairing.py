@@ -41,6 +41,11 @@ from relay.store.contract import Registration
 
 PUBLISHER_REDEEM = "/v1/pairings/publisher/redeem"
 PROFILE_REDEEM = "/v1/pairings/profile/redeem"
+# Upstream's words, then the way out: forget the stored registration first.
+DIFFERENT_RELAY = (
+    "This Hermes server is registered to a different relay; to pair with this one, forget "
+    "that registration first (talaria-relay unpair, or RelayService.unpair())"
+)
 # Enrollments racing on several replicas retry their save this often before giving up.
 SAVE_ATTEMPTS = 5
 
@@ -140,7 +145,7 @@ class Pairing:
         canonical: str,
     ) -> dict[str, Any]:
         if existing.url != relay_url or existing.publisher_id != publisher_id:
-            raise RelayPairingError("This Hermes server is registered to a different relay", 409)
+            raise RelayPairingError(DIFFERENT_RELAY, 409)
         known = existing.profiles.get(canonical)
         # Read, not minted: the identity is minted only once the relay took the enrollment.
         stored = (await self.store.identities()).get(canonical)
@@ -185,7 +190,7 @@ class Pairing:
                 latest = await self.store.load_config()
                 continue
             return await self._saved()
-        raise RelayPairingError("This Hermes server is registered to a different relay", 409)
+        raise RelayPairingError(DIFFERENT_RELAY, 409)
 
     async def _saved(self) -> RelayConfig:
         # Read back, so the publisher knows the generation it is built from.

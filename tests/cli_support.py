@@ -374,7 +374,7 @@ async def populate(store: RelayStore) -> dict[str, Any]:
         await env.service.clear_deleted("chat-gone", "default")
 
     now_ms = int(time.time() * 1000)
-    await store.record_started(work_id, [("chat-unsent", now_ms)], now_ms)
+    await store.record_started_scopes({work_id: [("chat-unsent", now_ms)]}, now_ms)
     await store.track_started(["prf_empty_scope"], now_ms)
     await store.enqueue_deleted(
         "chat-unbound", "work", now_ms + 5, session_live=False, identity=None, scope=None

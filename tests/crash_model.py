@@ -19,7 +19,7 @@ from relay.errors import CorruptStateError
 from relay.protocol import STARTED_WINDOW_MS
 from relay.store import RelayStore, RunState
 from relay.store.rules import runs as run_rules
-from relay.store.run_gate import TURN_MEMORY_MS
+from relay.store.store import TURN_MEMORY_MS
 
 PROBE = "crash-probe"
 
@@ -108,34 +108,45 @@ class Model:
         for profile_id in profile_ids:
             self.scopes.setdefault(profile_id, now_ms)
 
-    def _record_started(
-        self, answer: Any, profile_id: str, seen: list[tuple[str, int]], now_ms: int
+    def _record_started_scopes(
+        self, answer: Any, seen: dict[str, list[tuple[str, int]]], now_ms: int
     ) -> None:
-        floor = self.scopes.setdefault(profile_id, now_ms)
-        cutoff = max(floor, now_ms - STARTED_WINDOW_MS)
-        for key, entry in list(self.entries.items()):
-            if key[0] == profile_id and entry[0] < cutoff:
-                del self.entries[key]
-        for session_id, started_at in dict(reversed(seen)).items():  # the first sighting wins
-            if started_at >= cutoff:
-                self.entries.setdefault((profile_id, session_id), (started_at, False, None, None))
+        for profile_id, sightings in seen.items():
+            floor = self.scopes.setdefault(profile_id, now_ms)
+            cutoff = max(floor, now_ms - STARTED_WINDOW_MS)
+            for key, entry in list(self.entries.items()):
+                if key[0] == profile_id and entry[0] < cutoff:
+                    del self.entries[key]
+            for session_id, started_at in dict(reversed(sightings)).items():  # first one wins
+                if started_at >= cutoff:
+                    self.entries.setdefault(
+                        (profile_id, session_id), (started_at, False, None, None)
+                    )
 
-    def _claim_started(
-        self, answer: Any, profile_id: str, owner: str, now_ms: int, lease_ms: int, limit: int
+    def _claim_started_scopes(
+        self,
+        answer: Any,
+        profile_ids: list[str],
+        owner: str,
+        now_ms: int,
+        lease_ms: int,
+        limit: int | None = None,
+        *,
+        sent: list[tuple[str, str]],
     ) -> list[str]:
-        free = sorted(
-            (entry[0], key[1])
-            for key, entry in self.entries.items()
-            if key[0] == profile_id and not entry[1] and _claimable(entry[2:], owner, now_ms)
-        )[:limit]
-        for started_at, session_id in free:
-            self.entries[profile_id, session_id] = (started_at, False, owner, now_ms + lease_ms)
-        return [session_id for _, session_id in free]
-
-    def _mark_started_sent(self, answer: Any, profile_id: str, *session_ids: str) -> None:
-        for session_id in session_ids:
-            if (entry := self.entries.get((profile_id, session_id))) is not None:
-                self.entries[profile_id, session_id] = (entry[0], True, None, None)
+        for key in sent:
+            if (entry := self.entries.get(key)) is not None:
+                self.entries[key] = (entry[0], True, None, None)
+        free: list[tuple[str, str]] = []  # scope by scope, each oldest first
+        for profile_id in profile_ids:
+            free += [
+                key
+                for key, entry in sorted(self.entries.items(), key=lambda k_e: (k_e[1][0], k_e[0]))
+                if key[0] == profile_id and not entry[1] and _claimable(entry[2:], owner, now_ms)
+            ]
+        for key in free[:limit]:
+            self.entries[key] = (self.entries[key][0], False, owner, now_ms + lease_ms)
+        return [session_id for _, session_id in free[:limit]]
 
     def _enqueue_deleted(
         self,
@@ -207,10 +218,7 @@ class Model:
     # Runs follow `run_rules`, the rules the SQL store states as statements and the contract
     # suite holds every backend to: here they say what a run write leaves, not how it is done.
 
-    def _save_run(self, answer: Any, run: RunState, now_ms: int, lease_ms: int) -> bool:
-        return run_rules.save(self.runs, self.forgotten, run, now_ms + lease_ms)
-
-    def _sync_runs(
+    def _pass_write(
         self,
         answer: Any,
         owner: str,
@@ -219,7 +227,7 @@ class Model:
         *,
         lease_ms: int,
         retention_ms: int,
-    ) -> list[dict[str, Any]]:
+    ) -> dict[str, Any]:
         ordered = sorted(live, key=lambda run: run.session_id)
         cutoff = max(now_ms - retention_ms, 0)
         forget_before = max(now_ms - max(TURN_MEMORY_MS, retention_ms), 0)
@@ -233,7 +241,8 @@ class Model:
             cutoff,
             forget_before,
         )
-        return [asdict(run) for run in owned]
+        revisions = self._allocate_revisions(answer, len(owned), now_ms) if owned else []
+        return {"runs": [asdict(run) for run in owned], "revisions": revisions}
 
     def _release_runs(self, answer: Any, owner: str) -> None:
         run_rules.release(self.runs, owner)

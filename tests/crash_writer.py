@@ -32,6 +32,7 @@ from relay.store import (
     StartedEntry,
     open_store,
 )
+from relay.store.records import PassRows
 
 BASE = 1_800_000_000_000
 # Four hours a round: the 24 h ledger window, the 15 min presence fence and run retention all turn
@@ -90,15 +91,13 @@ def invocation(op: str, args: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str
     kw = dict(args)
     if op == "save_config":
         kw["config"] = config_of(kw["config"])
-    elif op == "record_started":
-        kw["seen"] = [(sid, at) for sid, at in kw["seen"]]
-    elif op == "mark_started_sent":
-        return (kw["profile_id"], *kw["session_ids"]), {}
+    elif op == "record_started_scopes":
+        kw["seen"] = {scope: [(sid, at) for sid, at in seen] for scope, seen in kw["seen"].items()}
+    elif op == "claim_started_scopes":
+        kw["sent"] = [(scope, sid) for scope, sid in kw.get("sent", ())]
     elif op in ("enqueue_deleted", "bind_deleted"):
         kw["scope"] = scope_of(kw["scope"])
-    elif op == "save_run":
-        kw["run"] = RunState(**kw["run"])
-    elif op == "sync_runs":
+    elif op == "pass_write":
         kw["live"] = [RunState(**run) for run in kw["live"]]
     return (), kw
 
@@ -115,6 +114,8 @@ def encoded(result: object) -> Any:
         return result.session_id
     if isinstance(result, DeletedView | RunState):
         return asdict(result)
+    if isinstance(result, PassRows):
+        return {"runs": encoded(list(result.runs)), "revisions": list(result.revisions)}
     return result
 
 
@@ -189,15 +190,16 @@ class Writer:
         scope = SCOPES[c % 2]
         # The previous cycle's session again: seen twice, recorded once.
         seen = [[f"s-r{r}-c{c}", now - 1000], [f"s-r{r}-c{c - 2}", now - 3000]]
-        await self.call("record_started", profile_id=scope, seen=seen, now_ms=now)
+        await self.call("record_started_scopes", seen={scope: seen}, now_ms=now)
         claimed = await self.call(
-            "claim_started", profile_id=scope, owner=self.owner, now_ms=now, lease_ms=LEASE_MS,
-            limit=2,
+            "claim_started_scopes", profile_ids=[scope], owner=self.owner, now_ms=now,
+            lease_ms=LEASE_MS, limit=2,
         )  # fmt: skip
-        if claimed:  # the first announced; the second stays claimed
+        if claimed:  # the first announced (the marks alone); the second stays claimed
             await self.call(
-                "mark_started_sent", profile_id=scope, session_ids=[claimed[0].session_id]
-            )
+                "claim_started_scopes", profile_ids=[], owner=self.owner, now_ms=now,
+                lease_ms=LEASE_MS, sent=[[scope, claimed[0].session_id]],
+            )  # fmt: skip
 
     async def outbox(self, c: int, now: int, profile: str, identity: str) -> None:
         r = self.round
@@ -225,17 +227,16 @@ class Writer:
             f"run-{c % 4}", f"st-r{r}-c{turn}", profile, f"turn {turn}", PHASES[c % len(PHASES)],
             started_at=clock(r, turn), updated_at=now, owner=self.owner,
         )  # fmt: skip
-        if await self.call("save_run", run=asdict(run), now_ms=now, lease_ms=LEASE_MS):
-            self.hosted[run.session_id] = run
+        # A pass offers every turn this writer hosts; a turn that ended is offered once.
+        self.hosted[run.session_id] = run
+        live = [asdict(self.hosted[sid]) for sid in sorted(self.hosted)]
+        await self.call(
+            "pass_write", owner=self.owner, live=live, now_ms=now, lease_ms=LEASE_MS,
+            retention_ms=RETENTION_MS,
+        )  # fmt: skip
         if run.terminal:
             self.hosted.pop(run.session_id, None)
-        if c % 3 == 0:
-            live = [asdict(self.hosted[sid]) for sid in sorted(self.hosted)]
-            await self.call(
-                "sync_runs", owner=self.owner, live=live, now_ms=now, lease_ms=LEASE_MS,
-                retention_ms=RETENTION_MS,
-            )  # fmt: skip
-        elif c % 3 == 1:
+        if c % 3 == 1:
             await self.call("release_runs", owner=self.owner)
         if c % 2 == 0:
             await self.call("keep_alive", owner=self.owner, now_ms=now, lease_ms=LEASE_MS)

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, make_url
 
 from relay.store import resolve
-from relay.store.sql.engines import postgres_engine, sqlite_engine
+from relay.store.sql.drivers.engines import postgres_engine, sqlite_engine
 from relay.store.sql.migrate import upgrade
 from relay.store.sql.schema import metadata
 

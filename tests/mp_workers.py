@@ -6,6 +6,8 @@ import asyncio
 import random
 from typing import Any
 
+from ledger_calls import mark_sent
+
 from relay.store import open_store, resolve
 from relay.store.sql.migrate import upgrade
 
@@ -59,12 +61,12 @@ def claim(index: int, barrier: Any, results: Any, url: str, profile_id: str) -> 
         claimed: list[str] = []
         async with open_store(url) as store:
             await _wait(barrier)
-            while entries := await store.claim_started(
-                profile_id, owner, NOW, 3_600_000, limit=rng.randint(1, 4)
+            while entries := await store.claim_started_scopes(
+                [profile_id], owner, NOW, 3_600_000, limit=rng.randint(1, 4)
             ):
                 for entry in entries:
                     claimed.append(entry.session_id)
-                    await store.mark_started_sent(profile_id, entry.session_id)
+                    await mark_sent(store, profile_id, entry.session_id)
         return claimed
 
     results.put((index, asyncio.run(main())))
@@ -78,7 +80,7 @@ def record(index: int, barrier: Any, results: Any, url: str, profile_id: str, op
             await _wait(barrier)
             for n in range(ops):
                 session = f"w{index}-s{n}"
-                await store.record_started(profile_id, [(session, NOW + n)], NOW + n)
+                await store.record_started_scopes({profile_id: [(session, NOW + n)]}, NOW + n)
                 await store.enqueue_deleted(
                     session, "default", NOW + n, session_live=False, identity=None, scope=None
                 )

@@ -78,6 +78,21 @@ async def handle(
         await service.start()  # as a web app does before it serves these
     if op in PLAIN:
         return await PLAIN[op](service, c)
+    if op == "trap":
+        if c["method"] not in Trapped.WORK:
+            raise ValueError(f"no trap for {c['method']!r}")
+        trap.armed = c["method"]
+    elif op == "advance":
+        SKEW[0] += c["seconds"]
+    elif op == "rss":
+        return _rss_kib()
+    else:
+        await _host_op(service, host, op, c)
+    return None
+
+
+async def _host_op(service: RelayService, host: MemoryHost, op: str, c: dict[str, Any]) -> None:
+    """What the web app's own code does to its sessions and turns, then tells the service."""
     if op == "session":
         host.create_session(
             c["id"],
@@ -99,17 +114,8 @@ async def handle(
         for sid in c.get("sessions", [c.get("session")]):
             host.sessions.pop(sid, None)
             await service.clear_deleted(sid, c.get("profile"))
-    elif op == "trap":
-        if c["method"] not in Trapped.WORK:
-            raise ValueError(f"no trap for {c['method']!r}")
-        trap.armed = c["method"]
-    elif op == "advance":
-        SKEW[0] += c["seconds"]
-    elif op == "rss":
-        return _rss_kib()
     else:
         raise ValueError(f"unknown op {op!r}")
-    return None
 
 
 async def _changed(service: RelayService, _: dict[str, Any]) -> None:

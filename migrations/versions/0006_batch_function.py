@@ -2,8 +2,8 @@
 
 A store writes a batch of straight-line statements as one `SELECT * FROM relay_batch(…)` in
 autocommit: one round trip and one transaction, whatever the number of statements
-(`relay/store/sql/pgbatch.py`). SECURITY INVOKER: it runs each statement with the caller's own
-privileges, so it lets no role do more than it could by sending the statements itself. Values
+(`relay/store/sql/drivers/pgbatch.py`). SECURITY INVOKER: it runs each statement with the caller's
+own privileges, so it lets no role do more than it could by sending the statements itself. Values
 are bound with `EXECUTE … USING`, never spliced into the SQL text. SQLite gets nothing (its
 batches cost no round trips). A store on a database still at 0005 runs its batches as
 transactions of their statements.

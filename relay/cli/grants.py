@@ -21,7 +21,7 @@ from relay.cli.output import OK, say
 from relay.errors import InvalidInputError
 from relay.store import resolve
 from relay.store.sql import migrate
-from relay.store.sql.pgbatch import ARGUMENTS, FUNCTION
+from relay.store.sql.drivers.pgbatch import ARGUMENTS, FUNCTION
 from relay.store.sql.schema import metadata
 
 DML = "SELECT, INSERT, UPDATE, DELETE"

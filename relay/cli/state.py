@@ -27,10 +27,11 @@ async def cmd_status(args: argparse.Namespace) -> int:
             fail(status["hint"])
             return FAILED
     if target.backend == "sqlite":
-        from relay.store.sql import SqlStore
+        from relay.store.sql.backend import SqlBackend
+        from relay.store.store import Store
 
         # Read-only: status never writes, so it also reads a database it may not write.
-        read_only = await SqlStore.open(target, read_only=True)
+        read_only = Store(await SqlBackend.open(target, read_only=True))
         try:
             status = await collect(read_only, target)
         finally:

@@ -50,17 +50,20 @@ async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore
     target = resolve(url)
     require_directory(target)  # a mistyped directory is refused, not made
     if target.backend == "memory":
-        from relay.store.memory import MemoryStore
+        from relay.store.memory import MemoryDocuments
+        from relay.store.rules.book import RulebookBackend
+        from relay.store.store import Store
 
-        return MemoryStore()
+        return Store(RulebookBackend(MemoryDocuments()))
     if target.backend == "json":
-        from relay.store.files import FileStore
+        from relay.store.files import open_json
 
         assert target.path is not None
-        return await FileStore.open(target.path, profile_home=profile_home)
-    from relay.store.sql import SqlStore
+        return await open_json(target.path, profile_home=profile_home)
+    from relay.store.sql.backend import SqlBackend
+    from relay.store.store import Store
 
-    return await SqlStore.open(target)
+    return Store(await SqlBackend.open(target))
 
 
 class _Opening:

@@ -1,7 +1,7 @@
 """The store's contract, one small Protocol per aggregate; `RelayStore` is their union.
 
 Callers type against the narrowest one they use. Every method is atomic: one transaction, or one
-locked file update. Arguments are checked before any backend code runs (`relay.store.gate`).
+locked file update. Arguments are checked before any backend code runs (`relay.store.store.Store`).
 """
 
 from __future__ import annotations
@@ -132,26 +132,12 @@ class StartedLedger(Protocol):
         """Give each scope without a ledger a floor of now: earlier sessions are never announced."""
         ...
 
-    async def record_started(
-        self, profile_id: str, seen: Iterable[tuple[str, int]], now_ms: int
-    ) -> None:
-        """Prune entries older than max(floor, now - 24 h); add unseen (session, start) pairs."""
-        ...
-
-    async def claim_started(
-        self, profile_id: str, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
-    ) -> list[StartedEntry]:
-        """Lease the scope's unsent entries, oldest first, to `owner` until now + `lease_ms`."""
-        ...
-
-    async def mark_started_sent(self, profile_id: str, *session_ids: str) -> None:
-        """Record that these sessions' starts were announced (or permanently refused)."""
-        ...
-
     async def record_started_scopes(
         self, seen: Mapping[str, Iterable[tuple[str, int]]], now_ms: int
     ) -> None:
-        """`record_started` for each scope of `seen` (by profile_id), all in one transaction."""
+        """For each scope of `seen` (profile_id -> (session_id, started_at) pairs), in one
+        transaction: prune entries older than max(floor, now - 24 h), then add the unseen pairs
+        not before that cutoff (the first of an id wins; an invalid pair is passed over)."""
         ...
 
     async def claim_started_scopes(
@@ -167,9 +153,10 @@ class StartedLedger(Protocol):
         """Mark the `sent` (profile_id, session_id) pairs announced, then lease the unsent
         entries of the `profile_ids` scopes to `owner` until now + `lease_ms`: one transaction.
 
-        Entries go scope by scope in the order listed, each scope's oldest first, as
-        `claim_started` of each scope in turn would, and come back in that order. With no scope
-        listed, nothing is claimed: the marks alone.
+        Entries go scope by scope in the order listed, each scope's oldest first, and come back in
+        that order; `limit` counts them all. An entry another owner holds is passed over until its
+        lease ends; the owner's own are claimed again (a renewal). With no scope listed, nothing
+        is claimed: the marks alone (a pair naming no entry is passed over).
         """
         ...
 
@@ -258,36 +245,8 @@ class RunStates(Protocol):
     The replica hosting a turn owns its row and keeps its lease; a row whose owner stops renewing
     is taken over by another replica, and a turn still live in it ends as `failed`. A session's
     row never goes back to an older turn: a pruned row's turn is remembered a day
-    (`relay.store.run_gate.TURN_MEMORY_MS`), and only a newer turn is stored after it.
+    (`relay.store.store.TURN_MEMORY_MS`), and only a newer turn is stored after it.
     """
-
-    async def save_run(self, run: RunState, now_ms: int, lease_ms: int) -> bool:
-        """Store `run` for its owner unless the session has a newer turn, or this turn has ended.
-
-        A session whose row was pruned takes only a turn newer than the pruned one. True if it
-        was stored.
-        """
-        ...
-
-    async def sync_runs(
-        self,
-        owner: str,
-        live: Iterable[RunState],
-        now_ms: int,
-        *,
-        lease_ms: int,
-        retention_ms: int,
-    ) -> list[RunState]:
-        """One publishing pass's view of the runs: the rows `owner` publishes, oldest first.
-
-        Saves `live` (its hosted turns) as `save_run` does; a live row of the owner's that `live`
-        does not confirm (a newest turn its host dropped without an outcome) ends as `failed`, as
-        of now; renews the owner's leases; takes over rows whose lease ended; forgets finished
-        turns that ended more than `retention_ms` ago, remembering each one's turn; marks the owned
-        rows as being sent by `owner` for a lease, except one another replica is still sending
-        (`RunState.sent_elsewhere`), which the owner publishes once that send is done.
-        """
-        ...
 
     async def release_runs(self, owner: str) -> None:
         """`owner`'s snapshots are out: rows it was sending may now be sent by whoever owns them."""
@@ -332,7 +291,17 @@ class Passes(Protocol):
         lease_ms: int,
         retention_ms: int,
     ) -> PassRows:
-        """`sync_runs`, and one revision for each row it returns, in one transaction.
+        """One publishing pass's write of the runs, and a revision for each row it returns, in
+        one transaction: `rows` are the rows `owner` publishes, oldest first.
+
+        Saves `live` (its hosted turns), each unless the session has a newer turn or this turn has
+        ended (a session whose row was pruned takes only a turn newer than the pruned one); a live
+        row of the owner's that `live` does not confirm (a newest turn its host dropped without an
+        outcome) ends as `failed`, as of now; renews the owner's leases; takes over rows whose
+        lease ended; forgets finished turns that ended more than `retention_ms` ago, remembering
+        each one's turn; marks the owned rows as being sent by `owner` for a lease, except one
+        another replica is still sending (`RunState.sent_elsewhere`), which the owner publishes
+        once that send is done.
 
         The revisions are what `allocate_revisions(len(rows), now_ms)` would hand out; none when
         no row is returned. When they would pass 2^53-1, `CorruptStateError`, and nothing

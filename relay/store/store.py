@@ -61,8 +61,12 @@ PAST_THE_CAP = "the revision counter would pass 2^53-1; nothing was handed out"
 @metrics.timed_methods(
     RelayStore, skip=("close", "display_url", "backend", "schema_revision", "unwritable")
 )
-class Store(RelayStore):
-    """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL."""
+class Store:
+    """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL.
+
+    It implements `RelayStore` structurally (checked below), not by inheriting the union of
+    the aggregates' Protocols: its MRO is its own and `object`.
+    """
 
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
@@ -200,7 +204,7 @@ class Store(RelayStore):
     # ── started ledger ────────────────────────────────────────────────────────
 
     async def track_started(self, profile_ids: Iterable[str], now_ms: int) -> None:
-        scopes = _names("profile_id", profile_ids)
+        scopes = _names("profile_id", profile_ids, "profile_ids")
         checks.time_ms("now_ms", now_ms)
         if scopes:
             await self._backend.track_started(scopes, now_ms)
@@ -226,7 +230,7 @@ class Store(RelayStore):
         *,
         sent: Iterable[tuple[str, str]] = (),
     ) -> list[StartedEntry]:
-        scopes = _names("profile_id", profile_ids)
+        scopes = _names("profile_id", profile_ids, "profile_ids")
         lease = claim(owner, now_ms, lease_ms, limit)
         marks = tuple(dict.fromkeys(_scope_session(pair) for pair in checks.items("sent", sent)))
         if not scopes and not marks:
@@ -433,8 +437,10 @@ def run_sync(
     return RunSync(owner, ordered, now_ms, lease.until, cutoff, forget_before)
 
 
-def _names(kind: str, values: Iterable[str]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(checks.text(kind, value) for value in checks.items(kind, values)))
+def _names(kind: str, values: Iterable[str], name: str | None = None) -> tuple[str, ...]:
+    """Distinct texts of `kind`, in order, from the iterable argument `name` (else `kind`)."""
+    listed = checks.items(name or kind, values)
+    return tuple(dict.fromkeys(checks.text(kind, value) for value in listed))
 
 
 def _scope_session(pair: object) -> tuple[str, str]:
@@ -461,3 +467,7 @@ def _opens(keyring: Keyring, pem: str, ref: str) -> bool:
 
 async def _checked_end(expiry: object) -> int:
     return checks.time_ms("lease end", expiry)
+
+
+# mypy proves here that `Store` is a `RelayStore`, method by method.
+_CONFORMS: type[RelayStore] = Store

@@ -1,7 +1,7 @@
 """Store URLs: which backend, where, and how to show it without its password.
 
-A Postgres URL may name several servers, as libpq does (`relay.store.hosts`): the store connects
-to the first that answers and matches `target_session_attrs`.
+A Postgres URL may name several servers, as libpq does (`relay.store.sql.drivers.hosts`): the store
+connects to the first that answers and matches `target_session_attrs`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, Operationa
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.refused import nothing_listening
-from relay.store import budget, hosts, sqlstate
+from relay.store.sql.drivers import budget, hosts, sqlstate
 
 ENV_VAR = "TALARIA_RELAY_STORE_URL"
 # A store in this process only: each open is a new, empty one.

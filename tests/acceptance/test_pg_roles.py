@@ -12,13 +12,13 @@ from cli_support import pg_tables, run
 from databases import admin_execute
 from pgcluster import SUPERUSER, PgCluster, migrated_database, sh
 from replicas import cluster
+from sql_support import sql_backend
 from sqlalchemy import insert, select
 
 from relay.store import open_store
-from relay.store.sql import SqlStore
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import POSTGRES, bind
-from relay.store.sql.postgres import PostgresRunner
+from relay.store.sql.drivers.postgres import PostgresRunner
 
 pytest_plugins = ["pgdeploy"]
 pytestmark = pytest.mark.postgres
@@ -101,8 +101,7 @@ async def test_the_runtime_role_runs_batches_even_where_public_may_not_run_funct
     apply_grants(extra_cluster, database, role, tmp_path)
     runtime_url = extra_cluster.url(database).replace(f"{SUPERUSER}@", f"{role}@", 1)
     async with open_store(runtime_url) as store:
-        assert isinstance(store, SqlStore)
-        db = store._db
+        db = sql_backend(store).runner
         assert isinstance(db, PostgresRunner)
         minted = [{"profile": f"p{n}", "identity": f"pfi_{n}"} for n in range(3)]
         found = await db.batch([(MINT, minted[:1]), (MINT, minted[1:]), (IDENTITIES, {})])

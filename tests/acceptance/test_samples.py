@@ -70,7 +70,9 @@ SAMPLES = [sample for path in sources() for sample in samples_of(path)]
 EXAMPLES = {sample.label: sample for sample in SAMPLES if sample.kind == "example"}
 
 
-def run_script(code: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_script(
+    code: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     script = cwd / "sample.py"
     script.write_text(code)
     return subprocess.run(
@@ -100,14 +102,18 @@ def test_example_names_are_unique_and_reasons_given() -> None:
     assert set(DRIVERS) | set(EXPECTED) <= set(names), "a driver or expectation names no example"
 
 
-@pytest.mark.parametrize("sample", [s for s in SAMPLES if s.kind == "not-run"], ids=lambda s: s.where)
+@pytest.mark.parametrize(
+    "sample", [s for s in SAMPLES if s.kind == "not-run"], ids=lambda s: s.where
+)
 def test_a_fragment_is_valid_python(sample: Sample) -> None:
     """A fragment the tests cannot run still parses (top-level await allowed), or names a file."""
     if sample.code.startswith("--8<--"):  # the manual includes a file the tests run elsewhere
         included = sample.code.split('"')[1]
         assert (ROOT / included).is_file(), included
         return
-    compile(sample.code, sample.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    compile(
+        sample.code, sample.where, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
+    )
 
 
 # Drives the FastAPI example's app through its lifespan, as a browser and a load balancer would.

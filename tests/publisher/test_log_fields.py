@@ -70,7 +70,7 @@ async def env(store: RelayStore) -> AsyncIterator[Env]:
             owner="web-1",
             publisher_options={"background": False, "uniform": lambda low, high: 1.0},
         )
-        await found.service.start()
+        await found.service.start()  # a service is started before use (ServiceNotStartedError)
         yield found
 
 

@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoi
 
 from relay import metrics
 from relay.store import RelayStore
-from relay.store.gate import StoreGate
+from relay.store.store import Store
 
 Points = dict[str, list[tuple[dict[str, Any], float]]]
 
@@ -131,7 +131,7 @@ def test_without_an_sdk_nothing_is_recorded_and_calls_pass_straight_through() ->
     """While the global provider is the API's default, `current()` is None and a store method's
     wrapper hands back the method's own coroutine (no timing frame)."""
     assert metrics.current() is None
-    method = StoreGate.revision_floor
+    method = Store.revision_floor
     assert method.__wrapped__.__name__ == "revision_floor"  # type: ignore[attr-defined]
 
 

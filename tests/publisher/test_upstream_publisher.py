@@ -33,6 +33,7 @@ from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
 
 from relay.errors import InvalidInputError, RelayHttpError, RelayPairingError, SessionNotFoundError
 from relay.host import ActiveRun
+from relay.pairing import DIFFERENT_RELAY
 from relay.protocol import canonical_string, validated_origin
 from relay.service import RelayService
 from relay.store import DeletedScope, ProfileGrant, RelayStore
@@ -306,7 +307,7 @@ async def test_re_pairing_to_a_different_relay_or_publisher_answers_409(store: R
         for publisher_id in ("https://other.example", "https://HERMES.example"):
             error = await pairing_error(env.pair(publisher_id=publisher_id))
             assert (str(error), error.status) == (
-                "This Hermes server is registered to a different relay",
+                DIFFERENT_RELAY,
                 409,
             )
         # A server configured to trust another relay meets the registration to this one.
@@ -325,7 +326,7 @@ async def test_re_pairing_to_a_different_relay_or_publisher_answers_409(store: R
             )
         )
         assert (str(error), error.status) == (
-            "This Hermes server is registered to a different relay",
+            DIFFERENT_RELAY,
             409,
         )
         await other_relay.stop()

@@ -2,7 +2,7 @@
 
 Each store case is `(name, call, error class, message fragment)`; the call runs on a store seeded
 with state in every aggregate, and a dump through the public read API must not change. The
-messages are those of `relay.store.gate`, `records` and `checks`, the one validation gate.
+messages are those of `relay.store.store`, `records` and `checks`, the one validation gate.
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ async def seed(store: RelayStore) -> None:
     await store.profile_identity("alpha")
     await store.allocate_revisions(2, NOW)
     await store.track_started(["prf_a"], NOW)
-    await store.record_started("prf_a", [("s1", NOW + 1), ("s2", NOW + 2)], NOW + 3)
-    await store.claim_started("prf_a", "owner-a", NOW + 4, 1000, limit=1)
+    await store.record_started_scopes({"prf_a": [("s1", NOW + 1), ("s2", NOW + 2)]}, NOW + 3)
+    await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 4, 1000, limit=1)
     await store.enqueue_deleted("gone", "alpha", NOW, session_live=False, identity=None, scope=None)
     await store.enqueue_deleted(
         "gone-b", "beta", NOW, session_live=False, identity=IDENTITY, scope=SCOPE
@@ -109,11 +109,17 @@ def enqueue(**changes: Any) -> Call:
 
 
 def claim(**changes: Any) -> Call:
-    """A claim_started call, valid but for `changes`."""
+    """A claim_started_scopes call of one scope, valid but for `changes`."""
     args: dict[str, Any] = {"profile_id": "prf_a", "owner": "owner-b", "now_ms": NOW + 5000}
     args.update({"lease_ms": 1000, "limit": None})
     args.update(changes)
-    return lambda s: s.claim_started(**args)
+    args["profile_ids"] = [args.pop("profile_id")]
+    return lambda s: s.claim_started_scopes(**args)
+
+
+def mark(*pairs: Any) -> Call:
+    """The marks alone: a claim_started_scopes call of no scope, `sent` these pairs."""
+    return lambda s: s.claim_started_scopes([], "owner-b", NOW + 5000, 1000, sent=list(pairs))
 
 
 def text_cases(prefix: str, kind: str, call: Callable[[Any], Call]) -> list[Case]:
@@ -308,46 +314,50 @@ STORE_CASES: list[Case] = [
     ),
     *int_cases("track-now", "now_ms", lambda v: lambda s: s.track_started(["prf_new"], v)),
     *text_cases(
-        "record-profile", "profile_id", lambda v: lambda s: s.record_started(v, [("s9", NOW)], NOW)
+        "record-profile",
+        "profile_id",
+        lambda v: lambda s: s.record_started_scopes({v: [("s9", NOW)]}, NOW),
     ),
     Case(
         "record-seen-string",
-        lambda s: s.record_started("prf_a", "s9", NOW),
+        lambda s: s.record_started_scopes({"prf_a": "s9"}, NOW),
         InvalidInputError,
         "seen must be an iterable of values, not str",
     ),
     Case(
         "record-seen-none",
-        lambda s: s.record_started("prf_a", None, NOW),
+        lambda s: s.record_started_scopes({"prf_a": None}, NOW),
         InvalidInputError,
         "seen must be an iterable of values, not NoneType",
     ),
     Case(
         "record-seen-dict",
-        lambda s: s.record_started("prf_a", {"s9": NOW}, NOW),
+        lambda s: s.record_started_scopes({"prf_a": {"s9": NOW}}, NOW),
         InvalidInputError,
         "seen must be an iterable of values, not dict",
     ),
     Case(
         "record-seen-flat",
-        lambda s: s.record_started("prf_a", ["s9", NOW], NOW),
+        lambda s: s.record_started_scopes({"prf_a": ["s9", NOW]}, NOW),
         InvalidInputError,
         "seen must hold (session_id, started_at) pairs",
     ),
     Case(
         "record-seen-triple",
-        lambda s: s.record_started("prf_a", [("s9", NOW, 1)], NOW),
+        lambda s: s.record_started_scopes({"prf_a": [("s9", NOW, 1)]}, NOW),
         InvalidInputError,
         "seen must hold (session_id, started_at) pairs",
     ),
     Case(
         "record-seen-none-pair",
-        lambda s: s.record_started("prf_a", [None], NOW),
+        lambda s: s.record_started_scopes({"prf_a": [None]}, NOW),
         InvalidInputError,
         "seen must hold (session_id, started_at) pairs",
     ),
     *int_cases(
-        "record-now", "now_ms", lambda v: lambda s: s.record_started("prf_a", [("s9", NOW)], v)
+        "record-now",
+        "now_ms",
+        lambda v: lambda s: s.record_started_scopes({"prf_a": [("s9", NOW)]}, v),
     ),
     *text_cases("claim-profile", "profile_id", lambda v: claim(profile_id=v)),
     *text_cases("claim-owner", "owner", lambda v: claim(owner=v)),
@@ -385,13 +395,11 @@ STORE_CASES: list[Case] = [
     Case(
         "claim-limit-nan", claim(limit=math.nan), InvalidInputError, "limit must be an integer in"
     ),
-    *text_cases("mark-profile", "profile_id", lambda v: lambda s: s.mark_started_sent(v, "s1")),
-    *text_cases(
-        "mark-session", "session_id", lambda v: lambda s: s.mark_started_sent("prf_a", "s1", v)
-    ),
+    *text_cases("mark-profile", "profile_id", lambda v: mark((v, "s1"))),
+    *text_cases("mark-session", "session_id", lambda v: mark(("prf_a", "s1"), ("prf_a", v))),
     Case(
         "mark-session-list",
-        lambda s: s.mark_started_sent("prf_a", ["s1", "s2"]),
+        mark(("prf_a", ["s1", "s2"])),
         InvalidInputError,
         "session_id must be a non-empty string",
     ),

@@ -45,7 +45,7 @@ async def test_concurrent_claims_never_share_an_entry(store_url: str) -> None:
     sessions = [(f"session-{n:03d}", mp_workers.NOW + n) for n in range(100)]
     async with open_store(store_url) as store:
         await store.track_started(["prf_a"], mp_workers.NOW)
-        await store.record_started("prf_a", sessions, mp_workers.NOW + 100)
+        await store.record_started_scopes({"prf_a": sessions}, mp_workers.NOW + 100)
     results = run_processes(mp_workers.claim, WORKERS, store_url, "prf_a")
     claimed = [session for result in results for session in result]
     assert sorted(claimed) == sorted(session for session, _ in sessions)

@@ -44,7 +44,7 @@ from relay.errors import RelayError
 from relay.store import open_store
 from relay.store.files.io import TEMP
 from relay.store.files.keys import KEY_FILE
-from relay.store.files.locked import LOCK
+from relay.store.files.lock import LOCK
 
 WRITER = Path(__file__).parents[1] / "crash_writer.py"
 SHORT_KILLS = 20

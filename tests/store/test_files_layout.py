@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from ledger_calls import mark_sent
 
 from relay.errors import CorruptStateError, StoreError
 from relay.store import (
@@ -25,7 +26,7 @@ from relay.store import (
     StartedScope,
     open_store,
 )
-from relay.store.files import FileStore
+from relay.store.files import open_json
 
 pytestmark = pytest.mark.json
 
@@ -100,7 +101,7 @@ def legacy_state(state: Path) -> str:
 
 async def test_saved_config_is_byte_for_byte_the_original_format(tmp_path: Path) -> None:
     """A saved config is the original's file: sorted keys, indent 2, profiles by name, newline."""
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
     key_ref = await store.save_key("key-1", ed25519_pem())
     await store.save_config(config_for(key_ref))
 
@@ -129,7 +130,7 @@ async def test_saved_config_is_byte_for_byte_the_original_format(tmp_path: Path)
 
 async def test_key_file_is_named_after_the_key_id_hash(tmp_path: Path) -> None:
     """save_key writes `talaria-relay-publisher-<sha256(key_id)[:16]>.pem` and returns its path."""
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
     pem = ed25519_pem()
     key_ref = await store.save_key("key-1", pem)
 
@@ -175,7 +176,7 @@ async def test_moved_state_dir_finds_its_key_by_file_name(tmp_path: Path) -> Non
     document["private_key_path"] = str(tmp_path / "old" / Path(document["private_key_path"]).name)
     write(config_path, json.dumps(document))
 
-    store = await FileStore.open(state)
+    store = await open_json(state)
     config = await store.load_config()
     assert config is not None
     assert await store.load_key(config.key_ref) == pem
@@ -184,11 +185,11 @@ async def test_moved_state_dir_finds_its_key_by_file_name(tmp_path: Path) -> Non
 async def test_state_dir_is_0700_and_every_file_0600(tmp_path: Path) -> None:
     """open creates the state dir 0700, and every file the store writes is 0600."""
     state = tmp_path / "state"
-    store = await FileStore.open(state)
+    store = await open_json(state)
     await store.save_config(config_for(await store.save_key("key-1", ed25519_pem())))
     await store.profile_identity("alpha")
     await store.allocate_revisions(1, NOW)
-    await store.record_started("prf_alpha", [("s1", NOW)], NOW)
+    await store.record_started_scopes({"prf_alpha": [("s1", NOW)]}, NOW)
     await store.enqueue_deleted("gone", "alpha", NOW, session_live=False, identity=None, scope=None)
     await store.apply_presence(
         "alpha", "tab-0001", 1, True, NOW, lease_ms=90_000, fence_ms=900_000, max_tabs=256
@@ -204,7 +205,7 @@ async def test_state_dir_is_0700_and_every_file_0600(tmp_path: Path) -> None:
 async def test_unreadable_revision_counts_as_zero(tmp_path: Path, content: str) -> None:
     """A revision file that is not a non-negative integer counts as 0 and is then overwritten."""
     write(tmp_path / "state" / "talaria-relay-revision", content)
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
 
     assert await store.revision_floor() == 0
     assert await store.allocate_revisions(1, 42) == [42]
@@ -219,7 +220,7 @@ async def test_malformed_ledger_counts_as_empty(tmp_path: Path, content: str) ->
     """A ledger that is not a version 1 document reads as empty, and the next write replaces it."""
     path = tmp_path / "state" / "talaria-relay-started.json"
     write(path, content)
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
 
     assert await store.started_ledger() == []
     await store.track_started(["prf_alpha"], NOW)
@@ -249,7 +250,7 @@ async def test_malformed_ledger_entries_are_skipped(tmp_path: Path) -> None:
         ],
     }
     write(tmp_path / "state" / "talaria-relay-started.json", json.dumps(document))
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
 
     assert await store.started_ledger() == [
         StartedScope("prf_alpha", NOW, (StartedEntry("prf_alpha", "ok", NOW),))
@@ -259,14 +260,14 @@ async def test_malformed_ledger_entries_are_skipped(tmp_path: Path) -> None:
 async def test_claims_are_optional_keys_of_a_ledger_entry(tmp_path: Path) -> None:
     """A claim adds claimedBy/claimedUntil to the entry; marking it sent removes them again."""
     path = tmp_path / "state" / "talaria-relay-started.json"
-    store = await FileStore.open(tmp_path / "state")
-    await store.record_started("prf_alpha", [("s1", NOW)], NOW)
+    store = await open_json(tmp_path / "state")
+    await store.record_started_scopes({"prf_alpha": [("s1", NOW)]}, NOW)
 
     def sessions() -> Any:
         return json.loads(path.read_text())["profiles"][0]["sessions"]
 
     assert sessions() == [{"sessionId": "s1", "startedAt": NOW, "sent": False}]
-    await store.claim_started("prf_alpha", "owner-a", NOW, 1000)
+    await store.claim_started_scopes(["prf_alpha"], "owner-a", NOW, 1000)
     assert sessions() == [
         {
             "sessionId": "s1",
@@ -276,7 +277,7 @@ async def test_claims_are_optional_keys_of_a_ledger_entry(tmp_path: Path) -> Non
             "claimedUntil": NOW + 1000,
         }
     ]
-    await store.mark_started_sent("prf_alpha", "s1")
+    await mark_sent(store, "prf_alpha", "s1")
     assert sessions() == [{"sessionId": "s1", "startedAt": NOW, "sent": True}]
 
 
@@ -302,7 +303,7 @@ async def test_corrupt_config_raises_and_is_left_as_it_was(tmp_path: Path, conte
     path = tmp_path / "state" / "talaria-relay.json"
     write(path, content)
     before = path.stat()
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
 
     with pytest.raises(CorruptStateError):
         await store.load_config()
@@ -313,14 +314,14 @@ async def test_corrupt_config_raises_and_is_left_as_it_was(tmp_path: Path, conte
 async def test_older_config_version_reads_as_no_registration(tmp_path: Path) -> None:
     """A version 1 config reads as None: the server must register again."""
     write(tmp_path / "state" / "talaria-relay.json", '{"version": 1, "url": "x"}\n')
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
 
     assert await store.load_config() is None
 
 
 async def test_generation_is_the_config_mtime_and_rises_on_every_save(tmp_path: Path) -> None:
     """generation is the config's st_mtime_ns, and saves within one clock tick still raise it."""
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
     config = config_for(await store.save_key("key-1", ed25519_pem()))
     generations = []
     for _ in range(5):
@@ -338,7 +339,7 @@ async def test_corrupt_deleted_outbox_raises_and_is_left_as_it_was(tmp_path: Pat
     path = tmp_path / "state" / "talaria-relay-deleted.json"
     content = '{"version": 1, "views": [{"id": "x", "sessionId": "s"}]}'
     write(path, content)
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
 
     with pytest.raises(CorruptStateError):
         await store.pending_deleted()
@@ -351,7 +352,7 @@ async def test_corrupt_deleted_outbox_raises_and_is_left_as_it_was(tmp_path: Pat
 
 async def test_deleted_outbox_is_the_1_20_document(tmp_path: Path) -> None:
     """The outbox file is the 1.20 `DeletedViewsSchema` document, scope in camelCase or null."""
-    store = await FileStore.open(tmp_path / "state")
+    store = await open_json(tmp_path / "state")
     scope = DeletedScope("https://relay.example", "https://hermes.example", "prf_alpha")
     first = await store.enqueue_deleted(
         "s1", "alpha", NOW, session_live=False, identity=IDENTITY_A, scope=scope
@@ -392,7 +393,7 @@ async def test_profile_home_identity_lives_in_the_profile_id_file(tmp_path: Path
     """With profile homes, an identity is `<home>/.talaria-relay-profile-id`, 0600, not state."""
     homes = tmp_path / "homes"
     (homes / "alpha").mkdir(parents=True)
-    store = await FileStore.open(tmp_path / "state", profile_home=lambda name: homes / name)
+    store = await open_json(tmp_path / "state", profile_home=lambda name: homes / name)
 
     identity = await store.profile_identity("alpha")
     path = homes / "alpha" / ".talaria-relay-profile-id"
@@ -410,7 +411,7 @@ async def test_profile_home_identity_written_by_the_original_is_read(tmp_path: P
     """An identity file the original wrote is read stripped of whitespace and left untouched."""
     home = tmp_path / "home"
     write(home / ".talaria-relay-profile-id", f"  {IDENTITY_A}\n\n")
-    store = await FileStore.open(tmp_path / "state", profile_home=lambda _: home)
+    store = await open_json(tmp_path / "state", profile_home=lambda _: home)
 
     assert await store.profile_identity("alpha") == IDENTITY_A
     assert (home / ".talaria-relay-profile-id").read_text() == f"  {IDENTITY_A}\n\n"
@@ -420,7 +421,7 @@ async def test_invalid_profile_home_identity_raises(tmp_path: Path) -> None:
     """An identity file not holding `pfi_<32 hex>` raises CorruptStateError and is left alone."""
     home = tmp_path / "home"
     write(home / ".talaria-relay-profile-id", "pfi_nothex\n")
-    store = await FileStore.open(tmp_path / "state", profile_home=lambda _: home)
+    store = await open_json(tmp_path / "state", profile_home=lambda _: home)
 
     with pytest.raises(CorruptStateError, match="invalid Talaria Relay profile identity"):
         await store.profile_identity("alpha")
@@ -429,7 +430,7 @@ async def test_invalid_profile_home_identity_raises(tmp_path: Path) -> None:
 
 async def test_missing_profile_home_raises_store_error(tmp_path: Path) -> None:
     """A profile whose home is not an existing directory gets no identity: StoreError."""
-    store = await FileStore.open(tmp_path / "state", profile_home=lambda name: tmp_path / name)
+    store = await open_json(tmp_path / "state", profile_home=lambda name: tmp_path / name)
 
     with pytest.raises(StoreError, match="unavailable"):
         await store.profile_identity("ghost")
@@ -441,11 +442,11 @@ async def test_failed_write_leaves_the_old_file_and_no_temp_file(
 ) -> None:
     """A write failing at the rename raises StoreError, keeps every old file, leaves no temp."""
     state = tmp_path / "state"
-    store = await FileStore.open(state)
+    store = await open_json(state)
     key_ref = await store.save_key("key-1", ed25519_pem())
     await store.save_config(config_for(key_ref))
     await store.allocate_revisions(1, NOW)
-    await store.record_started("prf_alpha", [("s1", NOW)], NOW)
+    await store.record_started_scopes({"prf_alpha": [("s1", NOW)]}, NOW)
     before = files_of(state)
 
     def refuse(src: Any, dst: Any) -> None:
@@ -455,7 +456,7 @@ async def test_failed_write_leaves_the_old_file_and_no_temp_file(
     with pytest.raises(StoreError):
         await store.allocate_revisions(1, NOW + 10)
     with pytest.raises(StoreError):
-        await store.record_started("prf_alpha", [("s2", NOW + 1)], NOW + 1)
+        await store.record_started_scopes({"prf_alpha": [("s2", NOW + 1)]}, NOW + 1)
     with pytest.raises(StoreError):
         await store.save_config(config_for(key_ref))
     monkeypatch.undo()

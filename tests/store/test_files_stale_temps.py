@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from relay.store.files import FileStore
+from relay.store.files import open_json
 from relay.store.files.io import stale_temps
-from relay.store.files.locked import LOCK
+from relay.store.files.lock import LOCK
 
 pytestmark = pytest.mark.json
 
@@ -82,7 +82,7 @@ def writer_process(state: Path, temp: str, wait: str) -> Iterator[subprocess.Pop
 async def test_open_removes_the_temp_files_of_dead_writers(tmp_path: Path) -> None:
     """Our temps of dead pids go on open; a live pid's temp, and files not ours, stay."""
     state = tmp_path / "state"
-    store = await FileStore.open(state)
+    store = await open_json(state)
     await store.allocate_revisions(1, 1_000)
     dead = dead_pid()
     stale = {
@@ -100,23 +100,23 @@ async def test_open_removes_the_temp_files_of_dead_writers(tmp_path: Path) -> No
         (state / name).write_text('{"version": 1, "pro')  # as a kill mid-write leaves it
     before = names(state)
 
-    await FileStore.open(state)
+    await open_json(state)
 
     assert names(state) == before - stale
-    assert await (await FileStore.open(state)).revision_floor() == 1_000
+    assert await (await open_json(state)).revision_floor() == 1_000
 
 
 async def test_a_live_writers_temp_file_is_left_alone(tmp_path: Path) -> None:
     """A temp of a writer that is alive stays through an open; once it is killed, it goes."""
     state = tmp_path / "state"
-    await FileStore.open(state)
+    await open_json(state)
     with writer_process(state, "placeholder", "until-stdin") as writer:
         temp = f".talaria-relay-revision.{writer.pid}.0.tmp"
         (state / "placeholder").rename(state / temp)
-        await FileStore.open(state)
+        await open_json(state)
         assert temp in names(state)
 
-    await FileStore.open(state)
+    await open_json(state)
 
     assert temp not in names(state)
     assert not stale_temps(state)
@@ -129,10 +129,10 @@ async def test_removal_waits_for_the_lock(tmp_path: Path) -> None:
     removed the temp without the lock, the rename would fail.
     """
     state = tmp_path / "state"
-    await FileStore.open(state)
+    await open_json(state)
     temp = f".talaria-relay-revision.{dead_pid()}.0.tmp"
     with writer_process(state, temp, "until-waited-for") as writer:
-        store = await asyncio.wait_for(FileStore.open(state), 30)
+        store = await asyncio.wait_for(open_json(state), 30)
         assert await asyncio.to_thread(writer.wait, 30) == 0
 
     assert temp not in names(state)
@@ -146,7 +146,7 @@ async def test_a_profile_homes_stale_temp_goes_with_its_next_write(tmp_path: Pat
     dead = dead_pid()
     (home / f"..talaria-relay-profile-id.{dead}.0.tmp").write_text("pfi_0")
     (home / ".bashrc").write_text("")
-    store = await FileStore.open(tmp_path / "state", profile_home=lambda name: home)
+    store = await open_json(tmp_path / "state", profile_home=lambda name: home)
 
     identity = await store.profile_identity("alpha")
 

@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 
 from relay.errors import StoreError
-from relay.store.files.store import FileStore
+from relay.store.files import JsonDocuments
+from relay.store.rules.book import RulebookBackend
 from relay.store.sql.dialect import Compiled
-from relay.store.sql.runner import Tx
-from relay.store.sql.sqlite import SqliteRunner
+from relay.store.sql.drivers.runner import Tx
+from relay.store.sql.drivers.sqlite import SqliteRunner
 
 HOLD_S = 0.5
 pytestmark = pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
@@ -116,20 +117,21 @@ def test_a_child_refuses_the_sqlite_files_its_parent_has_open(tmp_path: Path) ->
 
 
 def test_a_fork_waits_for_the_state_dir_lock(tmp_path: Path, held: Held) -> None:
-    store = asyncio.run(FileStore.open(tmp_path))
+    documents = asyncio.run(JsonDocuments.open(tmp_path))
 
     def lock() -> None:
-        with store._locked(exclusive=True):
+        with documents.lock.locked(exclusive=True):
             held.hold()
 
     def child() -> None:
         async def main() -> Any:
-            again = await FileStore.open(tmp_path)
-            again.lock_timeout_s = 2.0
+            again = await JsonDocuments.open(tmp_path)
+            again.lock.timeout_s = 2.0
+            backend = RulebookBackend(again)
             try:
-                return await again.allocate_revisions(1, 0)
+                return await backend.allocate_revisions(1, 0)
             finally:
-                await again.close()
+                await backend.close()
 
         asyncio.run(main())
 

@@ -19,7 +19,7 @@ from processes import run_processes
 from sqlalchemy import Connection, inspect
 
 from relay.store.sql import migrate
-from relay.store.sql.engines import postgres_engine, sqlite_engine
+from relay.store.sql.drivers.engines import postgres_engine, sqlite_engine
 from relay.store.sql.schema import metadata
 from relay.store.url import resolve
 

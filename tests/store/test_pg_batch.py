@@ -14,17 +14,19 @@ import asyncpg
 import pytest
 from backends import on
 from databases import set_read_only
+from sql_support import sql_backend
 from sqlalchemy import delete, func, insert, literal, make_url, select, update
 
 from relay.cli.bench.proxy import latency_proxy
 from relay.errors import StoreError, StoreUnavailableError
 from relay.health import NOT_READY, probe
 from relay.store import open_store, resolve
-from relay.store.sql import SqlStore, migrate, pgbatch
+from relay.store.sql import migrate
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import POSTGRES, Row, bind
-from relay.store.sql.postgres import PostgresRunner
-from relay.store.sql.runner import Step, Tx, run_steps
+from relay.store.sql.drivers import pgbatch
+from relay.store.sql.drivers.postgres import PostgresRunner
+from relay.store.sql.drivers.runner import Step, Tx, run_steps
 
 pytestmark = on("postgres")
 BIG = 2**53 + 1  # past what a JSON double holds exactly
@@ -112,8 +114,7 @@ def typed(rows: Sequence[Row]) -> list[list[tuple[type, Any]]]:
 
 
 def postgres_runner(store: Any) -> PostgresRunner:
-    assert isinstance(store, SqlStore)
-    found = store._db
+    found = sql_backend(store).runner
     assert isinstance(found, PostgresRunner)
     return found
 

@@ -18,13 +18,13 @@ import pytest
 from backends import on
 from cli_support import run
 from databases import set_read_only
+from sql_support import sql_backend
 from sqlalchemy import func, make_url, select
 
 from relay.errors import StoreError, StoreUnavailableError
 from relay.store import RelayStore, open_store
-from relay.store.sql import SqlStore
 from relay.store.sql.dialect import POSTGRES
-from relay.store.sql.postgres import PostgresRunner
+from relay.store.sql.drivers.postgres import PostgresRunner
 
 pytestmark = on("postgres")
 NOW = 1_800_000_000_000
@@ -36,8 +36,7 @@ def with_params(url: str, **params: object) -> str:
 
 
 def runner(store: RelayStore) -> PostgresRunner:
-    assert isinstance(store, SqlStore)
-    found = store._db
+    found = sql_backend(store).runner
     assert isinstance(found, PostgresRunner)
     return found
 

@@ -60,7 +60,7 @@ from relay.errors import CorruptStateError, KeyPassphraseError, RelayError
 from relay.publishing.publisher import load_key
 from relay.store import open_store
 from relay.store.files.keys import KEY_FILE
-from relay.store.files.locked import LOCK
+from relay.store.files.lock import LOCK
 from relay.store.keys import pkcs8
 from relay.store.keys.keyring import Keyring, Passphrase
 

@@ -13,21 +13,21 @@ from pathlib import Path
 import pytest
 from backends import on
 from harness import PUBLISHER_ID, Env, relay_env
+from sql_support import sql_backend
 
 from relay.cli.bench.proxy import latency_proxy
-from relay.store import open_store, resolve
-from relay.store.sql import SqlStore, Stats
+from relay.store import RelayStore, open_store, resolve
+from relay.store.sql.backend import SqlBackend
 from relay.store.sql.dialect import Compiled
-from relay.store.sql.runner import Tx
+from relay.store.sql.drivers.runner import Stats, Tx
 
 sqlite = pytest.mark.sqlite
 
 
 @pytest.fixture
-async def sql_store(tmp_path: Path) -> AsyncIterator[SqlStore]:
+async def sql_store(tmp_path: Path) -> AsyncIterator[SqlBackend]:
     async with open_store(f"sqlite:///{tmp_path / 'relay.db'}") as store:
-        assert isinstance(store, SqlStore)
-        yield store
+        yield sql_backend(store)
 
 
 def _spent(before: Stats, after: Stats) -> Stats:
@@ -40,7 +40,7 @@ def _spent(before: Stats, after: Stats) -> Stats:
 
 
 @asynccontextmanager
-async def _steady(store: SqlStore, profiles: int, sessions: int) -> AsyncIterator[Env]:
+async def _steady(store: RelayStore, profiles: int, sessions: int) -> AsyncIterator[Env]:
     """`profiles` paired profiles with `sessions` live sessions spread over them, announced and
     published: what is left for the next pass is a steady one."""
     names = ("default", *(f"p{n}" for n in range(1, profiles)))
@@ -69,12 +69,13 @@ async def _published_all(env: Env, sessions: int, snapshots: int) -> None:
     assert rows == {f"s-{n}" for n in range(sessions)}
 
 
-async def _steady_pass(store: SqlStore, profiles: int, sessions: int) -> Stats:
+async def _steady_pass(store: RelayStore, profiles: int, sessions: int) -> Stats:
     """What a steady pass costs the store."""
     async with _steady(store, profiles, sessions) as env:
-        before, snapshots = replace(store.stats), len(env.accepted("snapshot"))
+        stats = sql_backend(store).stats
+        before, snapshots = replace(stats), len(env.accepted("snapshot"))
         assert await env.publish() is None
-        spent = _spent(before, store.stats)
+        spent = _spent(before, stats)
         await _published_all(env, sessions, snapshots)
         return spent
     raise AssertionError("unreachable")
@@ -89,7 +90,6 @@ async def test_a_steady_pass_is_one_read_one_write_and_one_release(
     """On SQLite a steady pass is three transactions, one of them fsync-bearing (its write): the
     release of its sending marks commits without an fsync, whatever P and S."""
     async with open_store(f"sqlite:///{tmp_path / 'relay.db'}") as store:
-        assert isinstance(store, SqlStore)
         spent = await _steady_pass(store, profiles, sessions)
     assert spent.transactions <= 3
     assert spent.writes <= 1
@@ -100,7 +100,6 @@ async def test_a_steady_pass_is_one_read_one_write_and_one_release(
 async def test_a_steady_pass_on_postgres_is_three_transactions(store_url: str) -> None:
     """On Postgres a steady pass is three transactions (read, write, release) at P=20, S=200."""
     async with open_store(store_url) as store:
-        assert isinstance(store, SqlStore)
         spent = await _steady_pass(store, 20, 200)
     assert spent.transactions <= 3
 
@@ -115,18 +114,16 @@ async def test_a_steady_pass_on_postgres_is_three_round_trips(store_url: str) ->
         counts,
     ):
         proxied = address.set(host="127.0.0.1", port=port).render_as_string(hide_password=False)
-        async with open_store(proxied) as store:
-            assert isinstance(store, SqlStore)
-            async with _steady(store, 20, 200) as env:
-                before, snapshots = counts.round_trips, len(env.accepted("snapshot"))
-                assert await env.publish() is None
-                assert counts.round_trips - before <= 3
-                await _published_all(env, 200, snapshots)
+        async with open_store(proxied) as store, _steady(store, 20, 200) as env:
+            before, snapshots = counts.round_trips, len(env.accepted("snapshot"))
+            assert await env.publish() is None
+            assert counts.round_trips - before <= 3
+            await _published_all(env, 200, snapshots)
 
 
 @sqlite
 async def test_only_a_write_asked_not_to_be_durable_commits_without_an_fsync(
-    sql_store: SqlStore,
+    sql_store: SqlBackend,
 ) -> None:
     """`durable=False` commits its own transaction at `synchronous=NORMAL` (in WAL mode: no
     fsync), and every write before and after it, failed or not, at FULL."""
@@ -138,7 +135,7 @@ async def test_only_a_write_asked_not_to_be_durable_commits_without_an_fsync(
     async def failing(tx: Tx) -> None:
         raise RuntimeError("the body failed")
 
-    runner = sql_store._db
+    runner = sql_store.runner
     full, normal = 2, 1
     assert await runner.write(level) == full
     before = replace(runner.stats)

@@ -78,8 +78,8 @@ async def seed(store: RelayStore) -> str:
     await store.profile_identity("alpha")
     await store.allocate_revisions(2, NOW)
     await store.track_started(["prf_a"], NOW)
-    await store.record_started("prf_a", [("s1", NOW + 1), ("s2", NOW + 2)], NOW + 3)
-    await store.claim_started("prf_a", "owner-a", NOW + 4, 1000, limit=1)
+    await store.record_started_scopes({"prf_a": [("s1", NOW + 1), ("s2", NOW + 2)]}, NOW + 3)
+    await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 4, 1000, limit=1)
     await store.enqueue_deleted("gone", "alpha", NOW, session_live=False, identity=None, scope=None)
     await store.apply_presence(
         "alpha", "tab-0001", 3, True, NOW, lease_ms=LEASE, fence_ms=FENCE, max_tabs=MAX_TABS
@@ -143,15 +143,19 @@ BAD_CALLS: dict[str, Callable[[Any], Awaitable[object]]] = {
     "track-negative-now": lambda s: s.track_started(["prf_new"], -1),
     "track-bool-now": lambda s: s.track_started(["prf_new"], True),
     "track-float-now": lambda s: s.track_started(["prf_new"], float(NOW)),
-    "record-empty-profile": lambda s: s.record_started("", [("s9", NOW)], NOW),
-    "record-negative-now": lambda s: s.record_started("prf_a", [("s9", NOW)], -1),
-    "record-bool-now": lambda s: s.record_started("prf_a", [("s9", NOW)], True),
-    "claim-empty-profile": lambda s: s.claim_started("", "owner-b", NOW + 5000, 1000),
-    "claim-empty-owner": lambda s: s.claim_started("prf_a", "", NOW + 5000, 1000),
-    "claim-negative-now": lambda s: s.claim_started("prf_a", "owner-b", -1, 1000),
-    "claim-bool-now": lambda s: s.claim_started("prf_a", "owner-b", True, 1000),
-    "mark-empty-profile": lambda s: s.mark_started_sent("", "s1"),
-    "mark-empty-session": lambda s: s.mark_started_sent("prf_a", ""),
+    "record-empty-profile": lambda s: s.record_started_scopes({"": [("s9", NOW)]}, NOW),
+    "record-negative-now": lambda s: s.record_started_scopes({"prf_a": [("s9", NOW)]}, -1),
+    "record-bool-now": lambda s: s.record_started_scopes({"prf_a": [("s9", NOW)]}, True),
+    "claim-empty-profile": lambda s: s.claim_started_scopes([""], "owner-b", NOW + 5000, 1000),
+    "claim-empty-owner": lambda s: s.claim_started_scopes(["prf_a"], "", NOW + 5000, 1000),
+    "claim-negative-now": lambda s: s.claim_started_scopes(["prf_a"], "owner-b", -1, 1000),
+    "claim-bool-now": lambda s: s.claim_started_scopes(["prf_a"], "owner-b", True, 1000),
+    "mark-empty-profile": lambda s: s.claim_started_scopes(
+        [], "owner-b", NOW + 5000, 1000, sent=[("", "s1")]
+    ),
+    "mark-empty-session": lambda s: s.claim_started_scopes(
+        [], "owner-b", NOW + 5000, 1000, sent=[("prf_a", "")]
+    ),
     "enqueue-empty-session": enqueue_call(session_id=""),
     "enqueue-empty-profile": enqueue_call(profile=""),
     "enqueue-negative-now": enqueue_call(now_ms=-1),
@@ -405,7 +409,7 @@ async def test_json_garbage_started_ledger_counts_as_empty(tmp_path: Path, garba
     """An unreadable started ledger file reads as empty and is replaced by the next write."""
     async with open_store(json_url(tmp_path)) as store:
         await store.track_started(["prf_a"], NOW)
-        await store.record_started("prf_a", [("s1", NOW + 1)], NOW + 1)
+        await store.record_started_scopes({"prf_a": [("s1", NOW + 1)]}, NOW + 1)
     path = json_dir(tmp_path) / STARTED_FILE
     assert path.is_file()
     write_bytes(path, garbage)

@@ -18,6 +18,7 @@ import pytest
 from backends import REAL, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from ledger_calls import mark_sent
 
 from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError
 from relay.store import (
@@ -109,8 +110,8 @@ def claimed(items: list[StartedEntry]) -> list[tuple[str, str | None, int | None
 async def three_started(store: RelayStore, profile_id: str = "prf_a") -> None:
     """A tracked scope (floor NOW) with unsent s1, s2, s3 recorded out of order."""
     await store.track_started([profile_id], NOW)
-    await store.record_started(
-        profile_id, [("s3", NOW + 3), ("s1", NOW + 1), ("s2", NOW + 2)], NOW + 10
+    await store.record_started_scopes(
+        {profile_id: [("s3", NOW + 3), ("s1", NOW + 1), ("s2", NOW + 2)]}, NOW + 10
     )
 
 
@@ -174,9 +175,9 @@ async def seed(store: RelayStore) -> str:
     await store.profile_identity("alpha")
     await store.allocate_revisions(3, NOW)
     await store.track_started(["prf_alpha"], NOW)
-    await store.record_started("prf_alpha", [("s1", NOW + 1), ("s2", NOW + 2)], NOW + 5)
-    await store.claim_started("prf_alpha", "owner-a", NOW + 6, 30 * SECOND, limit=1)
-    await store.mark_started_sent("prf_alpha", "s2")
+    await store.record_started_scopes({"prf_alpha": [("s1", NOW + 1), ("s2", NOW + 2)]}, NOW + 5)
+    await store.claim_started_scopes(["prf_alpha"], "owner-a", NOW + 6, 30 * SECOND, limit=1)
+    await mark_sent(store, "prf_alpha", "s2")
     await enqueue(store, "gone-1", NOW + 7)
     await enqueue(store, "gone-2", NOW + 8, identity=IDENTITY_A, scope=SCOPE)
     await presence(store, "tab-0001", 1, NOW + 9)
@@ -464,7 +465,7 @@ async def test_track_started_sets_floor_once(store: RelayStore) -> None:
 async def test_track_started_keeps_entries(store: RelayStore) -> None:
     """Tracking an already tracked scope again leaves its floor and entries alone."""
     await store.track_started(["prf_a"], NOW)
-    await store.record_started("prf_a", [("s1", NOW + 1)], NOW + 1)
+    await store.record_started_scopes({"prf_a": [("s1", NOW + 1)]}, NOW + 1)
     await store.track_started(["prf_a"], NOW + 100)
     assert await floor_of(store, "prf_a") == NOW
     assert await entries(store, "prf_a") == [("s1", NOW + 1, False)]
@@ -489,8 +490,8 @@ async def test_record_started_adds_unsent_entries(store: RelayStore) -> None:
 
 async def test_record_started_tracks_untracked_scope_first(store: RelayStore) -> None:
     """Recording an untracked scope gives it floor = now first, so earlier sessions are dropped."""
-    await store.record_started(
-        "prf_new", [("before", NOW - 1), ("at", NOW), ("after", NOW + 1)], NOW
+    await store.record_started_scopes(
+        {"prf_new": [("before", NOW - 1), ("at", NOW), ("after", NOW + 1)]}, NOW
     )
     assert await floor_of(store, "prf_new") == NOW
     assert await entries(store, "prf_new") == [("at", NOW, False), ("after", NOW + 1, False)]
@@ -499,7 +500,7 @@ async def test_record_started_tracks_untracked_scope_first(store: RelayStore) ->
 async def test_record_started_ignores_sessions_before_floor(store: RelayStore) -> None:
     """Sessions started before the scope's floor are never recorded."""
     await store.track_started(["prf_a"], NOW)
-    await store.record_started("prf_a", [("old", NOW - 1), ("edge", NOW)], NOW + 1000)
+    await store.record_started_scopes({"prf_a": [("old", NOW - 1), ("edge", NOW)]}, NOW + 1000)
     assert await entries(store, "prf_a") == [("edge", NOW, False)]
 
 
@@ -508,18 +509,18 @@ async def test_record_started_ignores_sessions_outside_window(store: RelayStore)
     await store.track_started(["prf_a"], NOW)
     now = NOW + 2 * DAY
     seen = [("stale", now - DAY - 1), ("edge", now - DAY), ("fresh", now)]
-    await store.record_started("prf_a", seen, now)
+    await store.record_started_scopes({"prf_a": seen}, now)
     assert await entries(store, "prf_a") == [("edge", now - DAY, False), ("fresh", now, False)]
 
 
 async def test_record_started_prunes_as_time_moves(store: RelayStore) -> None:
     """Entries older than now - 24 h are pruned by a later record, sent or not."""
     await store.track_started(["prf_a"], NOW)
-    await store.record_started(
-        "prf_a", [("early", NOW + 1), ("sent", NOW + 2), ("late", NOW + DAY)], NOW + DAY
+    await store.record_started_scopes(
+        {"prf_a": [("early", NOW + 1), ("sent", NOW + 2), ("late", NOW + DAY)]}, NOW + DAY
     )
-    await store.mark_started_sent("prf_a", "sent")
-    await store.record_started("prf_a", [], NOW + DAY + 3)
+    await mark_sent(store, "prf_a", "sent")
+    await store.record_started_scopes({"prf_a": []}, NOW + DAY + 3)
     assert await entries(store, "prf_a") == [("late", NOW + DAY, False)]
     assert await floor_of(store, "prf_a") == NOW
 
@@ -542,7 +543,7 @@ async def test_record_started_skips_invalid_sightings(store: RelayStore) -> None
         ("text", str(NOW + 5)),
         ("missing", None),
     ]
-    await store.record_started("prf_a", seen, NOW)
+    await store.record_started_scopes({"prf_a": seen}, NOW)
     assert await entries(store, "prf_a") == [
         ("x" * 191, NOW, False),
         ("padded", NOW + 1, False),
@@ -554,10 +555,10 @@ async def test_record_started_skips_invalid_sightings(store: RelayStore) -> None
 async def test_record_started_never_duplicates(store: RelayStore) -> None:
     """Recording a known session again keeps its original started_at and sent flag."""
     await store.track_started(["prf_a"], NOW)
-    await store.record_started("prf_a", [("s1", NOW + 1), ("s2", NOW + 2)], NOW + 2)
-    await store.mark_started_sent("prf_a", "s1")
-    await store.record_started(
-        "prf_a", [("s1", NOW + 5), ("s2", NOW + 6), (" s2 ", NOW + 7)], NOW + 10
+    await store.record_started_scopes({"prf_a": [("s1", NOW + 1), ("s2", NOW + 2)]}, NOW + 2)
+    await mark_sent(store, "prf_a", "s1")
+    await store.record_started_scopes(
+        {"prf_a": [("s1", NOW + 5), ("s2", NOW + 6), (" s2 ", NOW + 7)]}, NOW + 10
     )
     assert await entries(store, "prf_a") == [("s1", NOW + 1, True), ("s2", NOW + 2, False)]
 
@@ -565,17 +566,17 @@ async def test_record_started_never_duplicates(store: RelayStore) -> None:
 async def test_record_started_keeps_claim(store: RelayStore) -> None:
     """Recording a claimed session again does not release its claim."""
     await three_started(store)
-    await store.claim_started("prf_a", "owner-a", NOW + 20, 1000)
-    await store.record_started("prf_a", [("s1", NOW + 1)], NOW + 30)
-    assert await store.claim_started("prf_a", "owner-b", NOW + 40, 1000) == []
+    await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 20, 1000)
+    await store.record_started_scopes({"prf_a": [("s1", NOW + 1)]}, NOW + 30)
+    assert await store.claim_started_scopes(["prf_a"], "owner-b", NOW + 40, 1000) == []
 
 
 async def test_started_ledger_ordering(store: RelayStore) -> None:
     """The ledger lists scopes by profile id and each scope's entries oldest first."""
     await store.track_started(["prf_b", "prf_a"], NOW)
-    await store.record_started("prf_b", [("b2", NOW + 2), ("b1", NOW + 1)], NOW + 3)
-    await store.record_started(
-        "prf_a", [("a3", NOW + 3), ("a1", NOW + 1), ("a2", NOW + 2)], NOW + 3
+    await store.record_started_scopes({"prf_b": [("b2", NOW + 2), ("b1", NOW + 1)]}, NOW + 3)
+    await store.record_started_scopes(
+        {"prf_a": [("a3", NOW + 3), ("a1", NOW + 1), ("a2", NOW + 2)]}, NOW + 3
     )
     ledger = await store.started_ledger()
     assert [scope.profile_id for scope in ledger] == ["prf_a", "prf_b"]
@@ -588,7 +589,7 @@ async def test_claim_started_oldest_first_with_lease(store: RelayStore) -> None:
     """A claim returns the unsent entries oldest first, leased to the owner until now + lease."""
     await three_started(store)
     until = NOW + 20 + 1000
-    got = await store.claim_started("prf_a", "owner-a", NOW + 20, 1000)
+    got = await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 20, 1000)
     assert claimed(got) == [
         ("s1", "owner-a", until),
         ("s2", "owner-a", until),
@@ -606,18 +607,18 @@ async def test_claim_started_oldest_first_with_lease(store: RelayStore) -> None:
 async def test_claim_started_blocks_other_owner_until_lease_ends(store: RelayStore) -> None:
     """Another owner gets nothing while the lease holds and everything once claimed_until <= now."""
     await three_started(store)
-    await store.claim_started("prf_a", "owner-a", NOW + 20, 1000)
-    assert await store.claim_started("prf_a", "owner-b", NOW + 1019, 1000) == []
-    got = await store.claim_started("prf_a", "owner-b", NOW + 1020, 1000)
+    await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 20, 1000)
+    assert await store.claim_started_scopes(["prf_a"], "owner-b", NOW + 1019, 1000) == []
+    got = await store.claim_started_scopes(["prf_a"], "owner-b", NOW + 1020, 1000)
     assert claimed(got) == [(s, "owner-b", NOW + 2020) for s in ("s1", "s2", "s3")]
-    assert await store.claim_started("prf_a", "owner-a", NOW + 1021, 1000) == []
+    assert await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 1021, 1000) == []
 
 
 async def test_claim_started_owner_reclaims_its_own(store: RelayStore) -> None:
     """The owner of a live lease can claim its entries again, extending the lease."""
     await three_started(store)
-    await store.claim_started("prf_a", "owner-a", NOW + 20, 1000)
-    got = await store.claim_started("prf_a", "owner-a", NOW + 30, 1000)
+    await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 20, 1000)
+    got = await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 30, 1000)
     assert claimed(got) == [(s, "owner-a", NOW + 1030) for s in ("s1", "s2", "s3")]
 
 
@@ -625,25 +626,26 @@ async def test_claim_started_limit(store: RelayStore) -> None:
     """A limit claims only the oldest entries; the rest stay claimable by another owner."""
     await three_started(store)
     assert [
-        e.session_id for e in await store.claim_started("prf_a", "owner-a", NOW + 20, 1000, limit=2)
+        e.session_id
+        for e in await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 20, 1000, limit=2)
     ] == [
         "s1",
         "s2",
     ]
     assert [
-        e.session_id for e in await store.claim_started("prf_a", "owner-b", NOW + 20, 1000)
+        e.session_id for e in await store.claim_started_scopes(["prf_a"], "owner-b", NOW + 20, 1000)
     ] == ["s3"]
-    assert await store.claim_started("prf_a", "owner-c", NOW + 20, 1000) == []
+    assert await store.claim_started_scopes(["prf_a"], "owner-c", NOW + 20, 1000) == []
 
 
 async def test_claim_started_skips_sent_entries(store: RelayStore) -> None:
     """Sent entries are never claimed, even after their lease ended."""
     await three_started(store)
-    await store.mark_started_sent("prf_a", "s1")
-    got = await store.claim_started("prf_a", "owner-a", NOW + 20, 1000)
+    await mark_sent(store, "prf_a", "s1")
+    got = await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 20, 1000)
     assert [e.session_id for e in got] == ["s2", "s3"]
-    await store.mark_started_sent("prf_a", "s2")
-    later = await store.claim_started("prf_a", "owner-b", NOW + 5000, 1000)
+    await mark_sent(store, "prf_a", "s2")
+    later = await store.claim_started_scopes(["prf_a"], "owner-b", NOW + 5000, 1000)
     assert [e.session_id for e in later] == ["s3"]
 
 
@@ -651,16 +653,16 @@ async def test_claim_started_is_per_scope(store: RelayStore) -> None:
     """A claim only returns entries of its own scope; an unknown scope gives nothing."""
     await three_started(store, "prf_a")
     await store.track_started(["prf_b"], NOW)
-    await store.record_started("prf_b", [("b1", NOW + 1)], NOW + 10)
-    got = await store.claim_started("prf_b", "owner-a", NOW + 20, 1000)
+    await store.record_started_scopes({"prf_b": [("b1", NOW + 1)]}, NOW + 10)
+    got = await store.claim_started_scopes(["prf_b"], "owner-a", NOW + 20, 1000)
     assert [(e.profile_id, e.session_id) for e in got] == [("prf_b", "b1")]
-    assert await store.claim_started("prf_unknown", "owner-a", NOW + 20, 1000) == []
+    assert await store.claim_started_scopes(["prf_unknown"], "owner-a", NOW + 20, 1000) == []
 
 
-async def test_mark_started_sent(store: RelayStore) -> None:
-    """mark_started_sent sets sent on that one entry only."""
+async def test_marks_set_sent(store: RelayStore) -> None:
+    """A claim's `sent` marks set sent on that one entry only."""
     await three_started(store)
-    await store.mark_started_sent("prf_a", "s2")
+    await mark_sent(store, "prf_a", "s2")
     assert await entries(store, "prf_a") == [
         ("s1", NOW + 1, False),
         ("s2", NOW + 2, True),
@@ -668,19 +670,19 @@ async def test_mark_started_sent(store: RelayStore) -> None:
     ]
 
 
-async def test_mark_started_sent_of_missing_entry_is_noop(store: RelayStore) -> None:
+async def test_a_mark_of_a_missing_entry_is_a_noop(store: RelayStore) -> None:
     """Marking an entry that is not (or no longer) in the ledger changes nothing."""
     await three_started(store)
     before = await store.started_ledger()
-    await store.mark_started_sent("prf_a", "pruned-meanwhile")
-    await store.mark_started_sent("prf_unknown", "s1")
+    await mark_sent(store, "prf_a", "pruned-meanwhile")
+    await mark_sent(store, "prf_unknown", "s1")
     assert await store.started_ledger() == before
 
 
 async def test_record_started_scopes_records_each_scope(store: RelayStore) -> None:
-    """Several scopes at once: each as record_started would, a new one tracked at now."""
+    """Several scopes at once: each as one scope alone would be, a new one tracked at now."""
     await store.track_started(["prf_a"], NOW)
-    await store.record_started("prf_a", [("early", NOW + 1)], NOW + 1)
+    await store.record_started_scopes({"prf_a": [("early", NOW + 1)]}, NOW + 1)
     now = NOW + DAY + 2
     await store.record_started_scopes(
         {
@@ -699,8 +701,8 @@ async def test_record_started_scopes_keeps_sent_and_claims(store: RelayStore) ->
     """Recording known sessions again in several scopes changes none of them."""
     await three_started(store, "prf_a")
     await three_started(store, "prf_b")
-    await store.mark_started_sent("prf_a", "s1")
-    await store.claim_started("prf_b", "owner-a", NOW + 20, 1000)
+    await mark_sent(store, "prf_a", "s1")
+    await store.claim_started_scopes(["prf_b"], "owner-a", NOW + 20, 1000)
     before = await store.started_ledger()
     again = [("s1", NOW + 5), ("s2", NOW + 6)]
     await store.record_started_scopes({"prf_a": again, "prf_b": again}, NOW + 30)
@@ -735,7 +737,7 @@ async def test_claim_started_scopes_leases_each_entry_of_its_own_scope(store: Re
     other from a claim, nor does a claim of one take the other over."""
     await three_started(store, "prf_a")
     await three_started(store, "prf_b")
-    await store.claim_started("prf_a", "owner-a", NOW + 20, 1000, limit=1)
+    await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 20, 1000, limit=1)
     got = await store.claim_started_scopes(["prf_a", "prf_b"], "owner-b", NOW + 30, 1000, limit=3)
     assert [(e.profile_id, e.session_id) for e in got] == [
         ("prf_a", "s2"),
@@ -775,7 +777,7 @@ async def test_claim_started_scopes_marks_sent_then_claims(store: RelayStore) ->
 async def test_claim_started_scopes_without_scopes_only_marks(store: RelayStore) -> None:
     """With no scope listed the call marks its pairs sent and claims nothing."""
     await three_started(store, "prf_a")
-    await store.claim_started("prf_a", "owner-a", NOW + 20, 1000)
+    await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 20, 1000)
     got = await store.claim_started_scopes([], "owner-b", NOW + 30, 1000, sent=[("prf_a", "s2")])
     assert got == []
     (scope,) = await store.started_ledger()
@@ -813,7 +815,7 @@ async def test_claim_started_scopes_without_scopes_only_marks(store: RelayStore)
 async def test_started_scopes_calls_refuse_bad_input(store: RelayStore, call: Any) -> None:
     """A malformed argument is an InvalidInputError and changes nothing."""
     await three_started(store)
-    await store.claim_started("prf_a", "owner-a", NOW + 20, 1000, limit=1)
+    await store.claim_started_scopes(["prf_a"], "owner-a", NOW + 20, 1000, limit=1)
     before = await store.started_ledger()
     with pytest.raises(InvalidInputError):
         await call(store)
@@ -1074,7 +1076,7 @@ async def test_writes_visible_to_other_open_store(store: RelayStore, store_url: 
     key_ref = await seed(store)
     async with open_store(store_url) as other:
         assert await snapshot(other, key_ref) == await snapshot(store, key_ref)
-        await other.mark_started_sent("prf_alpha", "s1")
+        await mark_sent(other, "prf_alpha", "s1")
         oldest = (await other.pending_deleted())[0]
         assert await other.ack_deleted(oldest.id, oldest.through) is True
     assert await entries(store, "prf_alpha") == [("s1", NOW + 1, True), ("s2", NOW + 2, True)]

@@ -88,16 +88,19 @@ class Differential(RuleBasedStateMachine):
         self.same(lambda s: s.track_started(scopes, self.now))
 
     @rule(scope=st.sampled_from(SCOPES), seen=st.lists(st.sampled_from(SESSIONS), max_size=3))
-    def record_started(self, scope: str, seen: list[str]) -> None:
-        self.same(lambda s: s.record_started(scope, [(sid, self.now) for sid in seen], self.now))
+    def record_started_in_one_scope(self, scope: str, seen: list[str]) -> None:
+        sightings = {scope: [(sid, self.now) for sid in seen]}
+        self.same(lambda s: s.record_started_scopes(sightings, self.now))
 
     @rule(scope=st.sampled_from(SCOPES), owner=st.sampled_from(OWNERS), lease=leases)
-    def claim_started(self, scope: str, owner: str, lease: int) -> None:
-        self.same(lambda s: s.claim_started(scope, owner, self.now, lease, 2))
+    def claim_started_in_one_scope(self, scope: str, owner: str, lease: int) -> None:
+        self.same(lambda s: s.claim_started_scopes([scope], owner, self.now, lease, 2))
 
     @rule(scope=st.sampled_from(SCOPES), sessions=st.lists(st.sampled_from(SESSIONS)))
     def mark_started_sent(self, scope: str, sessions: list[str]) -> None:
-        self.same(lambda s: s.mark_started_sent(scope, *sessions))
+        """The marks alone: a claim of no scope."""
+        sent = [(scope, sid) for sid in sessions]
+        self.same(lambda s: s.claim_started_scopes([], OWNERS[0], self.now, 1, sent=sent))
 
     @rule(
         seen=st.dictionaries(
@@ -163,19 +166,11 @@ class Differential(RuleBasedStateMachine):
         owner=st.sampled_from(OWNERS),
         lease=leases,
     )
-    def save_run(self, session: str, turn: int, phase: str, owner: str, lease: int) -> None:
-        run = self._turn(session, turn, phase, owner)
-        self.same(lambda s: s.save_run(run, self.now, lease))
-
-    @rule(
-        owner=st.sampled_from(OWNERS),
-        hosted=st.dictionaries(st.sampled_from(SESSIONS[:2]), st.tuples(st.integers(0, 5), phases)),
-        lease=leases,
-    )
-    def sync_runs(self, owner: str, hosted: dict[str, tuple[int, str]], lease: int) -> None:
-        live = [self._turn(s, turn, phase, owner) for s, (turn, phase) in sorted(hosted.items())]
+    def pass_hosting_one(self, session: str, turn: int, phase: str, owner: str, lease: int) -> None:
+        """A pass of a replica that hosts this one turn now."""
+        live = [self._turn(session, turn, phase, owner)]
         self.same(
-            lambda s: s.sync_runs(owner, live, self.now, lease_ms=lease, retention_ms=RETENTION)
+            lambda s: s.pass_write(owner, live, self.now, lease_ms=lease, retention_ms=RETENTION)
         )
 
     @rule(owner=st.sampled_from(OWNERS))

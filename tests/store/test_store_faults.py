@@ -25,15 +25,18 @@ from backends import on
 from harness import PUBLISHER_ID, Env, relay_env
 from intact import failed_pass, prepared, recovered
 from privileged import fill, immutable, read_only, tmpfs
+from sql_support import sql_backend
 
 from relay.errors import StoreUnavailableError
 from relay.store import RelayStore, open_store
-from relay.store.files.locked import LOCK
-from relay.store.files.store import FileStore
+from relay.store.files import JsonDocuments
+from relay.store.files.lock import LOCK
+from relay.store.rules.book import RulebookBackend
+from relay.store.sql.backend import SqlBackend
 from relay.store.sql.dialect import Compiled
-from relay.store.sql.postgres import PostgresTx
-from relay.store.sql.sqlite import SqliteRunner
-from relay.store.sql.store import SqlStore
+from relay.store.sql.drivers.postgres import PostgresTx
+from relay.store.sql.drivers.sqlite import SqliteRunner
+from relay.store.store import Store
 
 # Held far longer than this, a lock fails the write; the default (30 s) would only be slower.
 BUSY_TIMEOUT_S = 0.2
@@ -173,8 +176,7 @@ async def test_a_connection_killed_holding_row_locks_releases_them_and_recovers(
 
     # A pass's write is one `relay_batch` call, atomic on the server; a transaction that holds
     # row locks between statements is its fallback (a schema at 0005, a role without EXECUTE).
-    assert isinstance(store, SqlStore)
-    monkeypatch.setattr(store._db, "_batch_calls", False)
+    monkeypatch.setattr(sql_backend(store).runner, "_batch_calls", False)
     async with relay_env(store) as env:
         before = await prepared(env)
         monkeypatch.setattr(PostgresTx, "many", pausing)
@@ -213,7 +215,7 @@ async def impatient_sqlite(path: Path) -> AsyncIterator[RelayStore]:
     async with open_store(f"sqlite:///{path}"):
         pass  # creates and migrates the file
     display = f"sqlite:///{path}"
-    store = SqlStore(await SqliteRunner.open(path, display, BUSY_TIMEOUT_S), display)
+    store = Store(SqlBackend(await SqliteRunner.open(path, display, BUSY_TIMEOUT_S), display))
     try:
         yield store
     finally:
@@ -307,8 +309,11 @@ async def test_a_json_state_dir_locked_past_the_timeout_backs_off_until_released
     timeout as unavailable, the pass backs off instead of hanging; released, it recovers."""
     state = tmp_path / "state"
     async with open_store(f"json://{state}") as store, relay_env(store) as env:
-        assert isinstance(store, FileStore)
-        store.lock_timeout_s = BUSY_TIMEOUT_S
+        assert isinstance(store, Store)
+        assert isinstance(store.engine, RulebookBackend)
+        documents = store.engine.documents
+        assert isinstance(documents, JsonDocuments)
+        documents.lock.timeout_s = BUSY_TIMEOUT_S
         before = await prepared(env)
         async with json_dir_locked_by_another_process(state):
             line = await failed_pass(env, env.publish)

@@ -33,7 +33,7 @@ from store_model import Model
 
 from relay.protocol import STARTED_WINDOW_MS, TERMINAL_PHASES
 from relay.store import DeletedScope, PresenceLease, RelayStore, RunState, open_store
-from relay.store.run_gate import TURN_MEMORY_MS
+from relay.store.store import TURN_MEMORY_MS
 
 T = TypeVar("T")
 START = 1_800_000_000_000
@@ -148,9 +148,9 @@ class StoreMachine(RuleBasedStateMachine):
         scope=st.sampled_from(SCOPE_IDS),
         seen=st.lists(st.tuples(st.sampled_from(SESSIONS), ages), max_size=3),
     )
-    def record_started(self, scope: str, seen: list[tuple[str, int]]) -> None:
+    def record_started_in_one_scope(self, scope: str, seen: list[tuple[str, int]]) -> None:
         sightings = [(session, self.now - age) for session, age in seen]
-        self.run(self.store.record_started(scope, sightings, self.now))
+        self.run(self.store.record_started_scopes({scope: sightings}, self.now))
         self.model.record(scope, sightings, self.now)
 
     @rule(
@@ -159,13 +159,17 @@ class StoreMachine(RuleBasedStateMachine):
         lease=leases_ms,
         limit=limits,
     )
-    def claim_started(self, scope: str, owner: str, lease: int, limit: int | None) -> None:
-        got = self.run(self.store.claim_started(scope, owner, self.now, lease, limit))
+    def claim_started_in_one_scope(
+        self, scope: str, owner: str, lease: int, limit: int | None
+    ) -> None:
+        got = self.run(self.store.claim_started_scopes([scope], owner, self.now, lease, limit))
         assert got == self.model.claim_started(scope, owner, self.now, lease, limit)
 
     @rule(scope=st.sampled_from(SCOPE_IDS), sessions=st.lists(st.sampled_from(SESSIONS)))
     def mark_started_sent(self, scope: str, sessions: list[str]) -> None:
-        self.run(self.store.mark_started_sent(scope, *sessions))
+        """The marks alone: a claim of no scope."""
+        sent = [(scope, session) for session in sessions]
+        self.run(self.store.claim_started_scopes([], OWNERS[0], self.now, 1, sent=sent))
         self.model.mark_sent(scope, sessions)
 
     @rule(
@@ -321,22 +325,19 @@ class StoreMachine(RuleBasedStateMachine):
         owner=st.sampled_from(RUN_OWNERS),
         lease=leases_ms,
     )
-    def save_run(self, session: str, turn: int, phase: str, owner: str, lease: int) -> None:
-        run = self._run(session, turn, phase, owner)
-        got = self.run(self.store.save_run(run, self.now, lease))
-        assert got == self.runs.save(run, self.now + lease)
+    def pass_hosting_one(self, session: str, turn: int, phase: str, owner: str, lease: int) -> None:
+        """A pass of a replica that hosts this one turn now."""
+        self._pass(owner, [self._run(session, turn, phase, owner)], self.now, lease)
 
     @rule(
         owner=st.sampled_from(RUN_OWNERS),
         hosted=st.dictionaries(st.sampled_from(SESSIONS[:2]), st.tuples(turns, phases)),
         lease=leases_ms,
     )
-    def sync_runs(self, owner: str, hosted: dict[str, tuple[int, str]], lease: int) -> None:
+    def pass_on_time(self, owner: str, hosted: dict[str, tuple[int, str]], lease: int) -> None:
+        """A pass of a replica whose clock is not behind."""
         live = [self._run(s, turn, phase, owner) for s, (turn, phase) in sorted(hosted.items())]
-        got = self.run(
-            self.store.sync_runs(owner, live, self.now, lease_ms=lease, retention_ms=RETENTION)
-        )
-        assert got == self.runs.sync(owner, live, self.now, lease, RETENTION)
+        self._pass(owner, live, self.now, lease)
 
     @rule(owner=st.sampled_from(RUN_OWNERS))
     def release_runs(self, owner: str) -> None:
@@ -371,9 +372,11 @@ class StoreMachine(RuleBasedStateMachine):
     def pass_write(
         self, owner: str, hosted: dict[str, tuple[int, str]], lease: int, behind: int
     ) -> None:
-        """`sync_runs` and, for the rows it returns, `allocate_revisions`, in one."""
+        """The run sync and, for the rows it returns, `allocate_revisions`, in one."""
         live = [self._run(s, turn, phase, owner) for s, (turn, phase) in sorted(hosted.items())]
-        now = self.now - behind  # a replica whose clock is behind the floor
+        self._pass(owner, live, self.now - behind, lease)  # a clock behind the floor, at times
+
+    def _pass(self, owner: str, live: list[RunState], now: int, lease: int) -> None:
         got = self.run(
             self.store.pass_write(owner, live, now, lease_ms=lease, retention_ms=RETENTION)
         )

@@ -59,7 +59,7 @@ async def test_merge_keeps_the_larger_revision_floor(store: RelayStore) -> None:
 async def test_merge_unions_the_ledger_and_keeps_sent_entries_sent(store: RelayStore) -> None:
     """Scopes keep the lower floor; entries are unioned; sent stays sent; claims stay behind."""
     await store.track_started(["prf_a"], NOW + 10)
-    await store.record_started("prf_a", [("mine", NOW + 20), ("both", NOW + 30)], NOW + 40)
+    await store.record_started_scopes({"prf_a": [("mine", NOW + 20), ("both", NOW + 30)]}, NOW + 40)
     incoming = StartedScope(
         "prf_a",
         NOW,

@@ -2,7 +2,7 @@
 
 Part of the contract suite: run on every backend, through the public methods only, at fixed
 times. Each view answer is held to what the methods it stands for answer (a claim, a presence
-query, the ledger), and the write to `sync_runs` plus `allocate_revisions`.
+query, the ledger), and the write to the run sync plus `allocate_revisions`.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from ledger_calls import mark_sent
 from test_store_contract import IDENTITY_RE, NOW, SECOND, saved_config
 from test_store_runs import LEASE, RETENTION, A, B, run, shown
 
@@ -98,20 +99,20 @@ async def test_the_view_shows_scopes_with_announcements_the_owner_would_claim(
     seen = await view(store)
     assert seen.untracked == frozenset({"prf_b"})
     assert seen.unsent == frozenset()
-    await store.record_started("prf_a", [("s1", NOW + 1)], NOW + 2)
+    await store.record_started_scopes({"prf_a": [("s1", NOW + 1)]}, NOW + 2)
     assert (await view(store, A)).unsent == frozenset({"prf_a"})
-    assert await store.claim_started("prf_a", B, NOW + 2, LEASE)
+    assert await store.claim_started_scopes(["prf_a"], B, NOW + 2, LEASE)
     assert (await view(store, A, now=NOW + 3)).unsent == frozenset()
     assert (await view(store, B, now=NOW + 3)).unsent == frozenset({"prf_a"})
     assert (await view(store, A, now=NOW + 2 + LEASE)).unsent == frozenset({"prf_a"})
-    await store.mark_started_sent("prf_a", "s1")
+    await mark_sent(store, "prf_a", "s1")
     assert (await view(store, B, now=NOW + 3)).unsent == frozenset()
 
 
 async def test_the_view_answers_only_what_it_was_asked(store: RelayStore) -> None:
     await store.profile_identity("gamma")
     await store.track_started(["prf_c"], NOW)
-    await store.record_started("prf_c", [("s1", NOW + 1)], NOW + 2)
+    await store.record_started_scopes({"prf_c": [("s1", NOW + 1)]}, NOW + 2)
     seen = await store.pass_view(A, ["alpha"], ["prf_a"], NOW + 3)
     assert dict(seen.identities) == {"alpha": None}
     assert list(seen.presence) == ["alpha"]
@@ -121,13 +122,13 @@ async def test_the_view_answers_only_what_it_was_asked(store: RelayStore) -> Non
 
 async def test_the_view_changes_nothing(store: RelayStore) -> None:
     await store.track_started(["prf_a"], NOW)
-    await store.record_started("prf_a", [("s1", NOW + 1)], NOW + 2)
+    await store.record_started_scopes({"prf_a": [("s1", NOW + 1)]}, NOW + 2)
     await store.enqueue_deleted("gone", "alpha", NOW, session_live=False, identity=None, scope=None)
     before = (await store.started_ledger(), await store.pending_deleted())
     await view(store, A, now=NOW + 3)
     assert (await store.started_ledger(), await store.pending_deleted()) == before
     # Nothing was claimed for A: B still takes both.
-    assert await store.claim_started("prf_a", B, NOW + 3, LEASE)
+    assert await store.claim_started_scopes(["prf_a"], B, NOW + 3, LEASE)
     assert await store.claim_deleted(B, NOW + 3, LEASE)
     assert await store.identities() == {}
 
@@ -146,7 +147,9 @@ async def test_the_write_syncs_and_allocates_one_revision_per_owned_row(
     assert list(written.runs) == await store.run_states()
 
 
-async def test_the_write_answers_as_sync_runs_does(store: RelayStore) -> None:
+async def test_the_write_ends_dropped_turns_and_takes_over_dead_owners_rows(
+    store: RelayStore,
+) -> None:
     await write(store, A, run("s1"), run("s2", started=NOW + 1))
     # A drops s2 without an outcome; B's lease on nothing; then B takes A's rows over.
     written = await write(store, A, run("s1"), now=NOW + 1)

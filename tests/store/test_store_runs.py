@@ -32,7 +32,18 @@ def run(
 
 
 async def sync(store: RelayStore, owner: str, *live: RunState, now: int = NOW) -> list[RunState]:
-    return await store.sync_runs(owner, live, now, lease_ms=LEASE, retention_ms=RETENTION)
+    """A pass's write of `owner` hosting `live`: the rows it publishes."""
+    written = await store.pass_write(owner, live, now, lease_ms=LEASE, retention_ms=RETENTION)
+    return list(written.runs)
+
+
+async def save(store: RelayStore, turn: RunState, now: int) -> bool:
+    """A pass of `turn`'s owner hosting only `turn`: whether the session's row is now that turn,
+    in that phase."""
+    await sync(store, turn.owner, turn, now=now)
+    row = {r.session_id: r for r in await store.run_states()}.get(turn.session_id)
+    stored = (row.stream_id, row.started_at, row.phase, row.updated_at) if row else None
+    return stored == (turn.stream_id, turn.started_at, turn.phase, turn.updated_at)
 
 
 async def enqueue(store: RelayStore, session: str, at: int) -> str:
@@ -68,14 +79,14 @@ async def test_a_newer_turn_replaces_the_row_wherever_it_runs(store: RelayStore)
 
 async def test_a_finished_turn_stays_finished(store: RelayStore) -> None:
     done = run(phase="completed", updated=NOW + 7)
-    assert await store.save_run(done, NOW + 7, LEASE)
+    assert await save(store, done, NOW + 7)
     # The turn is still listed live until its teardown: the outcome wins.
     owned = await sync(store, A, run(phase="running"), now=NOW + 8)
     assert shown(owned) == [("s1", "t1", "completed", A)]
     assert owned[0].updated_at == NOW + 7
-    assert not await store.save_run(run(phase="cancelled"), NOW + 9, LEASE)
+    assert not await save(store, run(phase="cancelled"), NOW + 9)
     # A new turn of the same session replaces it.
-    assert await store.save_run(run(stream="t2", started=NOW + 9), NOW + 9, LEASE)
+    assert await save(store, run(stream="t2", started=NOW + 9), NOW + 9)
 
 
 async def test_a_live_turn_updates_its_phase_and_title(store: RelayStore) -> None:
@@ -87,8 +98,7 @@ async def test_a_live_turn_updates_its_phase_and_title(store: RelayStore) -> Non
 async def test_a_turn_its_host_drops_without_an_outcome_ends_failed(store: RelayStore) -> None:
     """A live turn its owner no longer lists ends as `failed` once, as of that sync, and stays
     the session's row; a row that ended before is left as it is."""
-    await sync(store, A, run("s1"), run("s2"))
-    await store.save_run(run("s3", phase="completed", updated=NOW), NOW, LEASE)
+    await sync(store, A, run("s1"), run("s2"), run("s3", phase="completed", updated=NOW))
     owned = await sync(store, A, run("s2"), now=NOW + 1)
     assert shown(owned) == [
         ("s1", "t1", "failed", A),
@@ -110,8 +120,7 @@ async def test_leases_are_renewed_while_the_owner_syncs(store: RelayStore) -> No
 
 
 async def test_a_dead_owners_live_turn_is_taken_over_and_ends_failed(store: RelayStore) -> None:
-    await sync(store, A, run("s1"))
-    await store.save_run(run("s2", phase="completed", updated=NOW + 3), NOW + 3, LEASE)
+    await sync(store, A, run("s1"), run("s2", phase="completed", updated=NOW + 3), now=NOW + 3)
     assert await sync(store, B, now=NOW + LEASE - 1) == []
     at = NOW + LEASE + 3
     owned = await sync(store, B, now=at)
@@ -123,7 +132,7 @@ async def test_a_dead_owners_live_turn_is_taken_over_and_ends_failed(store: Rela
 
 
 async def test_finished_turns_are_forgotten_after_the_retention(store: RelayStore) -> None:
-    await store.save_run(run(phase="completed", updated=NOW), NOW, LEASE)
+    await sync(store, A, run(phase="completed", updated=NOW))
     assert await sync(store, A, now=NOW + RETENTION) != []
     assert await sync(store, A, now=NOW + RETENTION + 1) == []
     assert await store.run_states() == []
@@ -136,7 +145,7 @@ async def test_a_dropped_newest_turn_lets_no_older_turn_back(store: RelayStore) 
     await sync(store, B, run(stream="t2", started=NOW + 5, owner=B), now=NOW + 6)
     assert shown(await sync(store, B, now=NOW + 7)) == [("s1", "t2", "failed", B)]
     assert await sync(store, A, run(stream="t1", started=NOW), now=NOW + 8) == []
-    assert not await store.save_run(run(stream="t1", phase="completed"), NOW + 9, LEASE)
+    assert not await save(store, run(stream="t1", phase="completed"), NOW + 9)
     assert shown(await store.run_states()) == [("s1", "t2", "failed", B)]
 
 
@@ -148,7 +157,7 @@ async def test_a_restart_under_the_same_name_takes_over_the_old_incarnations_tur
     and after, other replicas' older turns and remembered outcomes never take the row."""
     old, new = "web-1/0a1b2c3d4e5f", "web-1/6a7b8c9d0e1f"
     await sync(store, A, run(stream="t1", started=NOW))
-    await store.save_run(run(stream="t2", phase="completed", started=NOW + 1, owner=B), NOW, LEASE)
+    await sync(store, B, run(stream="t2", phase="completed", started=NOW + 1, owner=B))
     await sync(store, old, run(stream="t3", started=NOW + 2, owner=old), now=NOW + 3)
     assert await sync(store, new, now=NOW + 4) == []
     assert shown(await store.run_states()) == [("s1", "t3", "running", old)]
@@ -156,8 +165,8 @@ async def test_a_restart_under_the_same_name_takes_over_the_old_incarnations_tur
     assert shown(await sync(store, new, now=at)) == [("s1", "t3", "failed", new)]
     for owner, turn in ((A, run(stream="t1")), (B, run(stream="t2", started=NOW + 1, owner=B))):
         assert await sync(store, owner, turn, now=at + 1) == []
-    assert not await store.save_run(
-        run(stream="t2", phase="completed", started=NOW + 1, owner=B), at + 2, LEASE
+    assert not await save(
+        store, run(stream="t2", phase="completed", started=NOW + 1, owner=B), at + 2
     )
     (row,) = await store.run_states()
     assert (row.stream_id, row.phase, row.owner, row.updated_at) == ("t3", "failed", new, at)
@@ -168,39 +177,36 @@ async def test_a_pruned_sessions_older_turns_stay_refused(store: RelayStore) -> 
     runs on A and B remembers an older outcome: neither becomes the row, even a day later; a
     newer turn does."""
     await sync(store, A, run(stream="t1", started=NOW))
-    await store.save_run(run(stream="t2", phase="cancelled", started=NOW + 1, owner=B), NOW, LEASE)
+    await sync(store, B, run(stream="t2", phase="cancelled", started=NOW + 1, owner=B))
     await sync(store, C, run(stream="t3", started=NOW + 2, owner=C), now=NOW + 3)
-    await store.save_run(
-        run(stream="t3", phase="completed", started=NOW + 2, updated=NOW + 4, owner=C),
-        NOW + 4,
-        LEASE,
-    )
+    done = run(stream="t3", phase="completed", started=NOW + 2, updated=NOW + 4, owner=C)
+    await sync(store, C, done, now=NOW + 4)
     later = NOW + 5 + RETENTION
     assert await sync(store, C, now=later) == []
     assert await store.run_states() == []
     for at in (later + 1, later + 20 * 3600 * SECOND):
         assert await sync(store, A, run(stream="t1"), now=at) == []
-        assert not await store.save_run(
-            run(stream="t2", phase="cancelled", started=NOW + 1, owner=B), at, LEASE
+        assert not await save(
+            store, run(stream="t2", phase="cancelled", started=NOW + 1, owner=B), at
         )
-        assert not await store.save_run(
-            run(stream="t3", phase="completed", started=NOW + 2, owner=C), at, LEASE
+        assert not await save(
+            store, run(stream="t3", phase="completed", started=NOW + 2, owner=C), at
         )
         assert await store.run_states() == []
     newer = run(stream="t4", started=later + 2, owner=B)
-    assert await store.save_run(newer, later + 2, LEASE)
+    assert await save(store, newer, later + 2)
     assert shown(await store.run_states()) == [("s1", "t4", "running", B)]
 
 
 async def test_a_pruned_turn_is_remembered_for_a_day(store: RelayStore) -> None:
     """A pruned session's turn is remembered a day from its pruning, then forgotten."""
-    await store.save_run(run(phase="completed", updated=NOW), NOW, LEASE)
+    await sync(store, A, run(phase="completed", updated=NOW))
     pruned = NOW + RETENTION + 1
     await sync(store, A, now=pruned)
     day = 24 * 3600 * SECOND
     assert await sync(store, B, run(stream="t0", started=NOW - 1, owner=B), now=pruned + day) == []
     await sync(store, C, now=pruned + day + 1)
-    assert await store.save_run(run(stream="t0", started=NOW - 1, owner=B), pruned + day + 2, LEASE)
+    assert await save(store, run(stream="t0", started=NOW - 1, owner=B), pruned + day + 2)
 
 
 async def test_keep_alive_renews_and_tells_when_another_lease_ends(store: RelayStore) -> None:
@@ -211,8 +217,8 @@ async def test_keep_alive_renews_and_tells_when_another_lease_ends(store: RelayS
     assert (await store.run_states())[0].lease_until == NOW + 5 + LEASE
     # Claims held by others count too; one's own never do.
     await store.track_started(["prf_a"], NOW - 10)
-    await store.record_started("prf_a", [("e1", NOW)], NOW)
-    await store.claim_started("prf_a", C, NOW + 1, 3 * SECOND)
+    await store.record_started_scopes({"prf_a": [("e1", NOW)]}, NOW)
+    await store.claim_started_scopes(["prf_a"], C, NOW + 1, 3 * SECOND)
     assert await store.keep_alive(B, NOW + 7, LEASE) == NOW + 1 + 3 * SECOND
     await store.enqueue_deleted(
         "gone", "default", NOW, session_live=False, identity=None, scope=None
@@ -249,7 +255,7 @@ async def test_sync_refuses_what_it_cannot_store(store: RelayStore) -> None:
     with pytest.raises(InvalidInputError, match="twice"):
         await sync(store, A, run(), run())
     with pytest.raises(InvalidInputError, match="live"):
-        await store.sync_runs(A, "s1", NOW, lease_ms=LEASE, retention_ms=RETENTION)  # type: ignore[arg-type]
+        await store.pass_write(A, "s1", NOW, lease_ms=LEASE, retention_ms=RETENTION)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="lease"):
         await store.keep_alive(A, NOW, 0)
     assert await store.run_states() == []

@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import BigInteger, bindparam, literal_column, select, text
 
 from relay.cli.grants import grants_sql
-from relay.store.sql import pgbatch
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import POSTGRES, Compiled
+from relay.store.sql.drivers import pgbatch
 
 AGGREGATES = ("ledger", "outbox", "presence", "registration", "revisions", "runs", "transfer")
 MIGRATION = Path(__file__).resolve().parents[2] / "migrations/versions/0006_batch_function.py"

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from relay.store.sql.pgpool import Pool
+from relay.store.sql.drivers.pgpool import Pool
 
 
 class FakeConnection:

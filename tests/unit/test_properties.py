@@ -200,17 +200,17 @@ def test_canonical_string_tells_requests_apart(
 
 
 def parse_config(raw: bytes | None) -> RelayConfig | None:
-    return None if raw is None else documents._parse_config(raw, 0)
+    return None if raw is None else documents.parse_config(raw, 0)
 
 
 PARSERS: dict[str, Callable[[bytes | None], Any]] = {
     documents.CONFIG: parse_config,
-    documents._REVISION.name: documents._REVISION.parse,
-    documents._STARTED.name: documents._STARTED.parse,
-    documents._DELETED.name: documents._DELETED.parse,
-    documents._PRESENCE.name: documents._PRESENCE.parse,
-    documents._IDENTITIES.name: documents._IDENTITIES.parse,
-    documents._PROFILE_ID.name: documents._PROFILE_ID.parse,
+    documents.REVISION.name: documents.REVISION.parse,
+    documents.STARTED.name: documents.STARTED.parse,
+    documents.DELETED.name: documents.DELETED.parse,
+    documents.PRESENCE.name: documents.PRESENCE.parse,
+    documents.IDENTITIES.name: documents.IDENTITIES.parse,
+    documents.PROFILE_ID_DOC.name: documents.PROFILE_ID_DOC.parse,
 }
 
 
@@ -238,22 +238,22 @@ def test_every_codec_reads_any_document_or_calls_it_corrupt(name: str, data: st.
 @given(relay_configs)
 def test_config_round_trips(config: RelayConfig) -> None:
     """A registration written as the Python original wrote it reads back equal."""
-    assert documents._parse_config(documents._dump_config(config).encode(), 0) == config
+    assert documents.parse_config(documents.dump_config(config).encode(), 0) == config
 
 
 @given(st.lists(started_scopes(), max_size=3, unique_by=lambda scope: scope.profile_id))
 def test_started_ledger_round_trips(scopes: list[StartedScope]) -> None:
     """A started ledger, claims and all, reads back equal."""
     ledger = {scope.profile_id: scope for scope in scopes}
-    text = documents._STARTED.dump(ledger)
-    assert documents._STARTED.parse(text.encode()) == ledger
+    text = documents.STARTED.dump(ledger)
+    assert documents.STARTED.parse(text.encode()) == ledger
 
 
 @given(st.lists(deleted_views, max_size=4, unique_by=lambda view: (view.session_id, view.profile)))
 def test_deleted_outbox_round_trips(views: list[DeletedView]) -> None:
     """The deleted outbox reads back equal, in its order."""
     outbox = {(view.session_id, view.profile): view for view in views}
-    parsed = documents._DELETED.parse(documents._DELETED.dump(outbox).encode())
+    parsed = documents.DELETED.parse(documents.DELETED.dump(outbox).encode())
     assert list(parsed.values()) == views
 
 
@@ -261,22 +261,24 @@ def test_deleted_outbox_round_trips(views: list[DeletedView]) -> None:
 def test_presence_leases_round_trip(leases: list[PresenceLease]) -> None:
     """Presence leases read back equal."""
     by_tab = {(lease.profile, lease.tab_id): lease for lease in leases}
-    assert documents._PRESENCE.parse(documents._PRESENCE.dump(by_tab).encode()) == by_tab
+    assert documents.PRESENCE.parse(documents.PRESENCE.dump(by_tab).encode()) == by_tab
 
 
 @given(st.dictionaries(field_text, identities, max_size=4))
 def test_identities_round_trip(stored: dict[str, str]) -> None:
     """Profile identities read back equal."""
-    assert documents._IDENTITIES.parse(documents._IDENTITIES.dump(stored).encode()) == stored
+    assert documents.IDENTITIES.parse(documents.IDENTITIES.dump(stored).encode()) == stored
 
 
 @given(identities)
 def test_profile_identity_file_round_trips(identity: str) -> None:
     """A profile home's identity file reads back the identity written."""
-    assert documents._PROFILE_ID.parse(documents._PROFILE_ID.dump(identity).encode()) == identity
+    assert (
+        documents.PROFILE_ID_DOC.parse(documents.PROFILE_ID_DOC.dump(identity).encode()) == identity
+    )
 
 
 @given(times)
 def test_revision_file_round_trips(floor: int) -> None:
     """The revision floor reads back as written."""
-    assert documents._REVISION.parse(documents._REVISION.dump(floor).encode()) == floor
+    assert documents.REVISION.parse(documents.REVISION.dump(floor).encode()) == floor

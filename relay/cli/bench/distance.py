@@ -14,6 +14,7 @@ from typing import Any
 from relay.cli.bench.proxy import Counts, latency_proxy
 from relay.cli.bench.publisher import Publishing, timed_pass
 from relay.store import open_store, resolve
+from relay.store.sql.backend import stats_of
 
 STORE_RTTS_MS = (0.0, 1.0, 5.0, 20.0)
 RELAY_RTTS_MS = (0.0, 50.0)
@@ -41,7 +42,7 @@ async def _steady(bench: Publishing, rounds: int, counts: Counts | None) -> dict
 
 
 def _writes(bench: Publishing) -> int | None:
-    stats = getattr(bench.store, "stats", None)
+    stats = stats_of(bench.store)
     return None if stats is None else int(stats.writes)
 
 

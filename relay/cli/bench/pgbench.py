@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import make_url
 
-from relay.cli.bench.raw import Statements
+from relay.store.sql import steps
 from relay.store.sql.dialect import POSTGRES
 
 PROCESSES = 8
@@ -84,10 +84,12 @@ def pgbench_script() -> str:
     by the server; the literals SQLAlchemy bound (`id = 1`, `+ 1`, the 2^53-1 guard) are spelled
     in. Replaced from the highest position down, so `$1` never eats the start of `$10`.
     """
-    q = Statements(POSTGRES).revisions.allocate
+    step = steps.allocate_revisions(POSTGRES, 1, 1)
+    assert step is not None
+    q = step[0]
     assert q.names is not None
     values = {name: repr(value) for name, value in q.defaults.items()}
-    # `first` is max(1, now) + count - 1, as the store computes it (`raw.allocate_params`).
+    # `first` is max(1, now) + count - 1, as the store computes it (`revisions.allocate_step`).
     values |= {"now": NOW_SQL, "count": "1", "first": f"greatest(1, {NOW_SQL})"}
     script = q.sql
     for position in range(len(q.names), 0, -1):

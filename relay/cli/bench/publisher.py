@@ -13,6 +13,7 @@ from relay.cli.bench.proxy import Counts, latency_proxy
 from relay.publishing.announcements import STARTED_BATCH
 from relay.service import RelayService
 from relay.store import RelayStore
+from relay.store.sql.backend import stats_of
 from relay.testing import Clock, DevRelay, MemoryHost, serve
 
 RELAY_URL = "https://relay.example"
@@ -22,7 +23,7 @@ PROFILES = ("default", "work", "home")
 
 def sql_counters(store: RelayStore) -> tuple[int | None, int | None]:
     """The SQL store's (transactions, statements) so far; None where the store keeps no count."""
-    stats = getattr(store, "stats", None)
+    stats = stats_of(store)
     if stats is None:
         return None, None
     return int(stats.transactions), int(stats.statements)

@@ -113,7 +113,7 @@ async def record_started(subject: Subject, ledger: int) -> Pair:
 
     async def on_store(batch: int, i: int) -> object:
         now = batch_now(batch)
-        await store.record_started(scope, [(f"new-{batch}-{i}", now)], now)
+        await store.record_started_scopes({scope: [(f"new-{batch}-{i}", now)]}, now)
         return None
 
     async def on_raw(batch: int, i: int) -> object:
@@ -134,13 +134,15 @@ async def claim_mark(subject: Subject, ledger: int) -> Pair:
     async def prepare(batch: int) -> object:
         # Untimed: the batch's unsent entries; the store's prune drops the previous batch's.
         now = batch_now(batch)
-        await store.record_started(scope, [(f"claim-{batch}-{j}", now) for j in range(ops)], now)
+        sightings = [(f"claim-{batch}-{j}", now) for j in range(ops)]
+        await store.record_started_scopes({scope: sightings}, now)
         return None
 
     async def on_store(batch: int, _i: int) -> object:
         now = batch_now(batch)
-        for entry in await store.claim_started(scope, OWNER, now, LEASE_MS, 1):
-            await store.mark_started_sent(scope, entry.session_id)
+        for entry in await store.claim_started_scopes([scope], OWNER, now, LEASE_MS, 1):
+            sent = [(scope, entry.session_id)]
+            await store.claim_started_scopes([], OWNER, now, LEASE_MS, sent=sent)
         return None
 
     async def on_raw(batch: int, _i: int) -> object:

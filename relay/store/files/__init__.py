@@ -1,5 +1,18 @@
-"""`FileStore`: relay state as JSON files in the legacy layout of the Python original."""
+"""The JSON store: the rulebook's documents as files in the legacy layout of the Python original."""
 
-from relay.store.files.store import FileStore
+from __future__ import annotations
 
-__all__ = ["FileStore"]
+from pathlib import Path
+
+from relay.store.files.homes import ProfileHome
+from relay.store.files.state import JsonDocuments
+from relay.store.rules.book import RulebookBackend
+from relay.store.store import Store
+
+__all__ = ["JsonDocuments", "open_json"]
+
+
+async def open_json(state_dir: Path, *, profile_home: ProfileHome | None = None) -> Store:
+    """The store of `state_dir`, created (0700) when missing."""
+    documents = await JsonDocuments.open(state_dir, profile_home)
+    return Store(RulebookBackend(documents))

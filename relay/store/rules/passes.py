@@ -5,26 +5,12 @@ The SQL store states the same as one SELECT and one batch of statements (`relay.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from relay.store.backend import Reading
 from relay.store.records import RunState
 from relay.store.rules import ledger, outbox, presence, revisions
 from relay.store.rules import runs as run_rules
 
-
-@dataclass(slots=True)
-class Reading:
-    """What a backend reads for `pass_view`; the gate narrows it to what was asked.
-
-    A backend may report more than was asked (every stored identity, every tracked scope).
-    """
-
-    generation: int | None = None
-    identities: dict[str, str] = field(default_factory=dict)
-    active: set[str] = field(default_factory=set)  # profiles with an active presence lease
-    deleted: bool = False  # whether the owner would claim a queued deletion
-    unsent: set[str] = field(default_factory=set)  # scopes with entries the owner would claim
-    tracked: set[str] = field(default_factory=set)  # scopes with a ledger
+__all__ = ["Reading", "read", "write"]
 
 
 def read(

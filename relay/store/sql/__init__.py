@@ -1,6 +1,9 @@
-"""`RelayStore` on SQL: SQLite (embedded) and Postgres (replicas), on their raw drivers."""
+"""The store's `Backend` on SQL: SQLite (embedded) and Postgres (replicas), on their raw drivers.
 
-from relay.store.sql.runner import Stats
-from relay.store.sql.store import SqlStore
-
-__all__ = ["SqlStore", "Stats"]
+`backend.SqlBackend` implements the hooks with one function per hook in each aggregate's module
+(`registration`, `revisions`, `ledger`, `outbox`, `presence`, `runs`, `passes`, `transfer`, which
+hold the statements); `steps` is the seam the bench's raw side runs the same statements through;
+`drivers/` holds what runs them (the runner port, SQLite's writer thread, asyncpg's pool and the
+batch function, and the Postgres-only URL, budget and SQLSTATE rules). Nothing is imported here,
+so `relay.store.url` can use the Postgres modules without loading the backend.
+"""

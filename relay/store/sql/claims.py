@@ -25,6 +25,7 @@ from sqlalchemy import (
     update,
 )
 
+from relay.store.backend import Claim
 from relay.store.sql.dialect import Dialect, bind
 
 
@@ -66,14 +67,12 @@ def claim(
     )
 
 
-def claim_params(
-    d: Dialect, owner: str, now_ms: int, until: int, limit: int | None
-) -> dict[str, Any]:
+def claim_params(d: Dialect, lease: Claim) -> dict[str, Any]:
     """A claim's parameters; no limit is NULL on Postgres and a negative one on SQLite."""
     unlimited = None if d.postgres else -1
     return {
-        "owner": owner,
-        "now": now_ms,
-        "until": until,
-        "limit": unlimited if limit is None else limit,
+        "owner": lease.owner,
+        "now": lease.now_ms,
+        "until": lease.until,
+        "limit": unlimited if lease.limit is None else lease.limit,
     }

@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy import delete, false, literal, select, update
 
 from relay.protocol import STARTED_WINDOW_MS
+from relay.store.backend import Claim, Sightings, StartedClaim
 from relay.store.records import StartedEntry, StartedScope
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.part import SqlPart
-from relay.store.sql.runner import Step, Tx
+from relay.store.sql.drivers.runner import Call, Many, Runner, Step, Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,6 @@ class Statements:
     add_scope: Compiled
     prune: Compiled
     add_entry: Compiled
-    claim: Compiled
     claim_listed: Compiled
     mark_sent: Compiled
     ledger: Compiled
@@ -65,11 +64,6 @@ def statements(d: Dialect) -> Statements:
                 ),
             )
             .on_conflict_do_nothing(index_elements=[s.profile_id, s.session_id])
-        ),
-        claim=d.compile(
-            claim(
-                t.started, s.session_id, in_scope, s.sent == false(), order_by=unsent_first
-            ).returning(*t.started.c)
         ),
         # The listed scopes' entries, scope by scope in the order listed, each oldest first.
         claim_listed=d.compile(
@@ -122,86 +116,57 @@ def _one_or_many(rows: list[dict[str, Any]]) -> Mapping[str, Any] | Sequence[Map
     return rows[0] if len(rows) == 1 else rows
 
 
-class LedgerSql(SqlPart):
-    """The started-ledger hooks of `StoreGate`."""
+async def track_started(db: Runner, profile_ids: tuple[str, ...], now_ms: int) -> None:
+    q = statements(db.dialect).add_scope
 
-    async def _track_started(self, profile_ids: list[str], now_ms: int) -> None:
-        q = statements(self._db.dialect).add_scope
+    async def body(tx: Tx) -> None:
+        await tx.many(q, [{"profile_id": p, "floor": now_ms} for p in profile_ids])
 
-        async def body(tx: Tx) -> None:
-            await tx.many(q, [{"profile_id": p, "floor": now_ms} for p in profile_ids])
+    await db.write(body, single=True)
 
-        await self._db.write(body, single=True)
 
-    async def _record_started(self, profile_id: str, seen: dict[str, int], now_ms: int) -> None:
-        await self._record_started_scopes({profile_id: seen}, now_ms)
+async def record_started(db: Runner, sightings: Sightings) -> None:
+    await db.batch(record_steps(db.dialect, sightings.seen, sightings.now_ms))
 
-    async def _record_started_scopes(self, seen: dict[str, dict[str, int]], now_ms: int) -> None:
-        await self._db.batch(record_steps(self._db.dialect, seen, now_ms))
 
-    async def _claim_started(
-        self, profile_id: str, owner: str, now_ms: int, until: int, limit: int | None
-    ) -> list[StartedEntry]:
-        q = statements(self._db.dialect).claim
-        params = {
-            "profile_id": profile_id,
-            **claim_params(self._db.dialect, owner, now_ms, until, limit),
-        }
+def mark_step(d: Dialect, sent: Sequence[tuple[str, str]]) -> Many:
+    """The marks of these (profile_id, session_id) entries as announced."""
+    return statements(d).mark_sent, [{"profile_id": p, "session_id": sid} for p, sid in sent]
 
-        async def body(tx: Tx) -> list[StartedEntry]:
-            return [entry(row) for row in await tx.rows(q, params)]
 
-        claimed = await self._db.write(body, single=True)
-        return sorted(claimed, key=lambda e: (e.started_at, e.session_id))
+def claim_step(d: Dialect, scopes: Sequence[str], lease: Claim) -> Call:
+    """The claim of the unsent entries of `scopes`, scope by scope as listed, oldest first."""
+    params = {"scopes": d.list_value(scopes), **claim_params(d, lease)}
+    return statements(d).claim_listed, params
 
-    async def _claim_started_scopes(
-        self,
-        profile_ids: list[str],
-        owner: str,
-        now_ms: int,
-        until: int,
-        limit: int | None,
-        sent: list[tuple[str, str]],
-    ) -> list[StartedEntry]:
-        d = self._db.dialect
-        q = statements(d)
-        marks = [{"profile_id": p, "session_id": sid} for p, sid in sent]
-        params = {
-            "scopes": d.list_value(profile_ids),
-            **claim_params(d, owner, now_ms, until, limit),
-        }
 
-        async def body(tx: Tx) -> list[StartedEntry]:
-            if marks:
-                await tx.many(q.mark_sent, marks)
-            if not profile_ids:
-                return []
-            return [entry(row) for row in await tx.rows(q.claim_listed, params)]
+async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]:
+    d, scopes, marks = db.dialect, request.scopes, request.sent
+    claim = claim_step(d, scopes, request.claim)
 
-        single = not marks or (not profile_ids and len(marks) == 1)
-        claimed = await self._db.write(body, single=single)
-        rank = {p: n for n, p in enumerate(profile_ids)}
-        return sorted(claimed, key=lambda e: (rank[e.profile_id], e.started_at, e.session_id))
+    async def body(tx: Tx) -> list[StartedEntry]:
+        if marks:
+            await tx.many(*mark_step(d, marks))
+        if not scopes:
+            return []
+        return [entry(row) for row in await tx.rows(*claim)]
 
-    async def _mark_started_sent(self, profile_id: str, session_ids: list[str]) -> None:
-        q = statements(self._db.dialect).mark_sent
-        rows = [{"profile_id": profile_id, "session_id": sid} for sid in session_ids]
+    single = not marks or (not scopes and len(marks) == 1)
+    claimed = await db.write(body, single=single)
+    rank = {p: n for n, p in enumerate(scopes)}
+    return sorted(claimed, key=lambda e: (rank[e.profile_id], e.started_at, e.session_id))
 
-        async def body(tx: Tx) -> None:
-            await tx.many(q, rows)
 
-        await self._db.write(body, single=len(rows) == 1)
+async def started_ledger(db: Runner) -> list[StartedScope]:
+    q = statements(db.dialect).ledger
 
-    async def _started_ledger(self) -> list[StartedScope]:
-        q = statements(self._db.dialect).ledger
+    async def body(tx: Tx) -> list[Row]:
+        return await tx.rows(q)
 
-        async def body(tx: Tx) -> list[Row]:
-            return await tx.rows(q)
-
-        floors: dict[str, int] = {}
-        entries: dict[str, list[StartedEntry]] = {}
-        for row in await self._db.read(body):
-            floors[row[0]] = row[1]
-            if row[3] is not None:
-                entries.setdefault(row[0], []).append(entry(row[2:]))
-        return [StartedScope(p, floor, tuple(entries.get(p, ()))) for p, floor in floors.items()]
+    floors: dict[str, int] = {}
+    entries: dict[str, list[StartedEntry]] = {}
+    for row in await db.read(body):
+        floors[row[0]] = row[1]
+        if row[3] is not None:
+            entries.setdefault(row[0], []).append(entry(row[2:]))
+    return [StartedScope(p, floor, tuple(entries.get(p, ()))) for p, floor in floors.items()]

@@ -18,9 +18,9 @@ from sqlalchemy.exc import DBAPIError
 
 from relay.errors import InvalidInputError, SchemaError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
-from relay.store.sql.engines import WRITE, postgres_engine, sqlite_engine
+from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
+from relay.store.sql.drivers.sqlite import connect_read_only
 from relay.store.sql.schema import HEAD_REVISION, TABLES_REVISION
-from relay.store.sql.sqlite import connect_read_only
 from relay.store.url import StoreTarget, driver_error, resolve
 
 if TYPE_CHECKING:

@@ -8,12 +8,12 @@ from typing import Any
 
 from sqlalchemy import delete, or_, select, update
 
+from relay.store.backend import Binding, Claim, Deletion
 from relay.store.records import DeletedScope, DeletedView
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.part import SqlPart
-from relay.store.sql.runner import Tx
+from relay.store.sql.drivers.runner import Call, Runner, Tx
 
 VIEW_COLUMNS = (
     "id",
@@ -100,57 +100,66 @@ def columns(entry: DeletedView) -> dict[str, Any]:
     }
 
 
-class OutboxSql(SqlPart):
-    """The deleted-outbox hooks of `StoreGate`."""
+def enqueue_step(d: Dialect, deletion: Deletion) -> Call:
+    """The upsert of a deletion; it returns the entry queued."""
+    q = statements(d)
+    return q.enqueue_live if deletion.session_live else q.enqueue_gone, columns(deletion.new)
 
-    async def _enqueue_deleted(self, new: DeletedView, session_live: bool) -> DeletedView:
-        q = statements(self._db.dialect)
-        statement = q.enqueue_live if session_live else q.enqueue_gone
 
-        async def body(tx: Tx) -> DeletedView:
-            return view((await tx.rows(statement, columns(new)))[0])
+def ack_step(d: Dialect, view_id: str, through: int) -> Call:
+    """The removal of entry `view_id`, if its `through` is still this one."""
+    return statements(d).ack, {"id": view_id, "through": through}
 
-        return await self._db.write(body, single=True)
 
-    async def _bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
-        q = statements(self._db.dialect).bind
-        params = {
-            "profile": profile,
-            "identity": identity,
-            "scope_url": scope.url,
-            "scope_publisher_id": scope.publisher_id,
-            "scope_profile_id": scope.profile_id,
-        }
+async def enqueue_deleted(db: Runner, deletion: Deletion) -> DeletedView:
+    step = enqueue_step(db.dialect, deletion)
 
-        async def body(tx: Tx) -> int:
-            return await tx.run(q, params)
+    async def body(tx: Tx) -> DeletedView:
+        return view((await tx.rows(*step))[0])
 
-        return await self._db.write(body, single=True)
+    return await db.write(body, single=True)
 
-    async def _pending_deleted(self) -> list[DeletedView]:
-        q = statements(self._db.dialect).pending
 
-        async def body(tx: Tx) -> list[DeletedView]:
-            return [view(row) for row in await tx.rows(q)]
+async def bind_deleted(db: Runner, binding: Binding) -> int:
+    q, scope = statements(db.dialect).bind, binding.scope
+    params = {
+        "profile": binding.profile,
+        "identity": binding.identity,
+        "scope_url": scope.url,
+        "scope_publisher_id": scope.publisher_id,
+        "scope_profile_id": scope.profile_id,
+    }
 
-        return await self._db.read(body)
+    async def body(tx: Tx) -> int:
+        return await tx.run(q, params)
 
-    async def _claim_deleted(
-        self, owner: str, now_ms: int, until: int, limit: int | None
-    ) -> list[DeletedView]:
-        q = statements(self._db.dialect).claim
-        params = claim_params(self._db.dialect, owner, now_ms, until, limit)
+    return await db.write(body, single=True)
 
-        async def body(tx: Tx) -> list[DeletedView]:
-            return [view(row) for row in await tx.rows(q, params)]
 
-        claimed = await self._db.write(body, single=True)
-        return sorted(claimed, key=lambda v: (v.through, v.id))
+async def pending_deleted(db: Runner) -> list[DeletedView]:
+    q = statements(db.dialect).pending
 
-    async def _ack_deleted(self, view_id: str, through: int) -> bool:
-        q = statements(self._db.dialect).ack
+    async def body(tx: Tx) -> list[DeletedView]:
+        return [view(row) for row in await tx.rows(q)]
 
-        async def body(tx: Tx) -> int:
-            return await tx.run(q, {"id": view_id, "through": through})
+    return await db.read(body)
 
-        return bool(await self._db.write(body, single=True))
+
+async def claim_deleted(db: Runner, lease: Claim) -> list[DeletedView]:
+    q = statements(db.dialect).claim
+    params = claim_params(db.dialect, lease)
+
+    async def body(tx: Tx) -> list[DeletedView]:
+        return [view(row) for row in await tx.rows(q, params)]
+
+    claimed = await db.write(body, single=True)
+    return sorted(claimed, key=lambda v: (v.through, v.id))
+
+
+async def ack_deleted(db: Runner, view_id: str, through: int) -> bool:
+    step = ack_step(db.dialect, view_id, through)
+
+    async def body(tx: Tx) -> int:
+        return await tx.run(*step)
+
+    return bool(await db.write(body, single=True))

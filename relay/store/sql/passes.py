@@ -6,10 +6,11 @@ the profiles with an active presence lease, each tracked scope with whether it h
 entry the owner would claim (an index range of that scope's unsent entries), and whether the
 outbox holds an entry the owner would claim. On Postgres it is one round trip in autocommit.
 
-The write is `sync_runs`'s statements, then the revision allocation for the rows the owner now
-has, then those rows with the counter: no statement waits on an earlier one's answer, so a
-runner may send them all at once (`Runner.batch`). Past 2^53-1 the allocation sets the counter to
-NULL, which its NOT NULL refuses: the whole transaction rolls back, as the contract says.
+The write is the run sync's statements (`runs`), then the revision allocation for the rows the
+owner now has, then those rows with the counter: no statement waits on an earlier one's answer,
+so a runner may send them all at once (`Runner.batch`). Past 2^53-1 the allocation sets the
+counter to NULL, which its NOT NULL refuses: the whole transaction rolls back, as the contract
+says.
 """
 
 from __future__ import annotations
@@ -37,14 +38,13 @@ from sqlalchemy import (
 
 from relay.errors import StoreError
 from relay.protocol import MAX_SAFE_INTEGER
+from relay.store.backend import Reading, RunSync, ViewQuery
 from relay.store.records import CONFIG_VERSION, RunState
-from relay.store.rules.passes import Reading
 from relay.store.sql import runs as run_sql
 from relay.store.sql import schema as t
 from relay.store.sql.claims import free
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.part import SqlPart
-from relay.store.sql.runner import Step, Tx
+from relay.store.sql.drivers.runner import Runner, Step, Tx
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,64 +117,59 @@ def past_the_cap(error: StoreError) -> bool:
     return f"NOT NULL constraint failed: {t.revision.name}.floor" in str(cause)
 
 
-class PassesSql(SqlPart):
-    """The pass hooks of `StoreGate`."""
+async def pass_view(db: Runner, query: ViewQuery) -> Reading:
+    q = statements(db.dialect).view
 
-    async def _pass_view(
-        self, owner: str, profiles: list[str], scopes: list[str], now_ms: int
-    ) -> Reading:
-        q = statements(self._db.dialect).view
+    async def body(tx: Tx) -> list[Row]:
+        return await tx.rows(q, {"owner": query.owner, "now": query.now_ms})
 
-        async def body(tx: Tx) -> list[Row]:
-            return await tx.rows(q, {"owner": owner, "now": now_ms})
+    reading = Reading()
+    for tag, name, text, number in await db.read(body):
+        if tag == "generation":
+            reading.generation = number
+        elif tag == "identity":
+            reading.identities[name] = text
+        elif tag == "active":
+            reading.active.add(name)
+        elif tag == "scope":
+            reading.tracked.add(name)
+            if number:
+                reading.unsent.add(name)
+        elif tag == "deleted":
+            reading.deleted = True
+    return reading
 
-        reading = Reading()
-        for tag, name, text, number in await self._db.read(body):
-            if tag == "generation":
-                reading.generation = number
-            elif tag == "identity":
-                reading.identities[name] = text
-            elif tag == "active":
-                reading.active.add(name)
-            elif tag == "scope":
-                reading.tracked.add(name)
-                if number:
-                    reading.unsent.add(name)
-            elif tag == "deleted":
-                reading.deleted = True
-        return reading
 
-    async def _pass_write(
-        self,
-        owner: str,
-        live: list[RunState],
-        now_ms: int,
-        until: int,
-        cutoff: int,
-        forget_before: int,
-    ) -> tuple[list[RunState], int] | None:
-        q, p = run_sql.statements(self._db.dialect), statements(self._db.dialect)
-        mine = {"owner": owner, "now": now_ms, "until": until}
-        steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
-        steps.append((q.unconfirm, {"owner": owner}))
-        if live:
-            steps.append((q.save, [run_sql.columns(run, owner, until) for run in live]))
-        steps += [
-            (q.end_unconfirmed, mine),
-            (q.renew, mine),
-            (q.take_over, mine),
-            (q.remember, {"now": now_ms, "cutoff": cutoff}),
-            (q.prune, {"cutoff": cutoff}),
-            (q.forget, {"forget_before": forget_before}),
-            (q.mark_sending, mine),
-            (p.allocate, {"owner": owner, "now": now_ms}),
-            (p.owned, {"owner": owner}),
-        ]
-        try:
-            rows = await self._db.batch(steps)
-        except StoreError as error:
-            if past_the_cap(error):
-                return None
-            raise
-        runs = [run_sql.run_state(row[:-1]) for row in rows]
-        return runs, (rows[-1][-1] if rows else 0)
+def write_steps(d: Dialect, sync: RunSync) -> list[Step]:
+    """A pass's write as straight-line statements: the run sync, the allocation, the rows."""
+    q, p = run_sql.statements(d), statements(d)
+    owner, now_ms, until = sync.owner, sync.now_ms, sync.until
+    mine = {"owner": owner, "now": now_ms, "until": until}
+    steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
+    steps.append((q.unconfirm, {"owner": owner}))
+    if sync.live:
+        steps.append((q.save, [run_sql.columns(run, owner, until) for run in sync.live]))
+    steps += [
+        (q.end_unconfirmed, mine),
+        (q.renew, mine),
+        (q.take_over, mine),
+        (q.remember, {"now": now_ms, "cutoff": sync.cutoff}),
+        (q.prune, {"cutoff": sync.cutoff}),
+        (q.forget, {"forget_before": sync.forget_before}),
+        (q.mark_sending, mine),
+        (p.allocate, {"owner": owner, "now": now_ms}),
+        (p.owned, {"owner": owner}),
+    ]
+    return steps
+
+
+async def pass_write(db: Runner, sync: RunSync) -> tuple[list[RunState], int] | None:
+    steps = write_steps(db.dialect, sync)
+    try:
+        rows = await db.batch(steps)
+    except StoreError as error:
+        if past_the_cap(error):
+            return None
+        raise
+    runs = [run_sql.run_state(row[:-1]) for row in rows]
+    return runs, (rows[-1][-1] if rows else 0)

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import BigInteger, and_, bindparam, delete, exists, func, not_, select, true, tuple_
 
+from relay.store.backend import PresenceUpdate
 from relay.store.records import PresenceLease
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.part import SqlPart
-from relay.store.sql.runner import Tx, first, scalar
+from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,44 +69,48 @@ def lease(row: Row) -> PresenceLease:
     return PresenceLease(profile, tab_id, seq, bool(active), expires_at, updated_at)
 
 
-class PresenceSql(SqlPart):
-    """The presence hooks of `StoreGate`."""
+async def apply_presence(db: Runner, update: PresenceUpdate) -> bool:
+    q, new, fence_ms, max_tabs = (
+        statements(db.dialect),
+        update.lease,
+        update.fence_ms,
+        update.max_tabs,
+    )
+    values = {
+        "profile": new.profile,
+        "tab_id": new.tab_id,
+        "seq": new.seq,
+        "active": new.active,
+        "expires_at": new.expires_at,
+        "updated_at": new.updated_at,
+    }
 
-    async def _apply_presence(self, new: PresenceLease, fence_ms: int, max_tabs: int) -> bool:
-        q = statements(self._db.dialect)
-        values = {
-            "profile": new.profile,
-            "tab_id": new.tab_id,
-            "seq": new.seq,
-            "active": new.active,
-            "expires_at": new.expires_at,
-            "updated_at": new.updated_at,
-        }
+    async def body(tx: Tx) -> bool:
+        await tx.run(q.forget_expired, {"fence_ms": fence_ms, "updated_at": new.updated_at})
+        if await first(tx, q.upsert, values) is None:
+            return False
+        total = await scalar(tx, q.count)
+        if total > max_tabs:
+            excess = {"profile": new.profile, "tab_id": new.tab_id, "excess": total - max_tabs}
+            await tx.run(q.evict, excess)
+        return True
 
-        async def body(tx: Tx) -> bool:
-            await tx.run(q.forget_expired, {"fence_ms": fence_ms, "updated_at": new.updated_at})
-            if await first(tx, q.upsert, values) is None:
-                return False
-            total = await scalar(tx, q.count)
-            if total > max_tabs:
-                excess = {"profile": new.profile, "tab_id": new.tab_id, "excess": total - max_tabs}
-                await tx.run(q.evict, excess)
-            return True
+    return await db.write(body)
 
-        return await self._db.write(body)
 
-    async def _presence_active(self, profile: str, now_ms: int) -> bool:
-        q = statements(self._db.dialect).active
+async def presence_active(db: Runner, profile: str, now_ms: int) -> bool:
+    q = statements(db.dialect).active
 
-        async def body(tx: Tx) -> bool:
-            return bool(await scalar(tx, q, {"profile": profile, "now": now_ms}))
+    async def body(tx: Tx) -> bool:
+        return bool(await scalar(tx, q, {"profile": profile, "now": now_ms}))
 
-        return await self._db.read(body)
+    return await db.read(body)
 
-    async def _presence_leases(self) -> list[PresenceLease]:
-        q = statements(self._db.dialect).leases
 
-        async def body(tx: Tx) -> list[PresenceLease]:
-            return [lease(row) for row in await tx.rows(q)]
+async def presence_leases(db: Runner) -> list[PresenceLease]:
+    q = statements(db.dialect).leases
 
-        return await self._db.read(body)
+    async def body(tx: Tx) -> list[PresenceLease]:
+        return [lease(row) for row in await tx.rows(q)]
+
+    return await db.read(body)

@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from sqlalchemy import bindparam, delete, exists, select, true, update
 
 from relay.errors import InvalidInputError, StaleConfigError
+from relay.store.backend import Rekeyed
 from relay.store.keys import pkcs8
-from relay.store.keys.gate import Rekeyed
 from relay.store.records import CONFIG_VERSION, ProfileGrant, RelayConfig
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect
-from relay.store.sql.part import SqlPart
-from relay.store.sql.runner import Tx, first, scalar
+from relay.store.sql.drivers.runner import Call, Runner, Tx, first, scalar
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,125 +110,136 @@ def statements(d: Dialect) -> Statements:
     )
 
 
-class RegistrationSql(SqlPart):
-    """The registration hooks of `StoreGate`."""
+async def load_config(db: Runner) -> RelayConfig | None:
+    q = statements(db.dialect)
 
-    async def _load_config(self) -> RelayConfig | None:
-        q = statements(self._db.dialect)
+    async def body(tx: Tx) -> RelayConfig | None:
+        rows = await tx.rows(q.load_config)
+        if not rows or rows[0][4] != CONFIG_VERSION:
+            return None
+        url, publisher_id, key_id, key_ref, _, generation = rows[0][:6]
+        grants = {r[6]: ProfileGrant(r[7], r[8]) for r in rows if r[6] is not None}
+        return RelayConfig(url, publisher_id, key_id, key_ref, grants, generation)
 
-        async def body(tx: Tx) -> RelayConfig | None:
-            rows = await tx.rows(q.load_config)
-            if not rows or rows[0][4] != CONFIG_VERSION:
-                return None
-            url, publisher_id, key_id, key_ref, _, generation = rows[0][:6]
-            grants = {r[6]: ProfileGrant(r[7], r[8]) for r in rows if r[6] is not None}
-            return RelayConfig(url, publisher_id, key_id, key_ref, grants, generation)
+    return await db.read(body)
 
-        return await self._db.read(body)
 
-    async def _save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
-        q = statements(self._db.dialect)
-        values = {
-            "url": config.url,
-            "publisher_id": config.publisher_id,
-            "key_id": config.key_id,
-            "key_ref": config.key_ref,
-            "version": CONFIG_VERSION,
-            "updated_at": int(time.time() * 1000),
-        }
-        grants = [
-            {"profile": name, "identity": grant.identity, "profile_id": grant.profile_id}
-            for name, grant in config.profiles.items()
-        ]
+async def save_config(db: Runner, config: RelayConfig, expected_generation: int | None) -> None:
+    q = statements(db.dialect)
+    values = {
+        "url": config.url,
+        "publisher_id": config.publisher_id,
+        "key_id": config.key_id,
+        "key_ref": config.key_ref,
+        "version": CONFIG_VERSION,
+        "updated_at": int(time.time() * 1000),
+    }
+    grants = [
+        {"profile": name, "identity": grant.identity, "profile_id": grant.profile_id}
+        for name, grant in config.profiles.items()
+    ]
 
-        async def body(tx: Tx) -> None:
-            if await first(tx, q.key_exists, {"ref": config.key_ref}) is None:
-                raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
-            stored = await first(tx, q.stored_generation)
-            # What `load_config` shows: a registration of another version counts as none.
-            shown = stored[1] if stored and stored[0] == CONFIG_VERSION else 0
-            generation = await scalar(tx, q.upsert_config, values)
-            # A save that committed between our read and our upsert shows in the generation.
-            raced = generation != (stored[1] if stored else 0) + 1
-            if expected_generation is not None and (raced or shown != expected_generation):
-                raise StaleConfigError("the relay registration changed since it was read")
-            await tx.run(q.clear_profiles)
-            await tx.many(q.insert_profile, grants)
+    async def body(tx: Tx) -> None:
+        if await first(tx, q.key_exists, {"ref": config.key_ref}) is None:
+            raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
+        stored = await first(tx, q.stored_generation)
+        # What `load_config` shows: a registration of another version counts as none.
+        shown = stored[1] if stored and stored[0] == CONFIG_VERSION else 0
+        generation = await scalar(tx, q.upsert_config, values)
+        # A save that committed between our read and our upsert shows in the generation.
+        raced = generation != (stored[1] if stored else 0) + 1
+        if expected_generation is not None and (raced or shown != expected_generation):
+            raise StaleConfigError("the relay registration changed since it was read")
+        await tx.run(q.clear_profiles)
+        await tx.many(q.insert_profile, grants)
 
-        await self._db.write(body)
+    await db.write(body)
 
-    async def _save_key(self, key_id: str, pem: str) -> str:
-        ref = hashlib.sha256(key_id.encode()).hexdigest()[:16]
-        q = statements(self._db.dialect).upsert_key
 
-        async def body(tx: Tx) -> None:
-            await tx.run(q, {"ref": ref, "pem": pem, "encrypted": pkcs8.is_encrypted(pem)})
+async def save_key(db: Runner, key_id: str, pem: str) -> str:
+    ref = hashlib.sha256(key_id.encode()).hexdigest()[:16]
+    q = statements(db.dialect).upsert_key
 
-        await self._db.write(body, single=True)
-        return ref
+    async def body(tx: Tx) -> None:
+        await tx.run(q, {"ref": ref, "pem": pem, "encrypted": pkcs8.is_encrypted(pem)})
 
-    async def _load_key(self, ref: str) -> str | None:
-        q = statements(self._db.dialect).load_key
+    await db.write(body, single=True)
+    return ref
 
-        async def body(tx: Tx) -> str | None:
-            # The PEM says whether it is encrypted; the column mirrors it for queries.
-            return await scalar(tx, q, {"ref": ref})  # type: ignore[no-any-return]
 
-        return await self._db.read(body)
+async def load_key(db: Runner, ref: str) -> str | None:
+    q = statements(db.dialect).load_key
 
-    async def _rekey(self, rekeyed: Rekeyed) -> int:
-        q = statements(self._db.dialect)
+    async def body(tx: Tx) -> str | None:
+        # The PEM says whether it is encrypted; the column mirrors it for queries.
+        return await scalar(tx, q, {"ref": ref})  # type: ignore[no-any-return]
 
-        async def body(tx: Tx) -> int:
-            rows = await tx.rows(q.all_keys)
-            # Every key is rekeyed before any is written: one that fails rolls all of it back.
-            changes = [{"ref": ref, "pem": rekeyed(ref, pem)} for ref, pem in rows]
-            for change in changes:
-                change["encrypted"] = pkcs8.is_encrypted(change["pem"])
-            if changes:
-                await tx.many(q.rekey, changes)
-            return len(changes)
+    return await db.read(body)
 
-        return await self._db.write(body)
 
-    async def _delete_key(self, ref: str) -> bool:
-        q = statements(self._db.dialect).delete_key
+async def rekey(db: Runner, rekeyed: Rekeyed) -> int:
+    q = statements(db.dialect)
 
-        async def body(tx: Tx) -> int:
-            return await tx.run(q, {"ref": ref})
+    async def body(tx: Tx) -> int:
+        rows = await tx.rows(q.all_keys)
+        # Every key is rekeyed before any is written: one that fails rolls all of it back.
+        changes = [{"ref": ref, "pem": rekeyed(ref, pem)} for ref, pem in rows]
+        for change in changes:
+            change["encrypted"] = pkcs8.is_encrypted(change["pem"])
+        if changes:
+            await tx.many(q.rekey, changes)
+        return len(changes)
 
-        return bool(await self._db.write(body, single=True))
+    return await db.write(body)
 
-    async def _profile_identity(self, profile: str) -> str | None:
-        q = statements(self._db.dialect).identity
 
-        async def body(tx: Tx) -> str | None:
-            return await scalar(tx, q, {"profile": profile})  # type: ignore[no-any-return]
+async def delete_key(db: Runner, ref: str) -> bool:
+    q = statements(db.dialect).delete_key
 
-        return await self._db.read(body)
+    async def body(tx: Tx) -> int:
+        return await tx.run(q, {"ref": ref})
 
-    async def _mint_identity(self, profile: str, minted: str) -> str:
-        q = statements(self._db.dialect)
+    return bool(await db.write(body, single=True))
 
-        async def body(tx: Tx) -> str:
-            # The loser of a race inserts nothing and reads the winner's value.
-            await tx.run(q.mint_identity, {"profile": profile, "minted": minted})
-            return await scalar(tx, q.identity, {"profile": profile})  # type: ignore[no-any-return]
 
-        return await self._db.write(body)
+def identity_step(d: Dialect, profile: str) -> Call:
+    """The read of `profile`'s stored identity."""
+    return statements(d).identity, {"profile": profile}
 
-    async def _forget_identity(self, profile: str) -> None:
-        q = statements(self._db.dialect).forget_identity
 
-        async def body(tx: Tx) -> None:
-            await tx.run(q, {"profile": profile})
+async def profile_identity(db: Runner, profile: str) -> str | None:
+    step = identity_step(db.dialect, profile)
 
-        await self._db.write(body, single=True)
+    async def body(tx: Tx) -> str | None:
+        return await scalar(tx, *step)  # type: ignore[no-any-return]
 
-    async def _identities(self) -> dict[str, str]:
-        q = statements(self._db.dialect).identities
+    return await db.read(body)
 
-        async def body(tx: Tx) -> dict[str, str]:
-            return {row[0]: row[1] for row in await tx.rows(q)}
 
-        return await self._db.read(body)
+async def mint_identity(db: Runner, profile: str, minted: str) -> str:
+    q = statements(db.dialect)
+
+    async def body(tx: Tx) -> str:
+        # The loser of a race inserts nothing and reads the winner's value.
+        await tx.run(q.mint_identity, {"profile": profile, "minted": minted})
+        return await scalar(tx, q.identity, {"profile": profile})  # type: ignore[no-any-return]
+
+    return await db.write(body)
+
+
+async def forget_identity(db: Runner, profile: str) -> None:
+    q = statements(db.dialect).forget_identity
+
+    async def body(tx: Tx) -> None:
+        await tx.run(q, {"profile": profile})
+
+    await db.write(body, single=True)
+
+
+async def identities(db: Runner) -> dict[str, str]:
+    q = statements(db.dialect).identities
+
+    async def body(tx: Tx) -> dict[str, str]:
+        return {row[0]: row[1] for row in await tx.rows(q)}
+
+    return await db.read(body)

@@ -10,8 +10,7 @@ from sqlalchemy import BigInteger, bindparam, select
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect
-from relay.store.sql.part import SqlPart
-from relay.store.sql.runner import Tx, scalar
+from relay.store.sql.drivers.runner import Call, Runner, Tx, scalar
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,24 +39,29 @@ def statements(d: Dialect) -> Statements:
     )
 
 
-class RevisionsSql(SqlPart):
-    """The revision hooks of `StoreGate`."""
+def allocate_step(d: Dialect, count: int, now_ms: int) -> Call | None:
+    """The allocation of `count` revisions at `now_ms`; None when it would pass 2^53-1."""
+    first = max(1, now_ms) + count - 1
+    if first > MAX_SAFE_INTEGER:
+        return None
+    return statements(d).allocate, {"first": first, "now": now_ms, "count": count}
 
-    async def _allocate_revisions(self, count: int, now_ms: int) -> int | None:
-        first = max(1, now_ms) + count - 1
-        if first > MAX_SAFE_INTEGER:
-            return None
-        q = statements(self._db.dialect).allocate
 
-        async def body(tx: Tx) -> int | None:
-            return await scalar(tx, q, {"first": first, "now": now_ms, "count": count})  # type: ignore[no-any-return]
+async def allocate_revisions(db: Runner, count: int, now_ms: int) -> int | None:
+    step = allocate_step(db.dialect, count, now_ms)
+    if step is None:
+        return None
 
-        return await self._db.write(body, single=True)
+    async def body(tx: Tx) -> int | None:
+        return await scalar(tx, *step)  # type: ignore[no-any-return]
 
-    async def _revision_floor(self) -> int:
-        q = statements(self._db.dialect).floor
+    return await db.write(body, single=True)
 
-        async def body(tx: Tx) -> int:
-            return (await scalar(tx, q)) or 0
 
-        return await self._db.read(body)
+async def revision_floor(db: Runner) -> int:
+    q = statements(db.dialect).floor
+
+    async def body(tx: Tx) -> int:
+        return (await scalar(tx, q)) or 0
+
+    return await db.read(body)

@@ -30,11 +30,11 @@ from sqlalchemy import (
 )
 
 from relay.protocol import TERMINAL_PHASES
+from relay.store.backend import Claim
 from relay.store.records import RunState
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.part import SqlPart
-from relay.store.sql.runner import Tx, scalar
+from relay.store.sql.drivers.runner import Runner, Tx, scalar
 
 # Any constant will do: it names this aggregate's lock among the database's advisory locks.
 _RUNS_LOCK = 0x7A1A_2D0C
@@ -53,7 +53,6 @@ class Statements:
     forget: Compiled
     mark_sending: Compiled
     release: Compiled
-    owned: Compiled
     next_expiry: Compiled
     all: Compiled
 
@@ -175,9 +174,6 @@ def statements(d: Dialect) -> Statements:
             .where(r.sending_by == owner, *locked)
             .values(sending_by=None, sending_until=0)
         ),
-        owned=d.compile(
-            select(t.runs).where(r.owner == owner).order_by(r.started_at, r.session_id)
-        ),
         next_expiry=d.compile(select(func.min(expiries.c[0]))),
         all=d.compile(select(t.runs).order_by(r.session_id)),
     )
@@ -203,75 +199,35 @@ def columns(run: RunState, owner: str, until: int) -> dict[str, Any]:
     }
 
 
-class RunsSql(SqlPart):
-    """The run-state hooks of `StoreGate`."""
+async def keep_alive(db: Runner, lease: Claim) -> int | None:
+    q = statements(db.dialect)
+    mine = {"owner": lease.owner, "now": lease.now_ms, "until": lease.until}
 
-    async def _save_run(self, run: RunState, until: int) -> bool:
-        q = statements(self._db.dialect)
+    async def body(tx: Tx) -> Any:
+        if q.lock is not None:
+            await tx.rows(q.lock)
+        await tx.run(q.renew, mine)
+        return await scalar(tx, q.next_expiry, mine)
 
-        async def body(tx: Tx) -> int:
-            if q.lock is not None:
-                await tx.rows(q.lock)
-            return await tx.run(q.save, columns(run, run.owner, until))
+    expiry: int | None = await db.write(body)
+    return expiry
 
-        return bool(await self._db.write(body))
 
-    async def _sync_runs(
-        self,
-        owner: str,
-        live: list[RunState],
-        now_ms: int,
-        until: int,
-        cutoff: int,
-        forget_before: int,
-    ) -> list[RunState]:
-        q = statements(self._db.dialect)
-        mine = {"owner": owner, "now": now_ms, "until": until}
+async def release_runs(db: Runner, owner: str) -> None:
+    q = statements(db.dialect).release
 
-        async def body(tx: Tx) -> list[Row]:
-            if q.lock is not None:
-                await tx.rows(q.lock)
-            await tx.run(q.unconfirm, {"owner": owner})
-            if live:
-                await tx.many(q.save, [columns(run, owner, until) for run in live])
-            await tx.run(q.end_unconfirmed, mine)
-            await tx.run(q.renew, mine)
-            await tx.run(q.take_over, mine)
-            await tx.run(q.remember, {"now": now_ms, "cutoff": cutoff})
-            await tx.run(q.prune, {"cutoff": cutoff})
-            await tx.run(q.forget, {"forget_before": forget_before})
-            await tx.run(q.mark_sending, mine)
-            return await tx.rows(q.owned, mine)
+    async def body(tx: Tx) -> None:
+        await tx.run(q, {"owner": owner})
 
-        return [run_state(row) for row in await self._db.write(body)]
+    # Not durable: a release lost to a power cut leaves the rows marked until the marks'
+    # lease ends, which only makes another replica wait that long to publish them.
+    await db.write(body, single=True, durable=False)
 
-    async def _keep_alive(self, owner: str, now_ms: int, until: int) -> int | None:
-        q = statements(self._db.dialect)
-        mine = {"owner": owner, "now": now_ms, "until": until}
 
-        async def body(tx: Tx) -> Any:
-            if q.lock is not None:
-                await tx.rows(q.lock)
-            await tx.run(q.renew, mine)
-            return await scalar(tx, q.next_expiry, mine)
+async def run_states(db: Runner) -> list[RunState]:
+    q = statements(db.dialect).all
 
-        expiry: int | None = await self._db.write(body)
-        return expiry
+    async def body(tx: Tx) -> list[Row]:
+        return await tx.rows(q)
 
-    async def _release_runs(self, owner: str) -> None:
-        q = statements(self._db.dialect).release
-
-        async def body(tx: Tx) -> None:
-            await tx.run(q, {"owner": owner})
-
-        # Not durable: a release lost to a power cut leaves the rows marked until the marks'
-        # lease ends, which only makes another replica wait that long to publish them.
-        await self._db.write(body, single=True, durable=False)
-
-    async def _run_states(self) -> list[RunState]:
-        q = statements(self._db.dialect).all
-
-        async def body(tx: Tx) -> list[Row]:
-            return await tx.rows(q)
-
-        return [run_state(row) for row in await self._db.read(body)]
+    return [run_state(row) for row in await db.read(body)]

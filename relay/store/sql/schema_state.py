@@ -9,8 +9,8 @@ from sqlalchemy import Column, MetaData, String, Table, func, select, text
 
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql import migrate
-from relay.store.sql.engines import WRITE, sqlite_engine
-from relay.store.sql.runner import Runner, Tx, first, scalar
+from relay.store.sql.drivers.engines import WRITE, sqlite_engine
+from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
 _version = Table("alembic_version", MetaData(), Column("version_num", String(32)))
 

@@ -8,12 +8,11 @@ from typing import Any
 
 from sqlalchemy import and_, bindparam, or_, select, update
 
-from relay.store.records import StateBatch
+from relay.store.records import StartedEntry, StartedScope, StateBatch
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, bind
+from relay.store.sql.drivers.runner import Call, Many, Runner, Tx, first
 from relay.store.sql.outbox import VIEW_COLUMNS, columns
-from relay.store.sql.part import SqlPart
-from relay.store.sql.runner import Tx, first
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,64 +81,69 @@ def statements(d: Dialect) -> Statements:
     )
 
 
-class TransferSql(SqlPart):
-    """The merge hook of `StoreGate`."""
+def entry_values(e: StartedEntry) -> dict[str, Any]:
+    """A started entry's columns as a merge inserts it (its claim is not copied)."""
+    return {
+        "profile_id": e.profile_id,
+        "session_id": e.session_id,
+        "started_at": e.started_at,
+        "sent": e.sent,
+    }
 
-    async def _merge_state(self, batch: StateBatch) -> None:
-        q = statements(self._db.dialect)
-        identities = [{"profile": k, "identity": v} for k, v in batch.identities.items()]
-        scopes = [{"profile_id": x.profile_id, "floor": x.floor} for x in batch.started]
-        entries = [
-            {
-                "profile_id": e.profile_id,
-                "session_id": e.session_id,
-                "started_at": e.started_at,
-                "sent": e.sent,
-            }
-            for scope in batch.started
-            for e in scope.entries
-        ]
-        leases = [
-            {
-                "profile": x.profile,
-                "tab_id": x.tab_id,
-                "seq": x.seq,
-                "active": x.active,
-                "expires_at": x.expires_at,
-                "updated_at": x.updated_at,
-            }
-            for x in batch.presence
-        ]
 
-        async def body(tx: Tx) -> None:
-            if identities:
-                await tx.many(q.identity, identities)
-            await tx.run(q.floor, {"floor": batch.revision_floor})
-            if scopes:
-                await tx.many(q.scope, scopes)
-            if entries:
-                await tx.many(q.entry, entries)
-            for entry in batch.deleted:
-                await self._merge_deleted(tx, q, columns(entry))
-            if leases:
-                await tx.many(q.lease, leases)
+def ledger_steps(d: Dialect, scope: StartedScope) -> tuple[Call, Many]:
+    """A scope's ledger merged in: its floor, then its entries."""
+    q = statements(d)
+    floor = {"profile_id": scope.profile_id, "floor": scope.floor}
+    return (q.scope, floor), (q.entry, [entry_values(e) for e in scope.entries])
 
-        await self._db.write(body)
 
-    @staticmethod
-    async def _merge_deleted(tx: Tx, q: Statements, incoming: dict[str, Any]) -> None:
-        existing = await first(tx, q.deleted, incoming)
-        if existing is None:
-            await tx.run(q.insert_deleted, incoming)
-            return
-        through, identity, url, publisher_id, profile_id = existing
-        changes = {**incoming, "through": max(through, incoming["through"])}
-        # The entry already queued for this session keeps its id and any binding it has.
-        if url is not None or incoming["scope_url"] is None:
-            changes |= {
-                "identity": identity,
-                "scope_url": url,
-                "scope_publisher_id": publisher_id,
-                "scope_profile_id": profile_id,
-            }
-        await tx.run(q.update_deleted, changes)
+async def merge_state(db: Runner, batch: StateBatch) -> None:
+    q = statements(db.dialect)
+    identities = [{"profile": k, "identity": v} for k, v in batch.identities.items()]
+    scopes = [{"profile_id": x.profile_id, "floor": x.floor} for x in batch.started]
+    entries = [entry_values(e) for scope in batch.started for e in scope.entries]
+    leases = [
+        {
+            "profile": x.profile,
+            "tab_id": x.tab_id,
+            "seq": x.seq,
+            "active": x.active,
+            "expires_at": x.expires_at,
+            "updated_at": x.updated_at,
+        }
+        for x in batch.presence
+    ]
+
+    async def body(tx: Tx) -> None:
+        if identities:
+            await tx.many(q.identity, identities)
+        await tx.run(q.floor, {"floor": batch.revision_floor})
+        if scopes:
+            await tx.many(q.scope, scopes)
+        if entries:
+            await tx.many(q.entry, entries)
+        for entry in batch.deleted:
+            await _merge_deleted(tx, q, columns(entry))
+        if leases:
+            await tx.many(q.lease, leases)
+
+    await db.write(body)
+
+
+async def _merge_deleted(tx: Tx, q: Statements, incoming: dict[str, Any]) -> None:
+    existing = await first(tx, q.deleted, incoming)
+    if existing is None:
+        await tx.run(q.insert_deleted, incoming)
+        return
+    through, identity, url, publisher_id, profile_id = existing
+    changes = {**incoming, "through": max(through, incoming["through"])}
+    # The entry already queued for this session keeps its id and any binding it has.
+    if url is not None or incoming["scope_url"] is None:
+        changes |= {
+            "identity": identity,
+            "scope_url": url,
+            "scope_publisher_id": publisher_id,
+            "scope_profile_id": profile_id,
+        }
+    await tx.run(q.update_deleted, changes)

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 from relay.errors import StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql.dialect import SQLITE, Compiled, Row
-from relay.store.sql.runner import NO_PARAMS, Body, Stats, Step, drive, run_steps
-from relay.store.sql.worker import Worker
+from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, drive, run_steps
+from relay.store.sql.drivers.worker import Worker
 
 T = TypeVar("T")
 BUSY_TIMEOUT_S = 30.0

@@ -34,6 +34,9 @@ class Tx(Protocol):
 Body = Callable[[Tx], Coroutine[Any, Any, T]]
 # One statement of a batch with its parameters; a sequence of parameter sets runs it once each.
 Step = tuple[Compiled, Mapping[str, Any] | Sequence[Mapping[str, Any]]]
+# A statement with one parameter set; one with a parameter set for each of its runs.
+Call = tuple[Compiled, Mapping[str, Any]]
+Many = tuple[Compiled, Sequence[Mapping[str, Any]]]
 
 
 @dataclass(slots=True)

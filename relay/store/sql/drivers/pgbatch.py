@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from relay.store.sql.dialect import Compiled, Row
-from relay.store.sql.runner import Step
+from relay.store.sql.drivers.runner import Step
 
 FUNCTION = "relay_batch"
 # Its argument types: the statements, how many parameter sets each runs with, how many

@@ -1,12 +1,12 @@
 """The Postgres runner: asyncpg connections in a pool; statements prepared once per connection.
 
 A body of one statement runs in autocommit: one round trip, no BEGIN/COMMIT. A transaction opens
-with its timeouts in the same round trip as its BEGIN (`SET LOCAL`, see `relay.store.budget`). A
+with its timeouts in the same round trip as its BEGIN (`SET LOCAL`, see `budget`). A
 batch of straight-line steps is one call of the `relay_batch` function, one round trip in all
 (`pgbatch`), or, where the database has no such function, a transaction like any other. A
 task cancelled mid-transaction leaves the server holding its row locks until the connection ends,
 so such a connection is terminated, never handed back to the pool (sqlalchemy/sqlalchemy#12099 is
-the same trap); so is one whose server turned read-only or is going away (`relay.store.sqlstate`),
+the same trap); so is one whose server turned read-only or is going away (`sqlstate`),
 and then every other connection of the pool too. Nothing here needs session state, so
 transaction-mode PgBouncer works with `?prepared_statement_cache_size=0`, and a connection goes
 back to the pool as it is (`pgpool`).
@@ -24,14 +24,13 @@ from sqlalchemy import URL
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.refused import nothing_listening
-from relay.store import sqlstate
-from relay.store.budget import PARAMETERS as BUDGET_PARAMETERS
-from relay.store.budget import Budget, budget
-from relay.store.hosts import dsn
-from relay.store.sql import pgbatch
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
-from relay.store.sql.pgpool import Pool
-from relay.store.sql.runner import NO_PARAMS, Body, Stats, Step, Tx, run_steps
+from relay.store.sql.drivers import pgbatch, sqlstate
+from relay.store.sql.drivers.budget import PARAMETERS as BUDGET_PARAMETERS
+from relay.store.sql.drivers.budget import Budget, budget
+from relay.store.sql.drivers.hosts import dsn
+from relay.store.sql.drivers.pgpool import Pool
+from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, Tx, run_steps
 
 T = TypeVar("T")
 logger = logging.getLogger("relay.store")

@@ -61,7 +61,7 @@ def postgres_engine(url: URL) -> AsyncEngine:
     """
     from sqlalchemy.ext.asyncio import create_async_engine
 
-    from relay.store.sql.postgres import connect_options
+    from relay.store.sql.drivers.postgres import connect_options
 
     options = connect_options(url)
 

@@ -1,0 +1,207 @@
+"""`JsonDocuments`: the rulebook's documents as JSON files in the legacy layout of the original.
+
+An existing state dir keeps working: `talaria-relay.json`, `talaria-relay-publisher-<hash>.pem`,
+`talaria-relay-revision` and `talaria-relay-started.json` are read and written as it wrote them,
+and with profile homes each profile's identity is in its home. What it kept in memory (deleted
+outbox, presence leases) and what it never had (runs, claims, forgotten turns) get files beside
+them. Every session holds the sidecar lock `.talaria-relay.lock`, in a worker thread, and writes
+back only the files whose text changed, all of them or none (`relay.store.files.io.commit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from relay.errors import CorruptStateError, StoreError, StoreUnavailableError
+from relay.store.files import documents as files
+from relay.store.files.homes import HomeIdentities, ProfileHome
+from relay.store.files.io import JOURNAL, Write, commit, read, remove_stale, stale_temps
+from relay.store.files.keys import key_files, key_path, named
+from relay.store.files.lock import DirLock
+from relay.store.rules import documents as docs
+from relay.store.rules.documents import Doc, IdentityTable, Registration
+
+D = TypeVar("D")
+R = TypeVar("R")
+
+_PASSING = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EAGAIN, errno.EBUSY}
+# The documents that are one file each, by the rulebook's name.
+_FILES: dict[str, files.Codec[Any]] = {
+    docs.FLOOR.name: files.REVISION,
+    docs.STARTED.name: files.STARTED,
+    docs.DELETED.name: files.DELETED,
+    docs.CLAIMS.name: files.CLAIMS,
+    docs.PRESENCE.name: files.PRESENCE,
+    docs.FORGOTTEN.name: files.FORGOTTEN,
+    docs.RUNS.name: files.RUNS,
+}
+# The order a session writes in. Writes of several files are all or none anyway (the journal);
+# this order only makes the state between two renames the likelier one to make sense alone.
+_ORDER = (
+    docs.KEYS,
+    docs.CONFIG,
+    docs.IDENTITIES,
+    docs.FLOOR,
+    docs.STARTED,
+    docs.DELETED,
+    docs.CLAIMS,
+    docs.PRESENCE,
+    docs.FORGOTTEN,
+    docs.RUNS,
+)
+
+
+class JsonDocuments:
+    """The documents of one state dir (`json:///state-dir`), safe across threads and processes."""
+
+    name = "json"
+
+    def __init__(self, state_dir: Path, profile_home: ProfileHome | None = None) -> None:
+        self.directory = Path(state_dir).absolute()
+        self.profile_home = profile_home
+        self.lock = DirLock(self.directory)
+
+    @classmethod
+    async def open(cls, state_dir: Path, profile_home: ProfileHome | None = None) -> JsonDocuments:
+        """The state dir, created (0700) when missing, its killed writer's change finished and
+        its temps removed."""
+        documents = cls(state_dir, profile_home)
+        await documents.run(documents._create_dir)
+        await documents.run(documents._sweep)
+        return documents
+
+    @property
+    def display_url(self) -> str:
+        return f"json://{self.directory}"
+
+    async def close(self) -> None:
+        """Nothing to release: every session opens and closes its own files."""
+
+    @contextlib.contextmanager
+    def session(self, *, write: bool) -> Iterator[_Session]:
+        with self.lock.locked(exclusive=write):
+            session = _Session(self)
+            yield session
+            if write:
+                commit(self.directory, session.writes())
+
+    async def run(self, work: Callable[[], R]) -> R:
+        """Run blocking file work in a thread, reporting OS failures as `StoreError`."""
+
+        def guarded() -> R:
+            try:
+                return work()
+            except OSError as exc:
+                # A full or read-only file system passes: it is unavailable, not misconfigured.
+                kind = StoreUnavailableError if exc.errno in _PASSING else StoreError
+                raise kind(f"relay state in {self.directory} is inaccessible: {exc}") from exc
+
+        return await asyncio.to_thread(guarded)
+
+    def key_ref(self, key_id: str) -> str:
+        return str(key_path(self.directory, key_id))
+
+    def key_named(self, ref: str) -> str | None:
+        return named(self.directory, ref)
+
+    def registration(self) -> Registration:
+        """The config file; its generation is its mtime (0 for none, or an older version)."""
+        path = self.directory / files.CONFIG
+        raw = read(path)
+        if raw is None:
+            return Registration()
+        mtime = path.stat().st_mtime_ns
+        try:
+            config = files.parse_config(raw, mtime)
+        except CorruptStateError as error:
+            return Registration(None, mtime, f"{path}: {error}")
+        return Registration(config, mtime if config else 0)
+
+    def _create_dir(self) -> None:
+        try:
+            self.directory.mkdir(mode=0o700, parents=True)
+        except FileExistsError:
+            if not self.directory.is_dir():
+                raise StoreError(f"relay state dir {self.directory} is not a directory") from None
+            return
+        os.chmod(self.directory, 0o700)  # mkdir's mode went through the umask
+
+    def _sweep(self) -> int:
+        """Finish a killed writer's change and remove the temps killed writers left; how many."""
+        if not stale_temps(self.directory) and not (self.directory / JOURNAL).exists():
+            return 0  # the usual case: opening takes no lock
+        with self.lock.locked(exclusive=True):  # which finishes the change
+            return remove_stale(self.directory)
+
+
+class _Session:
+    """The documents read under one lock; what changed, as writes in `_ORDER`."""
+
+    def __init__(self, owner: JsonDocuments) -> None:
+        self._dir = owner.directory
+        self._owner = owner
+        self._values: dict[str, Any] = {}
+        self._before: dict[str, Any] = {}  # what each document was, as written
+
+    def get(self, doc: Doc[D]) -> D:
+        if doc.name not in self._values:
+            self._values[doc.name] = self._load(doc.name)
+        value: D = self._values[doc.name]
+        return value
+
+    def put(self, doc: Doc[D], value: D) -> None:
+        self.get(doc)  # what it was, to compare
+        self._values[doc.name] = value
+
+    def _load(self, name: str) -> Any:
+        if name == docs.CONFIG.name:
+            registration = self._owner.registration()
+            self._before[name] = registration
+            return registration
+        if name == docs.KEYS.name:
+            keys = key_files(self._dir)
+            self._before[name] = dict(keys)
+            return keys
+        if name == docs.IDENTITIES.name and self._owner.profile_home is not None:
+            return HomeIdentities(self._owner.profile_home, lambda: self.get(docs.CONFIG))
+        codec = files.IDENTITIES if name == docs.IDENTITIES.name else _FILES[name]
+        value = codec.parse(read(self._dir / codec.name))
+        self._before[name] = codec.dump(value)
+        return IdentityTable(value) if name == docs.IDENTITIES.name else value
+
+    def writes(self) -> list[Write]:
+        out: list[Write] = []
+        for doc in _ORDER:
+            if doc.name in self._values:
+                out += self._writes(doc.name, self._values[doc.name])
+        return out
+
+    def _writes(self, name: str, value: Any) -> list[Write]:
+        if name == docs.CONFIG.name:
+            if value is self._before[name]:
+                return []
+            path = self._dir / files.CONFIG
+            # `generation` is the mtime: keep it rising even when two saves share a clock tick.
+            previous = path.stat().st_mtime_ns if path.exists() else 0
+            assert value.config is not None
+            mtime = max(time.time_ns(), previous + 1)
+            return [Write(path, files.dump_config(value.config), mtime)]
+        if name == docs.KEYS.name:
+            before: docs.Keys = self._before[name]
+            return [
+                Write(Path(ref), value.get(ref))
+                for ref in sorted(before.keys() | value.keys())
+                if value.get(ref) != before.get(ref) or (ref in before) != (ref in value)
+            ]
+        if isinstance(value, HomeIdentities):
+            return value.writes()
+        codec = files.IDENTITIES if name == docs.IDENTITIES.name else _FILES[name]
+        text = codec.dump(dict(value) if isinstance(value, IdentityTable) else value)
+        return [] if text == self._before[name] else [Write(self._dir / codec.name, text)]

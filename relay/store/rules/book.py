@@ -1,0 +1,349 @@
+"""`RulebookBackend`: the `Backend` of the memory and JSON stores, once, over their `Documents`.
+
+Each hook is one session of the documents (one lock): it reads the documents it touches, applies
+the rules of `relay.store.rules` and leaves; the session writes back what changed. The hooks follow
+the sections of `Backend`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TypeVar
+
+from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError
+from relay.store.backend import (
+    Binding,
+    Claim,
+    Deletion,
+    PresenceUpdate,
+    Reading,
+    Rekeyed,
+    RunSync,
+    Sightings,
+    StartedClaim,
+    ViewQuery,
+)
+from relay.store.records import (
+    DeletedView,
+    PresenceLease,
+    RelayConfig,
+    RunState,
+    StartedEntry,
+    StartedScope,
+    StateBatch,
+)
+from relay.store.rules import ledger, outbox, passes, presence, revisions
+from relay.store.rules import runs as run_rules
+from relay.store.rules.documents import (
+    CLAIMS,
+    CONFIG,
+    DELETED,
+    FLOOR,
+    FORGOTTEN,
+    IDENTITIES,
+    KEYS,
+    PRESENCE,
+    RUNS,
+    STARTED,
+    Documents,
+    Registration,
+    Session,
+    readable,
+)
+
+R = TypeVar("R")
+
+
+class RulebookBackend:
+    """The rules on documents kept in memory or in a JSON state dir."""
+
+    def __init__(self, documents: Documents) -> None:
+        self.documents = documents
+
+    @property
+    def name(self) -> str:
+        return self.documents.name
+
+    @property
+    def display_url(self) -> str:
+        return self.documents.display_url
+
+    async def schema_revision(self) -> str | None:
+        return None  # documents have no schema
+
+    async def unwritable(self) -> str | None:
+        return None  # no server to ask
+
+    async def close(self) -> None:
+        await self.documents.close()
+
+    async def _edit(self, work: Callable[[Session], R]) -> R:
+        """`work` in one writing session: what it changed is written, or nothing if it raises."""
+
+        def locked() -> R:
+            with self.documents.session(write=True) as session:
+                return work(session)
+
+        return await self.documents.run(locked)
+
+    async def _read(self, work: Callable[[Session], R]) -> R:
+        def locked() -> R:
+            with self.documents.session(write=False) as session:
+                return work(session)
+
+        return await self.documents.run(locked)
+
+    # ── registration and keys ─────────────────────────────────────────────────
+
+    async def load_config(self) -> RelayConfig | None:
+        return await self._read(lambda s: s.get(CONFIG).read())
+
+    async def save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
+        def work(s: Session) -> None:
+            if self.documents.key_named(config.key_ref) not in s.get(KEYS):
+                raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
+            stored = s.get(CONFIG)
+            if expected_generation is not None and stored.generation != expected_generation:
+                raise StaleConfigError("the relay registration changed since it was read")
+            # A layout may keep a generation of its own (a file's mtime), rising as this does.
+            generation = stored.generation + 1
+            s.put(CONFIG, Registration(replace(config, generation=generation), generation))
+
+        await self._edit(work)
+
+    async def save_key(self, key_id: str, pem: str) -> str:
+        # One reference per key id, as on SQL: saving a key id again replaces its key.
+        ref = self.documents.key_ref(key_id)
+
+        def work(s: Session) -> None:
+            s.get(KEYS)[ref] = pem
+
+        await self._edit(work)
+        return ref
+
+    async def load_key(self, ref: str) -> str | None:
+        def work(s: Session) -> str | None:
+            name = self.documents.key_named(ref)
+            keys = s.get(KEYS)
+            if name is None or name not in keys:
+                return None
+            return _text(ref, keys[name])
+
+        return await self._read(work)
+
+    async def delete_key(self, ref: str) -> bool:
+        def work(s: Session) -> bool:
+            name, keys = self.documents.key_named(ref), s.get(KEYS)
+            # An unreadable registration names no key: it cannot keep one.
+            named = s.get(CONFIG).config
+            if name is None or name not in keys:
+                return False
+            if named is not None and self.documents.key_named(named.key_ref) == name:
+                return False
+            del keys[name]
+            return True
+
+        return await self._edit(work)
+
+    async def rekey(self, rekeyed: Rekeyed) -> int:
+        def work(s: Session) -> int:
+            keys = s.get(KEYS)
+            # Every key is rekeyed before any is stored: one that raises changes none.
+            changed = {ref: rekeyed(ref, _text(ref, keys[ref])) for ref in sorted(keys)}
+            keys.update(changed)
+            return len(changed)
+
+        return await self._edit(work)
+
+    async def profile_identity(self, profile: str) -> str | None:
+        return await self._read(lambda s: s.get(IDENTITIES).get(profile))
+
+    async def mint_identity(self, profile: str, minted: str) -> str:
+        def work(s: Session) -> str:
+            identities = s.get(IDENTITIES)
+            stored = identities.get(profile)
+            if stored is None:
+                identities.set(profile, minted)
+            return stored or minted
+
+        return await self._edit(work)
+
+    async def forget_identity(self, profile: str) -> None:
+        await self._edit(lambda s: s.get(IDENTITIES).forget(profile))
+
+    async def identities(self) -> dict[str, str]:
+        def work(s: Session) -> dict[str, str]:
+            identities = s.get(IDENTITIES)
+            return readable(identities, identities.known())
+
+        return await self._read(work)
+
+    # ── revisions ─────────────────────────────────────────────────────────────
+
+    async def allocate_revisions(self, count: int, now_ms: int) -> int | None:
+        def work(s: Session) -> int | None:
+            last = revisions.allocate(s.get(FLOOR), count, now_ms)
+            if last is not None:
+                s.put(FLOOR, last)
+            return last
+
+        return await self._edit(work)
+
+    async def revision_floor(self) -> int:
+        return await self._read(lambda s: s.get(FLOOR))
+
+    # ── started ledger ────────────────────────────────────────────────────────
+
+    async def track_started(self, profile_ids: tuple[str, ...], now_ms: int) -> None:
+        await self._edit(lambda s: ledger.track(s.get(STARTED), profile_ids, now_ms))
+
+    async def record_started(self, sightings: Sightings) -> None:
+        def work(s: Session) -> None:
+            started = s.get(STARTED)
+            for profile_id, seen in sightings.seen.items():
+                ledger.record(started, profile_id, dict(seen), sightings.now_ms)
+
+        await self._edit(work)
+
+    async def claim_started(self, request: StartedClaim) -> list[StartedEntry]:
+        c = request.claim
+
+        def work(s: Session) -> list[StartedEntry]:
+            return ledger.advance(
+                s.get(STARTED), request.scopes, c.owner, c.now_ms, c.until, c.limit, request.sent
+            )
+
+        return await self._edit(work)
+
+    async def started_ledger(self) -> list[StartedScope]:
+        return await self._read(lambda s: ledger.scopes(s.get(STARTED)))
+
+    # ── deleted outbox ────────────────────────────────────────────────────────
+
+    async def enqueue_deleted(self, deletion: Deletion) -> DeletedView:
+        return await self._edit(
+            lambda s: outbox.enqueue(s.get(DELETED), deletion.new, deletion.session_live)
+        )
+
+    async def bind_deleted(self, binding: Binding) -> int:
+        b = binding
+        return await self._edit(
+            lambda s: outbox.bind(s.get(DELETED), b.profile, b.identity, b.scope)
+        )
+
+    async def pending_deleted(self) -> list[DeletedView]:
+        return await self._read(lambda s: outbox.pending(s.get(DELETED)))
+
+    async def claim_deleted(self, claim: Claim) -> list[DeletedView]:
+        c = claim
+
+        def work(s: Session) -> list[DeletedView]:
+            return outbox.claim(s.get(DELETED), s.get(CLAIMS), c.owner, c.now_ms, c.until, c.limit)
+
+        return await self._edit(work)
+
+    async def ack_deleted(self, view_id: str, through: int) -> bool:
+        return await self._edit(lambda s: outbox.ack(s.get(DELETED), view_id, through))
+
+    # ── presence ──────────────────────────────────────────────────────────────
+
+    async def apply_presence(self, update: PresenceUpdate) -> bool:
+        u = update
+        return await self._edit(
+            lambda s: presence.apply(s.get(PRESENCE), u.lease, u.fence_ms, u.max_tabs)
+        )
+
+    async def presence_active(self, profile: str, now_ms: int) -> bool:
+        return await self._read(lambda s: presence.active(s.get(PRESENCE), profile, now_ms))
+
+    async def presence_leases(self) -> list[PresenceLease]:
+        return await self._read(lambda s: presence.newest_first(s.get(PRESENCE)))
+
+    # ── runs and passes ───────────────────────────────────────────────────────
+
+    async def keep_alive(self, claim: Claim) -> int | None:
+        def work(s: Session) -> int | None:
+            runs = s.get(RUNS)
+            run_rules.renew(runs, claim.owner, claim.until)
+            unsent = ledger.unsent(s.get(STARTED))
+            held = outbox.held(s.get(DELETED), s.get(CLAIMS))
+            return run_rules.next_lease_end(claim.owner, claim.now_ms, runs, unsent, held)
+
+        return await self._edit(work)
+
+    async def release_runs(self, owner: str) -> None:
+        await self._edit(lambda s: run_rules.release(s.get(RUNS), owner))
+
+    async def run_states(self) -> list[RunState]:
+        def work(s: Session) -> list[RunState]:
+            runs = s.get(RUNS)
+            return [runs[sid] for sid in sorted(runs)]
+
+        return await self._read(work)
+
+    async def pass_view(self, query: ViewQuery) -> Reading:
+        def work(s: Session) -> Reading:
+            reading = passes.read(
+                query.owner,
+                query.now_ms,
+                s.get(STARTED),
+                s.get(DELETED),
+                s.get(CLAIMS),
+                s.get(PRESENCE),
+            )
+            reading.generation = s.get(CONFIG).generation or None
+            # Unreadable, as if none were stored: the pass asks `profile_identity`, which says why.
+            with contextlib.suppress(CorruptStateError):
+                reading.identities = readable(s.get(IDENTITIES), query.profiles)
+            return reading
+
+        return await self._read(work)
+
+    async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
+        w = sync
+
+        def work(s: Session) -> tuple[list[RunState], int] | None:
+            written = passes.write(
+                s.get(RUNS),
+                s.get(FORGOTTEN),
+                s.get(FLOOR),
+                w.owner,
+                list(w.live),
+                w.now_ms,
+                w.until,
+                w.cutoff,
+                w.forget_before,
+            )
+            if written is not None:
+                s.put(FLOOR, written[1])
+            return written
+
+        return await self._edit(work)
+
+    # ── transfer ──────────────────────────────────────────────────────────────
+
+    async def merge_state(self, batch: StateBatch) -> None:
+        def work(s: Session) -> None:
+            identities = s.get(IDENTITIES)
+            for profile, identity in batch.identities.items():
+                if identities.holds(profile) and identities.get(profile) is None:
+                    identities.set(profile, identity)
+            s.put(FLOOR, max(s.get(FLOOR), batch.revision_floor))
+            # Only the documents the batch has something for: a strict one that cannot be read
+            # (the outbox) fails only a merge that would write it.
+            if batch.started:
+                ledger.merge(s.get(STARTED), batch.started)
+            if batch.deleted:
+                outbox.merge(s.get(DELETED), batch.deleted)
+            if batch.presence:
+                presence.merge(s.get(PRESENCE), batch.presence)
+
+        await self._edit(work)
+
+
+def _text(ref: str, pem: str | None) -> str:
+    if pem is None:
+        raise CorruptStateError(f"Talaria publisher key {ref!r} is not text")
+    return pem
