@@ -5,6 +5,7 @@
 
 The store (migrated, empty) gets a registration, `--entries` started-ledger entries in one scope
 (1% unsent), `--deleted` outbox entries and `--replicas` replicas holding a session each; then
+the replicas publish once; the backlog is filled in (nothing sends it after); then
 the page is gathered and rendered `--rounds` times (each a cache miss: what one refresh costs
 the store), and once through the ASGI route. Prints the median and the slowest, in ms.
 """
@@ -40,6 +41,13 @@ async def main(url: str, entries: int, deleted: int, replicas: int, rounds: int)
     async with open_store(url) as store, relay_env(store) as env:
         await env.pair()
         scope = await env.profile_id()
+        for n in range(replicas):
+            host = MemoryHost(["default"], clock=env.clock)
+            host.create_session(f"r{n}")
+            host.start_run(f"r{n}")
+            other = env.new_service(host=host, owner=f"web-{n + 2}")
+            await other.start()
+            await other.current().run_once()  # type: ignore[union-attr]
         now_ms = int(env.clock() * 1000)
         unsent = entries // 100
         ledger = tuple(
@@ -56,13 +64,6 @@ async def main(url: str, entries: int, deleted: int, replicas: int, rounds: int)
         )
         took = time.perf_counter() - began
         print(f"filled {entries} ledger entries, {deleted} deletions in {took:.1f}s")
-        for n in range(replicas):
-            host = MemoryHost(["default"], clock=env.clock)
-            host.create_session(f"r{n}")
-            host.start_run(f"r{n}")
-            other = env.new_service(host=host, owner=f"web-{n + 2}")
-            await other.start()
-            await other.current().run_once()  # type: ignore[union-attr]
         timings = []
         for _ in range(rounds):
             began = time.perf_counter()
@@ -70,6 +71,11 @@ async def main(url: str, entries: int, deleted: int, replicas: int, rounds: int)
             html = page.render(document)
             timings.append((time.perf_counter() - began) * 1000)
         shown = len(document["fleet"]["replicas"])
+        (profile,) = document["profiles"]
+        print(
+            f"shown: {profile['announcements_unsent']} announcements unsent, "
+            f"{profile['outbox_depth']} deletions unacknowledged"
+        )
         print(
             f"gather+render ({rounds} rounds, {shown} replicas shown, {len(html)} bytes): "
             f"median {statistics.median(timings):.0f} ms, slowest {max(timings):.0f} ms"

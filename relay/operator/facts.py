@@ -2,7 +2,8 @@
 
 The page (`relay.operator.page`) renders this document and `…/relay/operator.json` serves it as
 it is. Everything comes through the public `RelayStore` methods and the running publisher; the
-key is read only to compute its public fingerprint (`relay.cli.status.key_state`).
+key is read only to compute its public fingerprint (`relay.cli.status.key_state`). The backlog
+is counted in the store (`RelayStore.backlog`), so 100,000 ledger entries cost what ten do.
 
 A page left open, or many operators at once, must not load the database: one gather serves every
 request for `REFRESH_S` seconds, and requests that arrive while one runs wait for it instead of
@@ -13,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from relay.cli.status import key_state, replicas
 from relay.errors import RelayError
+from relay.store import Waiting
 from relay.store.sql import migrate
 
 if TYPE_CHECKING:
@@ -65,9 +67,9 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
         document["schema"] = {"revision": revision, "head": head, "at_head": revision == head}
     config = await store.load_config()
     publisher = service.current()
-    ledger = await store.started_ledger()
+    # Counts, not rows: the ledger can hold 100,000 entries (`RelayStore.backlog`).
+    backlog = await store.backlog()
     leases = await store.presence_leases()
-    outbox = await store.pending_deleted()
     runs = await store.run_states()
     if config is not None:
         encrypted, fingerprint = await key_state(store, config.key_ref)
@@ -80,11 +82,9 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
             "generation": config.generation,
         }
         identities = await store.identities()
-        scopes = {scope.profile_id: scope for scope in ledger}
         for name, grant in config.profiles.items():
-            scope = scopes.get(grant.profile_id)
-            unsent = [entry for entry in (scope.entries if scope else ()) if not entry.sent]
-            queued = [view for view in outbox if view.profile == name]
+            unsent = backlog.unsent.get(grant.profile_id)
+            queued = backlog.deleted.get(name)
             live = [lease for lease in leases if lease.profile == name]
             why = None
             if identities.get(name) != grant.identity:
@@ -109,23 +109,18 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
                     "presence_leases": sum(
                         lease.active and lease.expires_at > now_ms for lease in live
                     ),
-                    "announcements_unsent": len(unsent),
+                    "announcements_unsent": 0 if unsent is None else unsent.count,
                     "announcements_oldest_age_s": _age_s(
-                        now_ms, min((entry.started_at for entry in unsent), default=None)
+                        now_ms, None if unsent is None else unsent.oldest
                     ),
-                    "outbox_depth": len(queued),
+                    "outbox_depth": 0 if queued is None else queued.count,
                     "outbox_oldest_age_s": _age_s(
-                        now_ms, min((view.through for view in queued), default=None)
+                        now_ms, None if queued is None else queued.oldest
                     ),
                 }
             )
-    claims = [
-        (entry.claimed_by, entry.claimed_until)
-        for scope in ledger
-        for entry in scope.entries
-        if not entry.sent and entry.claimed_by and entry.claimed_until
-    ]
-    found = replicas(runs, claims, now_ms)
+    found = replicas(runs, [], now_ms)
+    _add_claims(found, backlog.claims, now_ms)
     own = service.owner
     for row in found:
         row["this_replica"] = row["owner"] == own
@@ -146,6 +141,29 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
     fleet = document["fleet"]
     fleet["replicas"] = found[:MAX_REPLICAS]
     fleet["more"] = max(len(found) - MAX_REPLICAS, 0)
+
+
+def _add_claims(found: list[dict[str, Any]], claims: Mapping[str, Waiting], now_ms: int) -> None:
+    """Each owner's claimed announcements onto its replica row (a row of its own if it holds
+    no run), as `relay.cli.status.replicas` counts them."""
+    rows = {row["owner"]: row for row in found}
+    for owner, held in sorted(claims.items()):
+        row = rows.get(owner)
+        if row is None:
+            name, _, process = owner.rpartition("/")
+            row = rows[owner] = {
+                "owner": owner,
+                "name": name or None,
+                "incarnation": process,
+                "runs": 0,
+                "claims": 0,
+                "lease_until": 0,
+            }
+            found.append(row)
+        row["claims"] = held.count
+        row["lease_until"] = max(row["lease_until"], held.oldest)
+        row["alive"] = row["lease_until"] > now_ms
+    found.sort(key=lambda row: row["owner"])
 
 
 def _loop_of(service: RelayService) -> dict[str, Any]:

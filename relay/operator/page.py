@@ -83,7 +83,7 @@ def _when(at_ms: int | None, now_ms: int) -> str:
 
 def _relative(delta_ms: int) -> str:
     seconds = abs(delta_ms) / 1000
-    if seconds < 90:
+    if seconds < 120:
         text = f"{seconds:.0f} s"
     elif seconds < 5400:
         text = f"{seconds / 60:.0f} min"

@@ -15,6 +15,7 @@ from typing import Any
 
 from relay.store.contract import RelayStore
 from relay.store.records import (
+    Backlog,
     DeletedScope,
     DeletedView,
     PresenceLease,
@@ -24,10 +25,12 @@ from relay.store.records import (
     StartedEntry,
     StartedScope,
     StateBatch,
+    Waiting,
 )
 from relay.store.url import StoreTarget, require_directory, resolve
 
 __all__ = [
+    "Backlog",
     "DeletedScope",
     "DeletedView",
     "PresenceLease",
@@ -39,6 +42,7 @@ __all__ = [
     "StartedScope",
     "StateBatch",
     "StoreTarget",
+    "Waiting",
     "open_store",
     "resolve",
 ]

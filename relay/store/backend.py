@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from relay.store.records import (
+    Backlog,
     DeletedScope,
     DeletedView,
     PresenceLease,
@@ -210,6 +211,10 @@ class Backend(Protocol):
     async def bind_deleted(self, binding: Binding) -> int: ...
 
     async def pending_deleted(self) -> list[DeletedView]: ...
+
+    async def backlog(self) -> Backlog:
+        """The work waiting (`RelayStore.backlog`), by aggregate reads."""
+        ...
 
     async def claim_deleted(self, claim: Claim) -> list[DeletedView]: ...
 

@@ -11,6 +11,7 @@ from typing import Protocol
 
 from relay.store.keys.keyring import Passphrase
 from relay.store.records import (
+    Backlog,
     DeletedScope,
     DeletedView,
     PassRows,
@@ -310,6 +311,15 @@ class Passes(Protocol):
         ...
 
 
+class Backlogs(Protocol):
+    """The work waiting, counted in the store: bounded reads for the operator page."""
+
+    async def backlog(self) -> Backlog:
+        """Unsent announcements per scope, unacknowledged deletions per profile and claims per
+        owner, each with its oldest; aggregate reads whose answer does not grow with the ledger."""
+        ...
+
+
 class StateTransfer(Protocol):
     """Folding in state copied from another store."""
 
@@ -335,6 +345,7 @@ class RelayStore(
     LeaseWatch,
     Passes,
     StateTransfer,
+    Backlogs,
     Protocol,
 ):
     """All relay state."""

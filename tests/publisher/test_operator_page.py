@@ -293,3 +293,24 @@ async def test_this_replicas_passes_feed_the_strip(store: RelayStore) -> None:
         assert "2 passes ok, 1 failed" in svg
         old = [{"at": document["generated_at"] - 2 * page.STRIP_S * 1000, "outcome": "ok"}]
         assert 'class="ok"' not in page.strip(old, document["generated_at"])
+
+
+async def test_the_backlog_is_shown_per_profile_with_its_oldest_age(store: RelayStore) -> None:
+    """An announcement not yet sent and a deletion not yet acknowledged show on their profile,
+    each with the age of the oldest; the page lists them."""
+    async with relay_env(store) as env:
+        await paired(env)
+        now_ms = int(env.clock() * 1000)
+        scope = await env.profile_id()
+        await store.record_started_scopes({scope: [("later", now_ms + 1)]}, now_ms + 1)
+        await store.enqueue_deleted(
+            "gone", "default", now_ms, session_live=False, identity=None, scope=None
+        )
+        env.clock.advance(90)
+        document = await facts.gather(env.service, env.clock())
+        (profile,) = document["profiles"]
+        assert profile["announcements_unsent"] == 1
+        assert profile["announcements_oldest_age_s"] == 90.0
+        assert profile["outbox_depth"] == 1
+        assert profile["outbox_oldest_age_s"] == 90.0
+        assert "oldest 90 s" in page.render(document)

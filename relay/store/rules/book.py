@@ -26,6 +26,7 @@ from relay.store.backend import (
     ViewQuery,
 )
 from relay.store.records import (
+    Backlog,
     DeletedView,
     PresenceLease,
     RelayConfig,
@@ -34,6 +35,7 @@ from relay.store.records import (
     StartedScope,
     StateBatch,
 )
+from relay.store.rules import backlog as backlogs
 from relay.store.rules import ledger, outbox, passes, presence, revisions
 from relay.store.rules import runs as run_rules
 from relay.store.rules.documents import (
@@ -235,6 +237,9 @@ class RulebookBackend:
 
     async def pending_deleted(self) -> list[DeletedView]:
         return await self._read(lambda s: outbox.pending(s.get(DELETED)))
+
+    async def backlog(self) -> Backlog:
+        return await self._read(lambda s: backlogs.count(s.get(STARTED), s.get(DELETED)))
 
     async def claim_deleted(self, claim: Claim) -> list[DeletedView]:
         c = claim

@@ -21,6 +21,7 @@ from relay.store.backend import (
     ViewQuery,
 )
 from relay.store.records import (
+    Backlog,
     DeletedView,
     PresenceLease,
     RelayConfig,
@@ -30,6 +31,7 @@ from relay.store.records import (
     StateBatch,
 )
 from relay.store.sql import (
+    backlog,
     ledger,
     migrate,
     outbox,
@@ -185,6 +187,9 @@ class SqlBackend(Backend):
 
     async def pending_deleted(self) -> list[DeletedView]:
         return await outbox.pending_deleted(self._db)
+
+    async def backlog(self) -> Backlog:
+        return await backlog.backlog(self._db)
 
     async def claim_deleted(self, claim: Claim) -> list[DeletedView]:
         return await outbox.claim_deleted(self._db, claim)
