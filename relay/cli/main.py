@@ -280,7 +280,9 @@ def parser() -> argparse.ArgumentParser:
         "show what the store holds (never the private key)",
         "the store to read, never written (one that is not there is refused)",
     )
-    sub.add_argument("--json", action="store_true", help="the stable JSON shape (see README)")
+    sub.add_argument(
+        "--json", action="store_true", help="the stable JSON shape (docs/operating.md)"
+    )
 
     sub = add(
         "check",
@@ -289,7 +291,7 @@ def parser() -> argparse.ArgumentParser:
         "else 1, or 3 when the store cannot be reached; never calls the relay",
         "the store to probe, never written",
     )
-    sub.add_argument("--json", action="store_true", help="one JSON document (see README)")
+    sub.add_argument("--json", action="store_true", help="one JSON document (docs/operating.md)")
 
     sub = add(
         "rekey",

@@ -57,7 +57,7 @@ from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import LeaseWatch, Passes, Registration, Revisions, RunStates
 from relay.store.records import PassRows, PassView
 
-# The name predates this module's move into `publishing/`; operators filter on it (README).
+# The name predates this module's move into `publishing/`; operators filter on it.
 logger = logging.getLogger("relay.publisher")
 
 
