@@ -54,7 +54,15 @@ from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
 from relay.publishing.states import Terminal
 from relay.store import ProfileGrant, RelayConfig
-from relay.store.contract import LeaseWatch, Passes, Registration, Revisions, RunStates
+from relay.store.contract import (
+    DeletedOutbox,
+    LeaseWatch,
+    Passes,
+    Registration,
+    Revisions,
+    RunStates,
+    StartedLedger,
+)
 from relay.store.records import PassRows, PassView
 
 # The name predates this module's move into `publishing/`; operators filter on it.
@@ -70,7 +78,17 @@ class Accepted:
     states: int
 
 
-class PublisherStore(Registration, Revisions, RunStates, LeaseWatch, Passes, Backlog, Protocol):
+class PublisherStore(
+    Registration,
+    Revisions,
+    StartedLedger,
+    DeletedOutbox,
+    RunStates,
+    LeaseWatch,
+    Passes,
+    Backlog,
+    Protocol,
+):
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
 
 
