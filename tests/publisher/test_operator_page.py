@@ -21,7 +21,7 @@ from threaded_support import RelayThread, relay_thread
 from relay import asgi, wsgi
 from relay.operator import facts, page
 from relay.routes import Caller, Operator
-from relay.store import RelayStore
+from relay.store import RelayStore, open_store
 from relay.testing import MemoryHost
 from relay.threaded import ThreadedRelayService
 
@@ -314,3 +314,17 @@ async def test_the_backlog_is_shown_per_profile_with_its_oldest_age(store: Relay
         assert profile["outbox_depth"] == 1
         assert profile["outbox_oldest_age_s"] == 90.0
         assert "oldest 90 s" in page.render(document)
+
+
+@on("postgres")
+async def test_a_store_password_is_never_shown(store_url: str) -> None:
+    """A store URL with a password: the page and its JSON name the store without it."""
+    url = store_url.replace("postgres@", "postgres:hunter2-secret@", 1)
+    assert "hunter2-secret" in url
+    async with open_store(url) as store, relay_env(store) as env, web(env) as client:
+        await paired(env)
+        html = await client.get("/api/talaria/relay/operator", headers=OPERATOR)
+        data = await client.get("/api/talaria/relay/operator.json", headers=OPERATOR)
+        assert "127.0.0.1" in data.json()["store"]["url"]
+        for text in (html.text, data.text):
+            assert "hunter2" not in text
