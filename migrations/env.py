@@ -3,17 +3,27 @@
 The URL comes from `-x url=...`, else `config.attributes["url"]`, else `TALARIA_RELAY_STORE_URL`,
 else the embedded SQLite default. Code that already holds a connection passes it in
 `config.attributes["connection"]` and owns its transaction.
+
+On Postgres every run holds the migration advisory lock, then waits at most
+`config.attributes["lock_timeout_ms"]` (default `migrate.LOCK_TIMEOUT_MS`) for any table lock, so
+a migration never queues behind a long transaction while every replica queues behind it. After
+the last step, the compatibility record (`relay_compat`, from 0007 on) is written in the same
+transaction: the oldest schema head whose code may still use the database.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from alembic import context
+from alembic.migration import MigrationContext, MigrationInfo
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 
-from relay.store.sql import migrate
-from relay.store.sql.migrate import ADVISORY_LOCK_KEY
+from relay.store.sql import compat, migrate
+from relay.store.sql.migrate import ADVISORY_LOCK_KEY, LOCK_TIMEOUT_MS
 from relay.store.sql.schema import metadata
 from relay.store.url import StoreTarget, resolve
 
@@ -33,6 +43,31 @@ def _lock(dialect: str) -> None:
     # Replicas racing `upgrade head`: the second waits here, then finds the schema at head.
     if dialect == "postgresql":
         context.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
+        # After the advisory lock: a second migrator waits for the first as long as it takes.
+        timeout_ms = int(config.attributes.get("lock_timeout_ms", LOCK_TIMEOUT_MS))
+        context.execute(text(f"SET LOCAL lock_timeout = '{timeout_ms}ms'"))
+
+
+# The database's revision after each step that ran (one head: our chain has no branches).
+_reached: list[tuple[str | None, bool]] = []
+
+
+def _applied(
+    ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]
+) -> None:
+    _reached[:] = [(next(iter(heads), None), bool(step.is_upgrade))]
+
+
+def _record() -> None:
+    """Write the compatibility record for the revision the steps reached, if it has the table."""
+    if not _reached:
+        return
+    revision, upgraded = _reached[0]
+    if revision is None or compat.later(compat.COMPAT_SINCE, revision):
+        return
+    scripts = ScriptDirectory.from_config(config)
+    for statement in compat.record(scripts, revision, upgraded=upgraded):
+        context.execute(statement)
 
 
 def run_migrations_offline() -> None:
@@ -44,10 +79,12 @@ def run_migrations_offline() -> None:
         literal_binds=True,
         dialect_opts={"paramstyle": "named"},
         render_as_batch=dialect == "sqlite",
+        on_version_apply=_applied,
     )
     with context.begin_transaction():
         _lock("postgresql" if dialect.startswith("postgres") else dialect)
         context.run_migrations()
+        _record()
 
 
 def do_run_migrations(connection: Connection) -> None:
@@ -55,10 +92,12 @@ def do_run_migrations(connection: Connection) -> None:
         connection=connection,
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
+        on_version_apply=_applied,
     )
     with context.begin_transaction():
         _lock(connection.dialect.name)
         context.run_migrations()
+        _record()
 
 
 if context.is_offline_mode():

@@ -14,6 +14,7 @@ from relay.errors import RelayError, StoreUnavailableError
 from relay.store import StoreTarget, open_store, resolve
 from relay.store.contract import Handle, Registration, Revisions
 from relay.store.sql import migrate
+from relay.store.sql.compat import Standing
 
 # `talaria-relay check` exit codes, the CLI's own: ready, not ready, store unreachable.
 READY, NOT_READY, UNREACHABLE = 0, 1, 3
@@ -21,8 +22,9 @@ READY, NOT_READY, UNREACHABLE = 0, 1, 3
 
 @dataclass(frozen=True, slots=True)
 class StoreHealth:
-    """What the store says: reachable, at the schema head (None: no schema), registered, and
-    whether its server takes writes (a standby or a read-only server does not)."""
+    """What the store says: reachable, at the schema head (None: no schema; true too when the
+    database is ahead of this code and compatible with it, as during a rolling deploy),
+    registered, and whether its server takes writes (a standby or a read-only server does not)."""
 
     reachable: bool
     schema_at_head: bool | None
@@ -86,7 +88,9 @@ async def store_health(store: Probed) -> StoreHealth:
     at_head = None
     if store.backend in ("sqlite", "postgres"):  # only SQL stores have a schema
         try:
-            at_head = await store.schema_revision() == migrate.head_revision()
+            revision = await store.schema_revision()
+            # The store opened, so a database ahead of this code is one compatible with it.
+            at_head = revision == migrate.head_revision() or Standing(revision).ahead
         except RelayError:
             return StoreHealth(reachable=False, schema_at_head=None, registered=registered)
     return StoreHealth(reachable=True, schema_at_head=at_head, registered=registered)
@@ -117,6 +121,7 @@ class Probe:
     target: StoreTarget
     found: StoreHealth
     problem: str | None
+    schema: Standing | None = None
 
     @property
     def code(self) -> int:
@@ -133,8 +138,18 @@ class Probe:
             "schema_at_head": self.found.schema_at_head,
             "registered": self.found.registered,
             "problem": self.problem,
+            "schema": None if self.schema is None else self.schema.document(),
             "exit": self.code,
         }
+
+    def line(self) -> str:
+        """One line for a terminal: ready or not, and why; a database ahead of this code says so."""
+        ahead = (
+            f" (the database {self.schema.summary()})" if self.schema and self.schema.ahead else ""
+        )
+        if self.problem is None:
+            return f"{self.target.display} is ready{ahead}"
+        return f"{self.target.display} is not ready: {self.problem}"
 
 
 async def probe(url: str | None) -> Probe:
@@ -145,19 +160,27 @@ async def probe(url: str | None) -> Probe:
     # Before the schema: a file that is not there has no schema to be below (`status` agrees).
     if (absent := absence(target)) is not None:
         return Probe(target, unknown, absent)
+    schema = None
     try:
-        if target.url is not None and await migrate.current(target) != migrate.head_revision():
+        if target.url is not None:
+            schema = await migrate.standing(target)
             below = StoreHealth(reachable=True, schema_at_head=False, registered=False)
-            return Probe(target, below, "below the schema head: run `talaria-relay migrate`")
+            if schema.below:
+                problem = "below the schema head: run `talaria-relay migrate`"
+                return Probe(target, below, problem, schema)
+            if not schema.compatible and not schema.at_head:
+                problem = f"the database {schema.summary()}: it needs {schema.needs()}"
+                return Probe(target, below, problem, schema)
         async with open_store(url) as store:
             found = await store_health(store)
             refusal = await store.unwritable() if found.reachable else None
     except StoreUnavailableError as error:
-        return Probe(target, unknown, str(error))
+        return Probe(target, unknown, str(error), schema)
     if not found.reachable:
-        return Probe(target, found, "the store did not answer")
+        return Probe(target, found, "the store did not answer", schema)
     if refusal is not None:
-        return Probe(target, replace(found, writable=False), refusal)
+        return Probe(target, replace(found, writable=False), refusal, schema)
     if not found.registered:
-        return Probe(target, found, "not registered: pair the server with Talaria Relay")
-    return Probe(target, found, None)
+        problem = "not registered: pair the server with Talaria Relay"
+        return Probe(target, found, problem, schema)
+    return Probe(target, found, None, schema)

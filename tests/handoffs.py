@@ -109,7 +109,7 @@ class HandOffs:
     async def hand_off(self) -> None:
         free = [s for s in self.sessions if s not in self.waiting]
         sid = self.rng.choice(free)
-        where = self.rng.choice([n for n in range(3) if n not in self.down])
+        where = self.rng.choice([n for n in range(len(self.group.replicas)) if n not in self.down])
         self.count += 1
         stream = f"{sid}-{self.count:04d}"
         previous = self.turns.order.get(sid, [None])[-1]

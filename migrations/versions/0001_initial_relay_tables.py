@@ -17,6 +17,9 @@ down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# The first schema: no code before it.
+kind = "contract"
+
 
 def upgrade() -> None:
     op.create_table(

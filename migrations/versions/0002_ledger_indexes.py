@@ -16,6 +16,9 @@ down_revision: str | None = "0001"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# Indexes only: code of 0001 reads and writes the same columns.
+kind = "expand"
+
 
 def upgrade() -> None:
     op.drop_index("ix_relay_started_unsent", table_name="relay_started")

@@ -17,6 +17,10 @@ down_revision: str | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# Run states shared through relay_runs change what publishing means: 0002 code, which
+# does not write them, would publish over the turns 0003 code owns.
+kind = "contract"
+
 
 def upgrade() -> None:
     op.create_table(

@@ -17,6 +17,10 @@ down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# 0003 code prunes run rows without remembering their newest turn, which 0004 relies on to
+# never bring an older turn back.
+kind = "contract"
+
 
 def upgrade() -> None:
     # A new table only: nothing is rewritten or locked, so replicas may run while it is made.

@@ -17,6 +17,9 @@ down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# Narrows relay_started.claimed_by to 64: 0004 code writes longer owners.
+kind = "contract"
+
 
 def upgrade() -> None:
     # A claim is a lease that ends within seconds: one held by an owner id past 64 characters

@@ -24,6 +24,9 @@ down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# A new function only; 0005 code never calls it.
+kind = "expand"
+
 SIGNATURE = "relay_batch(text[], text[], text[], text[], boolean, text[])"
 
 # statements: each step's SQL, its parameters read from one text array as `($1[n]::TYPE)`;

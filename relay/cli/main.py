@@ -20,9 +20,11 @@ from typing import Any, NoReturn
 
 from relay import __version__
 from relay.cli.grants import add_parser as add_grants
+from relay.cli.migrating import add_parser as add_migrate
 from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
 from relay.cli.state import cmd_check, cmd_rekey, cmd_status
 from relay.cli.transfer import cmd_import
+from relay.cli.unpair import add_parser as add_unpair
 from relay.errors import (
     InvalidInputError,
     RelayError,
@@ -32,57 +34,8 @@ from relay.errors import (
     StoreUnavailableError,
     TransferConflictError,
 )
-from relay.store import StoreTarget, resolve
+from relay.store import resolve
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
-from relay.store.sql import migrate
-
-# ── migrate ───────────────────────────────────────────────────────────────────
-
-
-async def cmd_migrate(args: argparse.Namespace) -> int:
-    target = resolve(args.store)
-    if target.url is None:
-        raise InvalidInputError(f"a {target.name} store has no schema to migrate")
-    head = migrate.head_revision()
-    if args.sql:
-        return await _migrate_sql(target, from_empty=args.from_empty)
-    if args.from_empty:
-        raise InvalidInputError("--from-empty goes with --sql")
-    if args.check:
-        current = await migrate.current(target)
-        if current == head:
-            say(f"{target.display} is at head {head}")
-            return OK
-        say(f"{target.display} is at {current or 'no revision'}, not at head {head}; pending:")
-        for revision in migrate.revisions(current):
-            say(f"  {revision.id}  {revision.doc}")
-        return FAILED
-    applied = await migrate.upgrade(target)
-    if not applied:
-        say(f"{target.display} is already at head {head}")
-        return OK
-    for revision in applied:
-        say(f"applied {revision.id}  {revision.doc}")
-    say(f"{target.display} is at head {head}")
-    return OK
-
-
-async def _migrate_sql(target: StoreTarget, *, from_empty: bool) -> int:
-    """The DDL a DBA runs by hand: what the database lacks (it is read, not written), or with
-    `from_empty` every revision without connecting. Notes go to stderr: stdout is only SQL."""
-    if from_empty:
-        migrate.offline_sql(target)
-        return OK
-    current = await migrate.current(target)
-    head = migrate.head_revision()
-    if current == head:
-        progress(f"-- {target.display} is already at head {head}: nothing to apply")
-        return OK
-    pending = ", ".join(revision.id for revision in migrate.revisions(current))
-    progress(f"-- {target.display} is at {current or 'no revision'}: the DDL of {pending}")
-    migrate.offline_sql(target, since=current)
-    return OK
-
 
 # ── dev-relay and demo ────────────────────────────────────────────────────────
 
@@ -142,7 +95,13 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     if args.replicas is not None:
         return await _bench_replicas(args)
     # Progress goes to stderr so `--json` keeps stdout one document.
-    plan = Plan(stores=tuple(args.stores), quick=args.quick, say=progress if args.json else say)
+    plan = Plan(
+        stores=tuple(args.stores),
+        quick=args.quick,
+        say=progress if args.json else say,
+        ledger_sizes=args.ledger_sizes,
+        ledger_only=args.ledger_only,
+    )
     document = await run(plan)
     if args.json:
         say(json.dumps(document, indent=2))
@@ -253,25 +212,13 @@ def parser() -> argparse.ArgumentParser:
         sub.set_defaults(run=run)
         return sub
 
-    sub = add(
-        "migrate",
-        cmd_migrate,
-        "upgrade the store's schema to head (safe on replicas)",
-        "the SQL store to migrate (a missing SQLite file and its directories are created)",
+    add_migrate(
+        commands,
+        store(
+            "the SQL store to migrate (a missing SQLite file and its directories are created) "
+            + _DEFAULT_STORE
+        ),
     )
-    sub.add_argument("--check", action="store_true", help="change nothing; exit 1 if not at head")
-    sub.add_argument(
-        "--sql",
-        action="store_true",
-        help="print the DDL of the revisions the database lacks instead of running it (reads "
-        "its revision)",
-    )
-    sub.add_argument(
-        "--from-empty",
-        action="store_true",
-        help="with --sql: the DDL of every revision, from an empty database; connects to nothing",
-    )
-
     add_grants(commands, store(f"the Postgres store whose database is named {_DEFAULT_STORE}"))
 
     sub = add(
@@ -292,6 +239,14 @@ def parser() -> argparse.ArgumentParser:
         "the store to probe, never written",
     )
     sub.add_argument("--json", action="store_true", help="one JSON document (docs/operating.md)")
+
+    add_unpair(
+        commands,
+        store(
+            f"the store whose registration to forget (one that is not there is refused) "
+            f"{_DEFAULT_STORE}"
+        ),
+    )
 
     sub = add(
         "rekey",
@@ -398,6 +353,7 @@ def _add_bench(commands: Any) -> None:
     )
     sub.add_argument("--quick", action="store_true", help="few ops, small ledgers, same shape")
     sub.add_argument("--json", action="store_true", help="one JSON document with every figure")
+    _ledger_options(sub)
     scale = sub.add_argument_group(
         "at scale",
         "with --replicas: only N replica processes on one Postgres (--store or "
@@ -407,6 +363,34 @@ def _add_bench(commands: Any) -> None:
     scale.add_argument("--profiles", type=int, default=10, metavar="P", help="(default 10)")
     scale.add_argument("--sessions", type=int, default=2000, metavar="S", help="(default 2000)")
     scale.add_argument("--seconds", type=float, default=60.0, help="(default 60)")
+
+
+def _ledger_options(sub: argparse.ArgumentParser) -> None:
+    """`bench`'s ledger options."""
+    sub.add_argument(
+        "--ledger-sizes",
+        type=_sizes,
+        default=(),
+        metavar="N,N,…",
+        help="the started-ledger sizes to measure (default 10,10000,100000; --quick 10,250); "
+        "the ledger curve is the largest's ops/s over the smallest's",
+    )
+    sub.add_argument(
+        "--ledger-only",
+        action="store_true",
+        help="only the ledger workloads (on Postgres after ANALYZE and right after the bulk load)",
+    )
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """`--ledger-sizes 10,100000`: whole numbers from 1 to 10,000,000."""
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("ledger sizes are whole numbers: 10,100000") from None
+    if not sizes or not all(1 <= size <= 10_000_000 for size in sizes):
+        raise argparse.ArgumentTypeError("each ledger size must be between 1 and 10,000,000")
+    return sizes
 
 
 def _glued(argv: Sequence[str]) -> list[str]:

@@ -20,9 +20,9 @@ async def cmd_status(args: argparse.Namespace) -> int:
     require_existing(target)
     if target.url is not None:
         # Read the schema state first: opening an unmigrated store would refuse without saying it.
-        current = await migrate.current(target)
-        if current != migrate.head_revision():
-            status = unmigrated(target, current, args.store)
+        found = await migrate.standing(target)
+        if found.below or not found.runnable:
+            status = unmigrated(target, found, args.store)
             say(json.dumps(status, indent=2) if args.json else render(status))
             fail(status["hint"])
             return FAILED
@@ -52,10 +52,8 @@ async def cmd_check(args: argparse.Namespace) -> int:
     found = await probe(args.store)
     if args.json:
         say(json.dumps(found.document(), indent=2))
-    elif found.problem is None:
-        say(f"{found.target.display} is ready")
     else:
-        say(f"{found.target.display} is not ready: {found.problem}")
+        say(found.line())
     return found.code
 
 

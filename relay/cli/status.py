@@ -18,6 +18,7 @@ from relay.store import RelayStore, RunState, StoreTarget
 from relay.store.keys import pkcs8
 from relay.store.keys.keyring import PASSPHRASE_ENV
 from relay.store.sql import migrate
+from relay.store.sql.compat import Standing
 
 
 def fingerprint(pem: str) -> str:
@@ -48,9 +49,7 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     now_ms = int(time.time() * 1000)
     schema: dict[str, Any] | None = None
     if target.url is not None:
-        current = await migrate.current(target)
-        head = migrate.head_revision()
-        schema = {"current": current, "head": head, "at_head": current == head}
+        schema = (await migrate.standing(target)).document()
     config = await store.load_config()
     registration = None
     profiles: list[dict[str, Any]] = []
@@ -97,23 +96,26 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
         "deleted_outbox": len(await store.pending_deleted()),
         "presence_leases": sum(lease.active and lease.expires_at > now_ms for lease in leases),
         "replicas": replicas(await store.run_states(), claims, now_ms),
+        "fleet": [m.document() for m in await store.fleet() if m.live(now_ms)],
     }
 
 
-def unmigrated(target: StoreTarget, current: str | None, given: str | None) -> dict[str, Any]:
-    """The status of a SQL store not at head: its schema state, and the command that fixes it."""
-    head = migrate.head_revision()
+def unmigrated(target: StoreTarget, found: Standing, given: str | None) -> dict[str, Any]:
+    """The status of a SQL store this code does not run on: its schema state, and what fixes
+    it (below head: the `migrate` command; ahead and not compatible: a newer release)."""
+    if found.ahead:
+        return {
+            "store": {"backend": target.backend, "url": target.display, "schema": found.document()},
+            "hint": f"it needs {found.needs()}: run that release here "
+            "(this code's `migrate` cannot help)",
+        }
     # The hint repeats the URL as the user gave it (password hidden), to paste back.
     password = target.url.password if target.url is not None else None
     shown = given.replace(password, "***") if given and isinstance(password, str) else given
     store = f" --store '{shown}'" if shown else ""
     return {
-        "store": {
-            "backend": target.backend,
-            "url": target.display,
-            "schema": {"current": current, "head": head, "at_head": False},
-        },
-        "hint": f"run `talaria-relay migrate{store}` to bring it to head {head}",
+        "store": {"backend": target.backend, "url": target.display, "schema": found.document()},
+        "hint": f"run `talaria-relay migrate{store}` to bring it to head {found.head}",
     }
 
 
@@ -170,6 +172,9 @@ def render(status: dict[str, Any]) -> str:
     if store["schema"] is not None:
         schema = store["schema"]
         state = "at head" if schema["at_head"] else f"NOT at head {schema['head']}"
+        if schema.get("ahead"):
+            verdict = "compatible" if schema["compatible"] else "not compatible"
+            state = f"ahead of this code (head {schema['head']}): {verdict}"
         lines.append(f"schema       {schema['current'] or 'none'} ({state})")
     if "hint" in status:
         return "\n".join([*lines, f"hint         {status['hint']}"])
@@ -200,4 +205,26 @@ def render(status: dict[str, Any]) -> str:
             f"replica      {named}incarnation {replica['incarnation']}: {replica['runs']} run(s), "
             f"{replica['claims']} claim(s), {state}"
         )
+    now_ms = int(time.time() * 1000)
+    for member in status.get("fleet", ()):
+        lines.append(f"fleet        {fleet_line(member, now_ms)}")
     return "\n".join(lines)
+
+
+def fleet_line(member: dict[str, Any], now_ms: int) -> str:
+    """One live service: who, what code, where, and how its passes go."""
+
+    def ago(at: int) -> str:
+        return f"{max(now_ms - at, 0) / 1000:.0f}s ago"
+
+    line = (
+        f"{member['owner']}  talaria-relay {member['version']} (schema head "
+        f"{member['schema_head']}), pid {member['pid']} on {member['host']}, seen "
+        f"{ago(member['seen_at'])}"
+    )
+    if member["pass_at"] is not None:
+        line += f", last pass {member['pass_outcome']} {ago(member['pass_at'])}"
+    if member["backoff_until"] is not None and member["backoff_until"] > now_ms:
+        left = (member["backoff_until"] - now_ms) / 1000
+        line += f", backing off after {member['backoff_class']} for {left:.0f}s more"
+    return line

@@ -77,6 +77,9 @@ class LoopHealth:
     # answer (None while no backoff holds).
     last_failure: str | None = None
     last_failure_status: int | None = None
+    # When the last pass ended and how: `ok`, `backoff` (a failure to retry) or `stopped`.
+    last_pass: float | None = None
+    last_outcome: str | None = None
 
 
 def _for(error: BaseException) -> str:
@@ -105,6 +108,8 @@ class PassLoop:
         self._backoff_until: float | None = None
         self._last_failure: str | None = None
         self._last_status: int | None = None
+        self._last_pass: float | None = None
+        self._last_outcome: str | None = None
         self._backing_off = metrics.Gauge("backoff_active")
         self._report = report
         self._uniform = uniform
@@ -138,6 +143,8 @@ class PassLoop:
             self.stopped,
             self._last_failure,
             self._last_status,
+            self._last_pass,
+            self._last_outcome,
         )
 
     def start(self) -> None:
@@ -190,6 +197,10 @@ class PassLoop:
                 outcome = "ok" if delay is None and not self.stopped else "failed"
                 until = None if delay is None else self._backoff_until
                 self._recent.append(PassRecord(self._clock(), outcome, until))
+                self._last_pass = self._clock()
+                self._last_outcome = (
+                    "stopped" if self.stopped else "ok" if delay is None else "backoff"
+                )
                 if (found := metrics.current()) is not None:
                     found.pass_duration.record(time.perf_counter() - start, {"outcome": outcome})
                 self._finished += 1

@@ -31,13 +31,14 @@ from relay import metrics, tracing
 from relay.client import RelayClient
 from relay.errors import (
     CorruptStateError,
+    RelayError,
     RelayHttpError,
     RelayPairingError,
     RelayRequestError,
     StoreUnavailableError,
 )
 from relay.host import ActiveRun, Host
-from relay.logfields import fields
+from relay.logfields import fields, of_error
 from relay.presence import Presence
 from relay.protocol import (
     RelayState,
@@ -46,6 +47,7 @@ from relay.protocol import (
 )
 from relay.publishing import fanout, states
 from relay.publishing.announcements import Announcements
+from relay.publishing.fleet import FleetRow
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
 from relay.publishing.levels import Backlog, Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
@@ -56,6 +58,7 @@ from relay.publishing.states import Terminal
 from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import (
     DeletedOutbox,
+    Fleet,
     LeaseWatch,
     Passes,
     Registration,
@@ -63,6 +66,7 @@ from relay.store.contract import (
     RunStates,
     StartedLedger,
 )
+from relay.store.fleet import FleetMember
 from relay.store.records import PassRows, PassView
 
 # The name predates this module's move into `publishing/`; operators filter on it.
@@ -86,6 +90,7 @@ class PublisherStore(
     RunStates,
     LeaseWatch,
     Passes,
+    Fleet,
     Backlog,
     Protocol,
 ):
@@ -152,6 +157,8 @@ class RelayPublisher:
             heartbeat_s=heartbeat_s,
             clock=clock,
         )
+        self._fleet_row: FleetRow | None = None
+        self._runs.fleet_row = self._fleet_member
         self._outbox = Outbox(store, host, self._put, self._publishes, self._report, self._leases)
         self._announcements = Announcements(
             store,
@@ -183,10 +190,33 @@ class RelayPublisher:
         self._key = load_key(await self._store.load_key(self.config.key_ref))
         with contextlib.suppress(Exception):  # the first pass tracks them, and reports a failure
             await self._announcements.track(self.config)
+        await self._record_in_fleet()
+
+    async def _record_in_fleet(self) -> None:
+        """This replica's row in the fleet (`status`, `migrate`); a failure never stops publishing:
+        every pass's write carries the row again."""
+        now_ms = self._leases.now_ms()
+        until = now_ms + self._leases.lease_ms
+        self._fleet_row = FleetRow.started(self._leases.owner, now_ms, until)
+        try:
+            await self._store.record_member(self._fleet_row.at(now_ms, until))
+        except RelayError as error:
+            self._report.warning(
+                f"[relay] could not record this replica in the fleet ({error}); its next pass will",
+                of_error("fleet_unrecorded", error),
+            )
+
+    def _fleet_member(self, now_ms: int) -> FleetMember | None:
+        """This replica's fleet row now, with the loop's last pass and backoff."""
+        if self._fleet_row is None:
+            return None
+        until = now_ms + self._leases.lease_ms
+        return self._fleet_row.at(now_ms, until, self._loop.health())
 
     def inherit(self, previous: RelayPublisher) -> None:
         """Carry unpublished terminal runs and queued views from the publisher being replaced."""
         self._runs.inherit(previous._runs)
+        self._fleet_row = previous._fleet_row or self._fleet_row  # started when the service did
         self.views.update(previous.views)
         self.accepted.update(previous.accepted)
 
@@ -203,6 +233,15 @@ class RelayPublisher:
     async def stop(self) -> None:
         await self._loop.stop()
         self._levels.clear()
+        await self._leave_fleet()
+
+    async def _leave_fleet(self) -> None:
+        """Stopped: this replica's row stops counting as live now (kept a day for `status`)."""
+        if self._fleet_row is None:
+            return
+        now_ms = self._leases.now_ms()
+        with contextlib.suppress(RelayError):  # it stops counting when its lease ends anyway
+            await self._store.record_member(self._fleet_row.at(now_ms, now_ms, self._loop.health()))
 
     def recent_passes(self) -> tuple[PassRecord, ...]:
         """This publisher's last passes, for the operator page's strip."""

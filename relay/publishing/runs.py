@@ -22,6 +22,7 @@ from relay.publishing.logs import Swallowed
 from relay.publishing.states import Terminal
 from relay.store import RunState
 from relay.store.contract import LeaseWatch, Passes, RunStates
+from relay.store.fleet import FleetMember
 from relay.store.records import PassRows
 
 # How often a replica looks whether another one has finished sending a row it took over.
@@ -55,6 +56,8 @@ class HostedRuns:
         self.offered: dict[str, RunState] = {}
         # When the last write asked for the leases on the rows it returned (`Leases.asking`).
         self._asked = -math.inf
+        # This replica's fleet row at a time, carried by each pass's write (the publisher's).
+        self.fleet_row: Callable[[int], FleetMember | None] = lambda now_ms: None
 
     def inherit(self, previous: HostedRuns) -> None:
         self.terminal.update(previous.terminal)
@@ -98,6 +101,7 @@ class HostedRuns:
                 now_ms,
                 lease_ms=self._leases.lease_ms,
                 retention_ms=TERMINAL_RETENTION_S * 1000,
+                member=self.fleet_row(now_ms),
             )
             if clock() >= give_up or not any(r.sent_elsewhere(owner, now_ms) for r in written.runs):
                 return written

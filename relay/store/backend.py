@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from relay.store.fleet import FleetMember
 from relay.store.records import (
     Backlog,
     DeletedScope,
@@ -102,6 +103,7 @@ class RunSync:
     until: int
     cutoff: int
     forget_before: int
+    member: FleetMember | None = None  # the owner's fleet row, written whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +154,12 @@ class Backend(Protocol):
 
     async def save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
         """`InvalidInputError` if its key is not saved; `StaleConfigError` if raced."""
+        ...
+
+    async def forget_config(self, expected_generation: int | None) -> None:
+        """Forget the registration and its profile map (not its key): if still
+        `expected_generation` (0: none is stored, so nothing to do; None: whatever is stored,
+        readable or not), else `StaleConfigError`. Generations keep rising across it."""
         ...
 
     async def save_key(self, key_id: str, pem: str) -> str:
@@ -231,11 +239,14 @@ class Backend(Protocol):
     # ── runs and passes ───────────────────────────────────────────────────────
 
     async def keep_alive(self, claim: Claim) -> int | None:
-        """Renew `claim.owner`'s run leases until `claim.until`; when the first lease another
-        owner holds (runs, unsent announcements, queued deletions) ends, if any."""
+        """Renew `claim.owner`'s run leases until `claim.until`, and its fleet row (seen at
+        `claim.now_ms`, live until `claim.until`); when the first lease another owner holds
+        (runs, unsent announcements, queued deletions) ends, if any."""
         ...
 
     async def release_runs(self, owner: str) -> None: ...
+
+    async def retire_runs(self, owner: str, now_ms: int) -> None: ...
 
     async def run_states(self) -> list[RunState]: ...
 
@@ -246,6 +257,14 @@ class Backend(Protocol):
         at all for no rows): (the owned rows, the floor after). None when that would pass
         2^53-1, and then nothing changes."""
         ...
+
+    # ── fleet ─────────────────────────────────────────────────────────────────
+
+    async def record_member(self, member: FleetMember) -> None:
+        """Upsert `member`'s row; delete rows seen more than `FORGET_MS` before its `seen_at`."""
+        ...
+
+    async def fleet(self) -> list[FleetMember]: ...
 
     # ── transfer ──────────────────────────────────────────────────────────────
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
+from relay.store.fleet import FleetMember
 from relay.store.keys.keyring import Passphrase
 from relay.store.records import (
     Backlog,
@@ -65,6 +66,15 @@ class Registration(Protocol):
 
         With `expected_generation`, only if the stored registration is still that one (0: none
         is stored); otherwise `StaleConfigError`, and nothing changes.
+        """
+        ...
+
+    async def forget_registration(self, *, expected_generation: int | None) -> None:
+        """Forget the registration and its profile map, so the server can pair again: only if
+        the stored one is still `expected_generation` (0: none is stored, and nothing changes;
+        None: whatever is stored, an unreadable one too), otherwise `StaleConfigError` and
+        nothing changes. Its key stays until `delete_key`; identities stay. A registration
+        saved later never has a generation the forgotten one had.
         """
         ...
 
@@ -253,6 +263,12 @@ class RunStates(Protocol):
         """`owner`'s snapshots are out: rows it was sending may now be sent by whoever owns them."""
         ...
 
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        """`owner` is stopping: the leases of its finished turns' rows end at `now_ms`, and its
+        sending marks go, so another replica takes them over at once. A live turn's row keeps
+        its lease: its turn may still end where it runs."""
+        ...
+
     async def run_states(self) -> list[RunState]:
         """Every stored run, by session."""
         ...
@@ -264,7 +280,8 @@ class LeaseWatch(Protocol):
     async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:
         """Renew `owner`'s run leases; when the first lease another owner holds ends, if any.
 
-        Leases counted: runs, and claims on unsent announcements and queued deletions.
+        Leases counted: runs, and claims on unsent announcements and queued deletions. The
+        owner's fleet row is renewed too (seen now, live until the leases' end).
         """
         ...
 
@@ -291,6 +308,7 @@ class Passes(Protocol):
         *,
         lease_ms: int,
         retention_ms: int,
+        member: FleetMember | None = None,
     ) -> PassRows:
         """One publishing pass's write of the runs, and a revision for each row it returns, in
         one transaction: `rows` are the rows `owner` publishes, oldest first.
@@ -306,7 +324,8 @@ class Passes(Protocol):
 
         The revisions are what `allocate_revisions(len(rows), now_ms)` would hand out; none when
         no row is returned. When they would pass 2^53-1, `CorruptStateError`, and nothing
-        changes (not the runs either).
+        changes (not the runs either). `member`: the owner's fleet row, written in the same
+        transaction (`Fleet.record_member` without the prune).
         """
         ...
 
@@ -317,6 +336,22 @@ class Backlogs(Protocol):
     async def backlog(self) -> Backlog:
         """Unsent announcements per scope, unacknowledged deletions per profile and claims per
         owner, each with its oldest; aggregate reads whose answer does not grow with the ledger."""
+        ...
+
+
+class Fleet(Protocol):
+    """Every running service as it recorded itself (`relay.store.fleet`)."""
+
+    async def record_member(self, member: FleetMember) -> None:
+        """Write `member`'s row (its owner's, replacing the one it had), and delete the rows last
+        seen more than a day (`FORGET_MS`) before it. `keep_alive` renews the row's `seen_at`
+        and `live_until` with the leases; `pass_write` writes it whole."""
+        ...
+
+    async def fleet(self) -> list[FleetMember]:
+        """Every recorded service, live or not (`FleetMember.live`), by owner. A row a newer
+        release wrote is read without the fields this code does not know; a row that is not a
+        member is a `CorruptStateError` naming it. A SQL database below 0007 has none."""
         ...
 
 
@@ -344,6 +379,7 @@ class RelayStore(
     RunStates,
     LeaseWatch,
     Passes,
+    Fleet,
     StateTransfer,
     Backlogs,
     Protocol,

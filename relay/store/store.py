@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from relay import metrics
 from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
@@ -33,6 +34,7 @@ from relay.store.backend import (
 )
 from relay.store.checks import read
 from relay.store.contract import RelayStore
+from relay.store.fleet import FleetMember
 from relay.store.keys import pkcs8
 from relay.store.keys.keyring import Keyring, Passphrase, configured_passphrase
 from relay.store.keys.pem import checked_pem, stored_pem
@@ -108,6 +110,11 @@ class Store:
         if expected_generation is not None:
             checks.int64("expected_generation", expected_generation)
         await self._backend.save_config(config, expected_generation)
+
+    async def forget_registration(self, *, expected_generation: int | None) -> None:
+        if expected_generation is not None:
+            checks.int64("expected_generation", expected_generation)
+        await self._backend.forget_config(expected_generation)
 
     async def profile_identity(self, profile: str) -> str:
         checks.text("profile", profile)
@@ -333,6 +340,10 @@ class Store:
     async def release_runs(self, owner: str) -> None:
         await self._backend.release_runs(checks.text("owner", owner, OWNER_LIMIT))
 
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        checks.text("owner", owner, OWNER_LIMIT)
+        await self._backend.retire_runs(owner, checks.time_ms("now_ms", now_ms))
+
     async def run_states(self) -> list[RunState]:
         return await read("run", self._backend.run_states())
 
@@ -368,8 +379,14 @@ class Store:
         *,
         lease_ms: int,
         retention_ms: int,
+        member: FleetMember | None = None,
     ) -> PassRows:
         sync = run_sync(owner, live, now_ms, lease_ms, retention_ms)
+        if member is not None:
+            checks.instance("member", member, FleetMember)
+            if member.owner != owner:
+                raise InvalidInputError(f"the fleet row of {member.owner!r} is not {owner!r}'s")
+            sync = replace(sync, member=member)
         return await read("run", self._write(sync))
 
     async def _write(self, sync: RunSync) -> PassRows:
@@ -380,6 +397,15 @@ class Store:
         if not rows:
             return PassRows((), range(0))
         return PassRows(tuple(rows), _revisions(len(rows), last))
+
+    # ── fleet ─────────────────────────────────────────────────────────────────
+
+    async def record_member(self, member: FleetMember) -> None:
+        await self._backend.record_member(checks.instance("member", member, FleetMember))
+
+    async def fleet(self) -> list[FleetMember]:
+        found = await read("fleet row", self._backend.fleet())
+        return sorted(found, key=lambda member: member.owner)  # one order, whatever the collation
 
     # ── transfer ──────────────────────────────────────────────────────────────
 

@@ -10,7 +10,7 @@ from cli_support import free_port, populate, run
 
 from relay.store import open_store
 
-KEYS = {"ready", "store", "reachable", "schema_at_head", "registered", "problem", "exit"}
+KEYS = {"ready", "store", "reachable", "schema_at_head", "registered", "problem", "schema", "exit"}
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ SECRET = "s3cret-Pw-4c1f9e"  # noqa: S105 (a made-up password that must never be
 TRUNCATED_CONFIG = '{\n  "key_id": "key-1",\n  "private_key_path": "/x.pem",\n  "prof'
 OK_LINE = "OK: the relay accepted and verified all"
 STATUS_KEYS = {
+    "fleet",
     "store",
     "registration",
     "profiles",
@@ -363,7 +364,9 @@ def test_status_of_a_fresh_store(home: Path, store_url: str, backend: str) -> No
         assert document["store"]["schema"] is None
     else:
         head = head_revision()
-        assert document["store"]["schema"] == {"current": head, "head": head, "at_head": True}
+        schema = document["store"]["schema"]
+        assert schema["current"] == schema["head"] == head
+        assert (schema["at_head"], schema["ahead"], schema["compatible"]) == (True, False, True)
     assert document["registration"] is None
     assert document["profiles"] == []
     assert document["revision_floor"] == 0
@@ -443,11 +446,9 @@ async def test_status_on_unmigrated_postgres_says_to_migrate(
     assert f"talaria-relay migrate --store '{pg_database}'" in result.stderr
     if as_json:
         document = json.loads(result.stdout)
-        assert document["store"]["schema"] == {
-            "current": None,
-            "head": head_revision(),
-            "at_head": False,
-        }
+        schema = document["store"]["schema"]
+        assert (schema["current"], schema["head"]) == (None, head_revision())
+        assert (schema["at_head"], schema["ahead"], schema["compatible"]) == (False, False, False)
         assert f"--store '{pg_database}'" in document["hint"]
     else:
         assert f"schema       none (NOT at head {head_revision()})" in result.stdout
@@ -537,6 +538,7 @@ async def test_import_round_trip_json_sqlite_postgres_json_loses_nothing(
         document.pop("store")
         # Run rows belong to the processes that wrote them: an import copies no replica.
         document.pop("replicas")
+        document.pop("fleet")
     assert statuses[0] == statuses[1]
     assert all(profile["identity_matches"] for profile in statuses[1]["profiles"])
 
@@ -766,11 +768,16 @@ def test_dev_relay_refuses_a_non_loopback_host(home: Path) -> None:
 
 @pytest.mark.sqlite
 def test_demo_on_the_default_sqlite_store(home: Path) -> None:
-    """`demo` with no store exits 0 on its SQLite file under XDG_STATE_HOME, and again after."""
+    """`demo` with no store exits 0 on its SQLite file under XDG_STATE_HOME, and again after;
+    after its restart the store lists one replica, the new incarnation, alive (the stopped one
+    handed its rows over)."""
     for _ in range(2):
         result = expect(cli(home, "demo"), 0)
         assert last_line(result.stdout).startswith(OK_LINE), result.describe()
         assert "PRIVATE KEY" not in result.output
+        listed = [line for line in result.stdout.splitlines() if line.startswith("replica ")]
+        assert len(listed) == 1, listed
+        assert listed[0].endswith(", alive"), listed
     assert (home / "talaria-relay" / "demo.db").exists()
     assert not (home / "talaria-relay" / "relay.db").exists(), "the demo touched the real store"
 

@@ -259,11 +259,6 @@ def test_the_quick_start_writes_its_store_in_the_working_folder(tmp_path: Path) 
     assert (tmp_path / "example-relay.db").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until `service.unpair(if_relay_changed=True)` (issue 26, traps) is in the quick start: "
-    "each run's dev relay has a new port, and the saved registration names the last one",
-)
 def test_the_quick_start_runs_twice_in_one_folder(tmp_path: Path) -> None:
     """The README's quick start runs again in the same folder, over the store the first run left."""
     for _ in range(2):

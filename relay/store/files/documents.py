@@ -373,3 +373,18 @@ CLAIMS = Codec("talaria-relay-claims.json", _parse_claims, _dump_claims)
 # A lost file of forgotten turns lets a replica's older turn of a pruned session be saved again:
 # what the store had before it remembered them, no worse.
 FORGOTTEN = Codec("talaria-relay-turns.json", _parse_forgotten, _dump_forgotten)
+
+
+# The fleet: one row per service, kept as the service wrote it (a newer release's fields too),
+# so reading it names a corrupt row (`relay.store.rules.fleet.members`). An unreadable file is an
+# empty fleet: every live service writes its row again within a lease.
+def _parse_fleet(raw: bytes | None) -> dict[str, Any]:
+    rows = _member(_json(raw), "fleet", dict) or {}
+    return {str(owner): row for owner, row in rows.items()}
+
+
+FLEET = Codec(
+    "talaria-relay-fleet.json",
+    _parse_fleet,
+    lambda rows: _json_text({"version": 1, "fleet": rows}, sort_keys=True),
+)

@@ -25,6 +25,7 @@ from relay.store.backend import (
     StartedClaim,
     ViewQuery,
 )
+from relay.store.fleet import FleetMember
 from relay.store.records import (
     Backlog,
     DeletedView,
@@ -36,12 +37,13 @@ from relay.store.records import (
     StateBatch,
 )
 from relay.store.rules import backlog as backlogs
-from relay.store.rules import ledger, outbox, passes, presence, revisions
+from relay.store.rules import fleet, ledger, outbox, passes, presence, revisions
 from relay.store.rules import runs as run_rules
 from relay.store.rules.documents import (
     CLAIMS,
     CONFIG,
     DELETED,
+    FLEET,
     FLOOR,
     FORGOTTEN,
     IDENTITIES,
@@ -107,11 +109,22 @@ class RulebookBackend:
             if self.documents.key_named(config.key_ref) not in s.get(KEYS):
                 raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
             stored = s.get(CONFIG)
-            if expected_generation is not None and stored.generation != expected_generation:
+            if expected_generation is not None and _shown(stored) != expected_generation:
                 raise StaleConfigError("the relay registration changed since it was read")
             # A layout may keep a generation of its own (a file's mtime), rising as this does.
             generation = stored.generation + 1
             s.put(CONFIG, Registration(replace(config, generation=generation), generation))
+
+        await self._edit(work)
+
+    async def forget_config(self, expected_generation: int | None) -> None:
+        def work(s: Session) -> None:
+            stored = s.get(CONFIG)
+            if expected_generation is not None and _shown(stored) != expected_generation:
+                raise StaleConfigError("the relay registration changed since it was read")
+            if stored.config is not None or stored.problem is not None:
+                # None stored, its generation kept: the next registration's rises past it.
+                s.put(CONFIG, Registration(None, stored.generation))
 
         await self._edit(work)
 
@@ -272,6 +285,7 @@ class RulebookBackend:
         def work(s: Session) -> int | None:
             runs = s.get(RUNS)
             run_rules.renew(runs, claim.owner, claim.until)
+            fleet.renew(s.get(FLEET), claim.owner, claim.now_ms, claim.until)
             unsent = ledger.unsent(s.get(STARTED))
             held = outbox.held(s.get(DELETED), s.get(CLAIMS))
             return run_rules.next_lease_end(claim.owner, claim.now_ms, runs, unsent, held)
@@ -280,6 +294,14 @@ class RulebookBackend:
 
     async def release_runs(self, owner: str) -> None:
         await self._edit(lambda s: run_rules.release(s.get(RUNS), owner))
+
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        def work(s: Session) -> None:
+            runs = s.get(RUNS)
+            run_rules.retire(runs, owner, now_ms)
+            run_rules.release(runs, owner)
+
+        await self._edit(work)
 
     async def run_states(self) -> list[RunState]:
         def work(s: Session) -> list[RunState]:
@@ -298,7 +320,7 @@ class RulebookBackend:
                 s.get(CLAIMS),
                 s.get(PRESENCE),
             )
-            reading.generation = s.get(CONFIG).generation or None
+            reading.generation = _shown(s.get(CONFIG)) or None
             # Unreadable, as if none were stored: the pass asks `profile_identity`, which says why.
             with contextlib.suppress(CorruptStateError):
                 reading.identities = readable(s.get(IDENTITIES), query.profiles)
@@ -323,9 +345,19 @@ class RulebookBackend:
             )
             if written is not None:
                 s.put(FLOOR, written[1])
+                if w.member is not None:
+                    s.get(FLEET)[w.owner] = w.member.document()
             return written
 
         return await self._edit(work)
+
+    # ── fleet ─────────────────────────────────────────────────────────────────
+
+    async def record_member(self, member: FleetMember) -> None:
+        await self._edit(lambda s: fleet.record(s.get(FLEET), member))
+
+    async def fleet(self) -> list[FleetMember]:
+        return await self._read(lambda s: fleet.members(s.get(FLEET)))
 
     # ── transfer ──────────────────────────────────────────────────────────────
 
@@ -352,3 +384,9 @@ def _text(ref: str, pem: str | None) -> str:
     if pem is None:
         raise CorruptStateError(f"Talaria publisher key {ref!r} is not text")
     return pem
+
+
+def _shown(stored: Registration) -> int:
+    """The generation `load_config` shows: 0 while no registration is stored (a forgotten one
+    keeps its generation, so the next one's rises past it)."""
+    return stored.generation if stored.config is not None or stored.problem is not None else 0

@@ -15,7 +15,7 @@ from typing import Generic, Protocol, TypeVar
 
 from relay.errors import CorruptStateError, StoreError
 from relay.store.records import RelayConfig
-from relay.store.rules import ledger, outbox, presence
+from relay.store.rules import fleet, ledger, outbox, presence
 from relay.store.rules import runs as run_rules
 
 D = TypeVar("D")
@@ -103,6 +103,7 @@ CLAIMS: Doc[outbox.Claims] = Doc("deletion claims")
 PRESENCE: Doc[presence.Leases] = Doc("presence leases")
 RUNS: Doc[run_rules.Runs] = Doc("runs")
 FORGOTTEN: Doc[run_rules.Forgotten] = Doc("forgotten turns")
+FLEET: Doc[fleet.Rows] = Doc("fleet")
 
 
 class Session(Protocol):

@@ -16,21 +16,27 @@ from typing import TYPE_CHECKING, TypeVar
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
-from relay.errors import InvalidInputError, SchemaError, StoreUnavailableError
+from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
+from relay.store.sql import compat, guard
+from relay.store.sql.compat import Standing, compat_table
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.drivers.sqlite import connect_read_only
-from relay.store.sql.schema import HEAD_REVISION, TABLES_REVISION
+from relay.store.sql.schema import HEAD_REVISION
 from relay.store.url import StoreTarget, driver_error, resolve
 
 if TYPE_CHECKING:
     from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 # Alembic is imported only where a migration runs: reading a revision, `status` and `check` on
 # SQLite, and the embedded store at head, never load it.
 
 # Held (per transaction) by every Postgres migration, so replicas racing `upgrade head` take turns.
 ADVISORY_LOCK_KEY = 0x74616C61726961  # "talaria"
+# How long a migration waits for a table lock before it gives up, changing nothing: past it, the
+# replicas queued behind the migration's own lock request would stall (`migrate --lock-timeout`).
+LOCK_TIMEOUT_MS = 5000
 T = TypeVar("T")
 
 
@@ -48,7 +54,12 @@ def script_location() -> Path:
     return shipped if shipped.is_dir() else package.parent / "migrations"
 
 
-def alembic_config(url: str | None = None, connection: Connection | None = None) -> Config:
+def alembic_config(
+    url: str | None = None,
+    connection: Connection | None = None,
+    *,
+    lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+) -> Config:
     """An Alembic config for our scripts, on `url` or on a connection the caller holds."""
     from alembic.config import Config
 
@@ -58,6 +69,7 @@ def alembic_config(url: str | None = None, connection: Connection | None = None)
         config.attributes["url"] = url
     if connection is not None:
         config.attributes["connection"] = connection
+    config.attributes["lock_timeout_ms"] = lock_timeout_ms
     return config
 
 
@@ -66,24 +78,10 @@ def head_revision() -> str:
     return HEAD_REVISION
 
 
-def runnable(current: str | None) -> bool:
-    """Whether a store runs on a database at `current`: head, or a revision with head's tables
-    (below head `check` still says so, and `migrate` brings it there)."""
-    return current in (HEAD_REVISION, TABLES_REVISION)
-
-
 def current_revision(connection: Connection) -> str | None:
     from alembic.runtime.migration import MigrationContext
 
     return MigrationContext.configure(connection).get_current_revision()
-
-
-def schema_error(current: str | None) -> SchemaError:
-    state = "has no relay schema" if current is None else f"is at revision {current}"
-    return SchemaError(
-        f"the relay database {state}, not at head {head_revision()}: "
-        "run `talaria-relay migrate` (or `alembic upgrade head`) first"
-    )
 
 
 def revisions(after: str | None = None) -> list[Revision]:
@@ -103,16 +101,65 @@ def revisions(after: str | None = None) -> list[Revision]:
     return found[ids.index(after) + 1 :] if after in ids else []
 
 
-def upgrade_locked(connection: Connection, revision: str = "head") -> None:
-    """Upgrade on a connection whose open transaction already excludes other migrators."""
+def upgrade_locked(
+    connection: Connection,
+    revision: str = "head",
+    *,
+    lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+    force: bool = False,
+) -> None:
+    """Upgrade on a connection whose open transaction already excludes other migrators (SQLite)
+    or takes the advisory lock that does (Postgres). A database already ahead of this code is
+    left alone: the caller reads where it stands."""
     from alembic import command
+    from alembic.script import ScriptDirectory
 
-    command.upgrade(alembic_config(connection=connection), revision)
+    config = alembic_config(connection=connection, lock_timeout_ms=lock_timeout_ms)
+    if connection.dialect.name == "postgresql":
+        # Taken here (env.py takes it again) so the checks below see what the upgrade will do.
+        connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
+    current = current_revision(connection)
+    if Standing(current, head=head_revision()).ahead:
+        return
+    scripts = ScriptDirectory.from_config(config)
+    steps = compat.pending(scripts, current, known(scripts, revision))
+    contracts = [step.revision for step in steps if compat.kind(step) == compat.CONTRACT]
+    if contracts and not force:
+        guard.refuse_breaking(connection, contracts[-1])
+    command.upgrade(config, revision)
 
 
-async def upgrade(target: StoreTarget, revision: str = "head") -> list[Revision]:
+def known(scripts: ScriptDirectory, revision: str) -> str:
+    """`revision` if this code's scripts hold it ("head" for theirs), else `InvalidInputError`."""
+    if revision in ("head", "base") or (revision.lstrip("+-").isdigit() and revision[0] in "+-"):
+        return revision  # Alembic's own words, and steps relative to the current revision
+    try:
+        found = scripts.get_revision(revision)
+    except Exception as exc:  # alembic raises several kinds for a revision it cannot place
+        found = None
+        cause: BaseException | None = exc
+    else:
+        cause = None
+    if found is None:
+        raise InvalidInputError(
+            f"no revision {revision!r} in this code's migrations (0001 to {head_revision()})"
+        ) from cause
+    return found.revision
+
+
+async def upgrade(
+    target: StoreTarget,
+    revision: str = "head",
+    *,
+    lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+    force: bool = False,
+) -> list[Revision]:
     """Migrate the store `target` names (`resolve(url)`) to `revision`; the revisions this call
-    applied, oldest first (none when another migrator, or an earlier run, got there first)."""
+    applied, oldest first (none when another migrator, or an earlier run, got there first).
+
+    A contract migration is refused (`SchemaError` naming them) while live replicas of older
+    code would break on it, unless `force`.
+    """
 
     def step(connection: Connection) -> str | None:
         # The revision is read under the migrators' lock (SQLite: BEGIN IMMEDIATE), so what we
@@ -120,7 +167,7 @@ async def upgrade(target: StoreTarget, revision: str = "head") -> list[Revision]
         if connection.dialect.name == "postgresql":
             connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
         before = current_revision(connection)
-        upgrade_locked(connection, revision)
+        upgrade_locked(connection, revision, lock_timeout_ms=lock_timeout_ms, force=force)
         return before
 
     before = await run(target, step)
@@ -133,25 +180,24 @@ async def upgrade(target: StoreTarget, revision: str = "head") -> list[Revision]
 
 async def current(target: StoreTarget) -> str | None:
     """The revision the store is at; None for an empty (or missing SQLite) database."""
+    return (await standing(target)).current
+
+
+async def standing(target: StoreTarget) -> Standing:
+    """Where the store stands against this code: its revision and compatibility record."""
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema revision")
     if target.backend == "sqlite":
         assert target.path is not None
         path = target.path
         if not path.exists():
-            return None
+            return Standing(None, head=head_revision())
 
-        def on_sqlite() -> str | None:
+        def on_sqlite() -> Standing:
             # Read-only: asking the revision must work on a file this process may not write.
             conn = connect_read_only(path)
             try:
-                tables = conn.execute(
-                    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
-                ).fetchall()
-                if not tables:
-                    return None
-                row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-                return None if row is None else str(row[0])
+                return sqlite_standing(conn)
             finally:
                 conn.close()
 
@@ -162,29 +208,75 @@ async def current(target: StoreTarget) -> str | None:
     engine = postgres_engine(target.sqlalchemy_url)
     try:
         async with engine.connect() as connection:
-            return await connection.run_sync(current_revision)
+            return await connection.run_sync(read_standing)
     except (DBAPIError, OSError, TimeoutError) as exc:
         raise driver_error(exc, target) from exc
     finally:
         await engine.dispose()
 
 
-def offline_sql(target: StoreTarget, since: str | None = None) -> None:
+def sqlite_standing(conn: sqlite3.Connection) -> Standing:
+    """`Standing` read on a raw sqlite3 connection."""
+    names = {
+        str(row[0])
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' "
+            "AND name IN ('alembic_version', 'relay_compat')"
+        )
+    }
+    if "alembic_version" not in names:
+        return Standing(None, head=head_revision())
+    row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
+    revision = None if row is None else str(row[0])
+    if "relay_compat" not in names:
+        return Standing(revision, head=head_revision())
+    record = "SELECT oldest_head, migrated_by FROM relay_compat WHERE id = 1"
+    found = conn.execute(record).fetchone()
+    if found is None:
+        return Standing(revision, head=head_revision())
+    by = None if found[1] is None else str(found[1])
+    return Standing(revision, str(found[0]), by, head_revision())
+
+
+def read_standing(connection: Connection) -> Standing:
+    """`Standing` read on a SQLAlchemy connection (either dialect)."""
+    from sqlalchemy import inspect, select
+
+    revision = current_revision(connection)
+    if revision is None or not inspect(connection).has_table(compat_table.name):
+        return Standing(revision, head=head_revision())
+    row = connection.execute(
+        select(compat_table.c.oldest_head, compat_table.c.migrated_by).where(compat_table.c.id == 1)
+    ).first()
+    if row is None:
+        return Standing(revision, head=head_revision())
+    return Standing(revision, row[0], row[1], head_revision())
+
+
+def offline_sql(
+    target: StoreTarget, since: str | None = None, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS
+) -> None:
     """Print the DDL of an upgrade to head for the store, from revision `since` (None: from an
     empty database), without connecting to it."""
     from alembic import command
 
     address = target.sqlalchemy_url.render_as_string(hide_password=False)
-    command.upgrade(alembic_config(address), "head" if since is None else f"{since}:head", sql=True)
+    config = alembic_config(address, lock_timeout_ms=lock_timeout_ms)
+    command.upgrade(config, "head" if since is None else f"{since}:head", sql=True)
 
 
-async def downgrade(target: StoreTarget, revision: str) -> None:
+async def downgrade(
+    target: StoreTarget, revision: str, *, lock_timeout_ms: int = LOCK_TIMEOUT_MS
+) -> None:
+    """Migrate the store down to `revision` (a rollback: see docs/rolling-deploys.md)."""
     from alembic import command
+    from alembic.script import ScriptDirectory
 
-    await run(
-        target,
-        lambda connection: command.downgrade(alembic_config(connection=connection), revision),
-    )
+    def step(connection: Connection) -> None:
+        config = alembic_config(connection=connection, lock_timeout_ms=lock_timeout_ms)
+        command.downgrade(config, known(ScriptDirectory.from_config(config), revision))
+
+    await run(target, step)
 
 
 async def run(target: StoreTarget, step: Callable[[Connection], T]) -> T:
@@ -199,7 +291,7 @@ async def run(target: StoreTarget, step: Callable[[Connection], T]) -> T:
                 answer = await connection.run_sync(step)
                 await connection.commit()
         except (DBAPIError, OSError, TimeoutError) as exc:
-            raise driver_error(exc, target) from exc
+            raise migration_error(exc, target) from exc
         finally:
             await engine.dispose()
         return answer
@@ -220,6 +312,18 @@ async def run(target: StoreTarget, step: Callable[[Connection], T]) -> T:
         return await asyncio.to_thread(FORK_GATE.run, on_sqlite)
     except (OSError, sqlite3.Error, DBAPIError) as exc:
         raise file_error(exc, target) from exc
+
+
+def migration_error(exc: BaseException, target: StoreTarget) -> StoreError:
+    """A driver error of a migration; a lock wait past the timeout says what to do."""
+    error = driver_error(exc, target)
+    if "lock_timeout" in str(error):
+        return StoreUnavailableError(
+            f"relay store {target.display}: the migration waited past its lock timeout for a "
+            "table that a transaction holds, and changed nothing: run it again when that "
+            "transaction ends, or give it longer (`talaria-relay migrate --lock-timeout SECONDS`)"
+        )
+    return error
 
 
 def file_error(exc: BaseException, target: StoreTarget) -> StoreUnavailableError:

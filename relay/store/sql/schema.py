@@ -15,16 +15,20 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
+
+# Indexes from 0008 (docs/query-plans.md): each hot statement reads an index range, at any size.
 
 # Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.
 # The migration these tables are the result of; `alembic` reads the same from the scripts, and
 # tests/test_migrations.py holds the two equal, so reading a revision needs no Alembic.
-HEAD_REVISION = "0006"
-# The oldest revision with these same tables: 0006 added only Postgres' `relay_batch` function,
-# which a store does without (its write batches then run as transactions of their statements),
-# so a store opens at 0005 too: replicas of this version run while a deploy has yet to migrate.
-TABLES_REVISION = "0005"
+HEAD_REVISION = "0008"
+# The revisions below head a store of this code opens (its replicas run while a deploy has yet
+# to migrate): 0006 added only Postgres' `relay_batch` function, which a store does without (its
+# write batches then run as transactions of their statements); 0007 the fleet and compatibility
+# tables, which it does without too (its replica records itself nowhere); 0008 only indexes.
+SAME_TABLES = ("0005", "0006", "0007")
 
 metadata = MetaData(
     naming_convention={
@@ -103,6 +107,13 @@ started = Table(
     Index("ix_relay_started_unsent", "profile_id", "sent", "started_at", "session_id"),
     # The 24 h prune deletes one scope's oldest entries: a range of this one.
     Index("ix_relay_started_age", "profile_id", "started_at"),
+    # An idle replica's next lease end among unsent claims (`keep_alive`): unsent rows only.
+    Index(
+        "ix_relay_started_claimed_until",
+        "claimed_until",
+        postgresql_where=text("sent = false"),
+        sqlite_where=text("sent = 0"),
+    ),
 )
 
 deleted = Table(
@@ -120,6 +131,16 @@ deleted = Table(
     Column("claimed_by", String(64)),
     Column("claimed_until", BigInteger),
     UniqueConstraint("session_id", "profile", name="uq_relay_deleted_session_profile"),
+    # Claims take the oldest `through` first; a pass asks whether one would; an idle replica
+    # reads the next lease end; a registration binds a profile's unbound entries (few).
+    Index("ix_relay_deleted_through", "through", "id"),
+    Index("ix_relay_deleted_claimed_until", "claimed_until"),
+    Index(
+        "ix_relay_deleted_unbound",
+        "profile",
+        postgresql_where=text("scope_url IS NULL"),
+        sqlite_where=text("scope_url IS NULL"),
+    ),
     CheckConstraint(
         "(scope_url IS NULL) = (scope_publisher_id IS NULL)"
         " AND (scope_url IS NULL) = (scope_profile_id IS NULL)",
@@ -157,6 +178,9 @@ runs = Table(
     # A pass reads the rows its replica owns; a takeover looks for leases that ended.
     Index("ix_relay_runs_owner", "owner"),
     Index("ix_relay_runs_lease_until", "lease_until"),
+    # A pass prunes finished rows by age, and releases the rows it marked as sending.
+    Index("ix_relay_runs_updated_at", "updated_at"),
+    Index("ix_relay_runs_sending_by", "sending_by"),
 )
 
 # The newest turn of each session whose run row was pruned, and when: a replica may still offer an
@@ -170,4 +194,37 @@ turns = Table(
     Column("stream_id", String(191)),
     Column("forgotten_at", BigInteger, nullable=False),
     Index("ix_relay_turns_forgotten_at", "forgotten_at"),
+)
+
+# The oldest schema head whose code may still use this database (`relay.store.sql.compat`),
+# written by the migrations from 0007 on; one row.
+compat = Table(
+    "relay_compat",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("oldest_head", String(32), nullable=False),
+    Column("migrated_by", String(64)),
+    CheckConstraint("id = 1", name="singleton"),
+)
+
+# Every running service, as it recorded itself: what code it runs, where, and how its passes go.
+# `seen_at` and `live_until` move with its leases; a row unseen for a day goes
+# (`relay.store.fleet`).
+fleet = Table(
+    "relay_fleet",
+    metadata,
+    Column("owner", String(64), primary_key=True),
+    Column("version", String(64), nullable=False),
+    Column("schema_head", String(32), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", BigInteger, nullable=False),
+    Column("started_at", BigInteger, nullable=False),
+    Column("seen_at", BigInteger, nullable=False),
+    # Live until then: its lease, renewed with its leases (a replica dead this long is gone).
+    Column("live_until", BigInteger, nullable=False),
+    Column("pass_at", BigInteger),
+    Column("pass_outcome", String(32)),
+    Column("backoff_until", BigInteger),
+    Column("backoff_class", String(64)),
+    Index("ix_relay_fleet_seen_at", "seen_at"),
 )

@@ -9,6 +9,7 @@ from sqlalchemy import Column, MetaData, String, Table, func, select, text
 
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql import migrate
+from relay.store.sql.compat import Standing, compat_table
 from relay.store.sql.drivers.engines import WRITE, sqlite_engine
 from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
@@ -29,6 +30,39 @@ async def schema_revision(runner: Runner) -> str | None:
         if not await scalar(tx, present):
             return None
         return await scalar(tx, version)  # type: ignore[no-any-return]
+
+    return await runner.read(body)
+
+
+async def schema_standing(runner: Runner) -> Standing:
+    """Where the store stands against this code: its revision and its compatibility record."""
+    d = runner.dialect
+    present = d.compile(
+        select(
+            func.to_regclass("alembic_version").is_not(None),
+            func.to_regclass(compat_table.name).is_not(None),
+        )
+        if d.postgres
+        else select(
+            *(
+                text(f"(SELECT count(*) FROM sqlite_master WHERE name = '{name}')")
+                for name in ("alembic_version", compat_table.name)
+            )
+        )
+    )
+    version = d.compile(select(_version.c.version_num))
+    record = d.compile(
+        select(compat_table.c.oldest_head, compat_table.c.migrated_by).where(compat_table.c.id == 1)
+    )
+
+    async def body(tx: Tx) -> Standing:
+        tables = await first(tx, present)
+        assert tables is not None
+        if not tables[0]:
+            return Standing(None)
+        revision = await scalar(tx, version)
+        row = await first(tx, record) if tables[1] else None
+        return Standing(revision) if row is None else Standing(revision, row[0], row[1])
 
     return await runner.read(body)
 
@@ -66,7 +100,9 @@ def _migrate(path: Path) -> None:
             conn.execution_options(**{WRITE: True})
             # Inside BEGIN IMMEDIATE: processes opening one new file at once migrate it in turn.
             with conn.begin():
-                if migrate.current_revision(conn) != migrate.head_revision():
-                    migrate.upgrade_locked(conn)
+                # Only up: a database a newer release migrated meanwhile is left as it is.
+                if Standing(migrate.current_revision(conn)).below:
+                    # The fleet guard is `migrate`'s: a restarted embedded app upgrades its file.
+                    migrate.upgrade_locked(conn, force=True)
     finally:
         engine.dispose()

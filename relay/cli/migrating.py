@@ -1,0 +1,135 @@
+"""`talaria-relay migrate`: up to head, or to a revision; knows a database ahead of this code."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from relay.cli.output import FAILED, OK, fail, progress, say
+from relay.errors import InvalidInputError
+from relay.store import StoreTarget, resolve
+from relay.store.sql import migrate
+from relay.store.sql.compat import Standing, later
+
+
+async def cmd_migrate(args: argparse.Namespace) -> int:
+    target = resolve(args.store)
+    if target.url is None:
+        raise InvalidInputError(f"a {target.name} store has no schema to migrate")
+    if args.lock_timeout <= 0:
+        raise InvalidInputError("--lock-timeout must be more than 0 seconds")
+    lock_timeout_ms = max(1, round(args.lock_timeout * 1000))
+    if args.sql:
+        return await _migrate_sql(target, from_empty=args.from_empty, lock_ms=lock_timeout_ms)
+    if args.from_empty:
+        raise InvalidInputError("--from-empty goes with --sql")
+    found = await migrate.standing(target)
+    if found.ahead:
+        return _ahead(target.display, found)
+    if args.check:
+        if found.at_head:
+            say(f"{target.display} {found.summary()}")
+            return OK
+        say(f"{target.display} {found.summary()}; pending:")
+        for revision in migrate.revisions(found.current):
+            say(f"  {revision.id}  {revision.doc}")
+        return FAILED
+    if args.to is not None and found.current is not None and later(found.current, args.to):
+        await migrate.downgrade(target, args.to, lock_timeout_ms=lock_timeout_ms)
+        say(f"{target.display} {(await migrate.standing(target)).summary()}")
+        return OK
+    applied = await migrate.upgrade(
+        target, args.to or "head", lock_timeout_ms=lock_timeout_ms, force=args.force
+    )
+    found = await migrate.standing(target)
+    if found.ahead:  # a newer release migrated it meanwhile
+        return _ahead(target.display, found)
+    if not applied and found.at_head:
+        say(f"{target.display} is already at head {found.head}")
+        return OK
+    for revision in applied:
+        say(f"applied {revision.id}  {revision.doc}")
+    say(f"{target.display} {found.summary()}")
+    return OK
+
+
+async def _migrate_sql(target: StoreTarget, *, from_empty: bool, lock_ms: int) -> int:
+    """The DDL a DBA runs by hand: what the database lacks (it is read, not written), or with
+    `from_empty` every revision without connecting. Notes go to stderr: stdout is only SQL."""
+    if from_empty:
+        migrate.offline_sql(target, lock_timeout_ms=lock_ms)
+        return OK
+    found = await migrate.standing(target)
+    if found.ahead:
+        needs = "" if found.compatible else f"; it needs {found.needs()}"
+        progress(f"-- {target.display} {found.summary()}: nothing to apply{needs}")
+        return OK if found.compatible else FAILED
+    if found.at_head:
+        progress(f"-- {target.display} is already at head {found.head}: nothing to apply")
+        return OK
+    pending = ", ".join(revision.id for revision in migrate.revisions(found.current))
+    progress(f"-- {target.display} is at {found.current or 'no revision'}: the DDL of {pending}")
+    migrate.offline_sql(target, since=found.current, lock_timeout_ms=lock_ms)
+    return OK
+
+
+def _ahead(display: str, found: Standing) -> int:
+    """A database a newer release migrated: nothing this code can do to it; exit 0 while this
+    code may still use it (a rollback's init step passes), 1 when it may not."""
+    if found.compatible:
+        say(f"{display} {found.summary()}: nothing to migrate, this code runs on it")
+        return OK
+    fail(f"{display} {found.summary()}: it needs {found.needs()}")
+    return FAILED
+
+
+def add_parser(commands: Any, store: argparse.ArgumentParser) -> None:
+    """Register `migrate` on the `talaria-relay` parser."""
+    text = (
+        "upgrade the store's schema to head (safe on replicas); a database a newer release "
+        "migrated is left alone: exit 0 while this code may still use it, else 1"
+    )
+    sub = commands.add_parser(
+        "migrate",
+        parents=[store],
+        help=text,
+        description=text,
+        epilog="A contract migration is refused while the fleet (`status`) has live replicas of "
+        "older code; see docs/rolling-deploys.md.",
+    )
+    sub.set_defaults(run=cmd_migrate)
+    sub.add_argument(
+        "--check",
+        action="store_true",
+        help="change nothing; exit 1 if not at head (0 when ahead and compatible)",
+    )
+    sub.add_argument(
+        "--sql",
+        action="store_true",
+        help="print the DDL of the revisions the database lacks instead of running it (reads "
+        "its revision)",
+    )
+    sub.add_argument(
+        "--from-empty",
+        action="store_true",
+        help="with --sql: the DDL of every revision, from an empty database; connects to nothing",
+    )
+    sub.add_argument(
+        "--to",
+        metavar="REVISION",
+        help="migrate to REVISION instead of head, down as well as up (a rollback: see "
+        "docs/rolling-deploys.md)",
+    )
+    sub.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=migrate.LOCK_TIMEOUT_MS / 1000,
+        metavar="SECONDS",
+        help="Postgres: give up, changing nothing, after waiting this long for a table lock "
+        "(default %(default)s)",
+    )
+    sub.add_argument(
+        "--force",
+        action="store_true",
+        help="apply a contract migration even while live replicas of older code would break",
+    )

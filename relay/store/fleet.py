@@ -1,0 +1,122 @@
+"""The fleet: every running service as it recorded itself in the store.
+
+A service writes its row when it starts (`Store.record_member`) and renews it with its leases:
+`keep_alive` moves its `seen_at` and `live_until`, and each pass's write (`pass_write`) carries
+its whole row (last pass, backoff), so a steady pass makes no round trip of its own. A member is
+live while `live_until` is ahead; a row unseen for `FORGET_MS` (a day) is deleted when a service
+records itself. `status` lists the live fleet; `migrate` refuses a contract migration while a
+live member's code would break on it.
+
+A row written by a newer release may carry fields this code does not know: they are not read. A
+row that does not make a `FleetMember` is a `CorruptStateError` naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, replace
+from typing import Any
+
+from relay.errors import InvalidInputError
+from relay.store import checks
+from relay.store.records import OWNER_LIMIT
+
+# A dead service's row is kept this long after it was last seen, so `status` can still name it
+# for a while after a crash; then the next service that records itself deletes it.
+FORGET_MS = 24 * 3600 * 1000
+VERSION_LIMIT = 64
+HEAD_LIMIT = 32
+HOST_LIMIT = 255
+OUTCOME_LIMIT = 32
+CLASS_LIMIT = 64
+# Every field of a row, in the order of the table's columns.
+FIELDS = (
+    "owner",
+    "version",
+    "schema_head",
+    "host",
+    "pid",
+    "started_at",
+    "seen_at",
+    "live_until",
+    "pass_at",
+    "pass_outcome",
+    "backoff_until",
+    "backoff_class",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetMember:
+    """One running service: who (`owner`: `name/incarnation`), what code (library `version`, the
+    `schema_head` it was built for), where (`host`, `pid`), since when, when it was last seen and
+    until when it counts as live, its last pass (when, `ok` or the failure's outcome) and its
+    backoff (until when, and the failure's class name: never a message or a secret)."""
+
+    owner: str
+    version: str
+    schema_head: str
+    host: str
+    pid: int
+    started_at: int
+    seen_at: int
+    live_until: int
+    pass_at: int | None = None
+    pass_outcome: str | None = None
+    backoff_until: int | None = None
+    backoff_class: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            checks.text("owner", self.owner, OWNER_LIMIT)
+            checks.text("version", self.version, VERSION_LIMIT)
+            checks.text("schema_head", self.schema_head, HEAD_LIMIT)
+            checks.text("host", self.host, HOST_LIMIT)
+            checks.safe_int("pid", self.pid)
+            checks.time_ms("started_at", self.started_at)
+            checks.time_ms("seen_at", self.seen_at)
+            checks.time_ms("live_until", self.live_until)
+            checks.optional_int("pass_at", self.pass_at)
+            checks.optional_text("pass_outcome", self.pass_outcome, OUTCOME_LIMIT)
+            checks.optional_int("backoff_until", self.backoff_until)
+            checks.optional_text("backoff_class", self.backoff_class, CLASS_LIMIT)
+        except InvalidInputError as error:
+            raise InvalidInputError(f"FleetMember({self.owner!r}): {error}") from None
+
+    def live(self, now_ms: int) -> bool:
+        return self.live_until > now_ms
+
+    def seen(self, now_ms: int, until: int) -> FleetMember:
+        """This row renewed with a lease: seen at `now_ms`, live until `until`."""
+        return replace(self, seen_at=now_ms, live_until=max(until, now_ms))
+
+    def document(self) -> dict[str, Any]:
+        """The row as plain values (the JSON store's form, and `status --json`)."""
+        return {name: getattr(self, name) for name in FIELDS}
+
+    @classmethod
+    def from_document(cls, found: Any) -> FleetMember:
+        """A member from a stored row; fields this code does not know are left out."""
+        if not isinstance(found, dict):
+            raise InvalidInputError("a fleet row must be an object")
+        missing = [name for name in FIELDS[:8] if name not in found]
+        if missing:
+            raise InvalidInputError(f"a fleet row lacks {', '.join(missing)}")
+        return cls(**{name: found[name] for name in FIELDS if name in found})
+
+
+def this_process(owner: str, schema_head: str, now_ms: int, until: int) -> FleetMember:
+    """The row of the service running in this process, started now."""
+    from relay import __version__
+
+    return FleetMember(
+        owner=owner,
+        version=__version__[:VERSION_LIMIT],
+        schema_head=schema_head,
+        host=socket.gethostname()[:HOST_LIMIT] or "-",
+        pid=os.getpid(),
+        started_at=now_ms,
+        seen_at=now_ms,
+        live_until=max(until, now_ms),
+    )

@@ -1,0 +1,185 @@
+"""Where a database stands against this code's migrations, and whether this code may use it.
+
+A database can be below this code's schema head (`migrate` brings it up), at it, or ahead of it:
+a newer release migrated it while this one still runs (a rolling deploy, a rollback). Every
+migration is an *expand* one (code of the previous schema head keeps working on it) or a
+*contract* one (it does not), and from 0007 on the migrations record in `relay_compat` the oldest
+schema head whose code may still use the database: the newest contract migration at or below its
+revision. This code opens a database ahead of it when that record lets it, and otherwise refuses
+with one `SchemaError` that names what the database needs (never `migrate`: this code's
+`migrate` cannot go forward, and going back would break the newer replicas).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    Executable,
+    delete,
+    insert,
+)
+
+from relay.errors import SchemaError
+from relay.store.sql import schema
+from relay.store.sql.schema import HEAD_REVISION, SAME_TABLES
+
+if TYPE_CHECKING:
+    from alembic.script import Script, ScriptDirectory
+
+# What each migration module declares as `kind`: code of the previous schema head keeps working
+# on the database it leaves (new tables, nullable or defaulted columns, indexes, functions), or
+# not (drops, renames, narrowed columns, tightened constraints, changed meanings).
+EXPAND, CONTRACT = "expand", "contract"
+
+# The first revision that has `relay_compat`; a database below it records no compatibility.
+COMPAT_SINCE = "0007"
+
+# The table as every release reads it (a newer release may add columns; they are not read).
+compat_table = schema.compat
+
+
+def order(revision: str | None) -> int | None:
+    """A revision's place in the chain (our revisions are numbered); None for no revision or a
+    revision this code cannot place."""
+    return int(revision) if revision is not None and revision.isdigit() else None
+
+
+def later(revision: str, than: str) -> bool:
+    """Whether `revision` comes after `than` in the chain (a revision no number places: yes)."""
+    place, other = order(revision), order(than)
+    return place is None or other is None or place > other
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """A database's revision against this code's head, with its compatibility record.
+
+    `oldest_head` is the oldest schema head whose code may use the database, as its migrations
+    recorded it (None: no record, as below 0007); `migrated_by` the release that last upgraded it.
+    """
+
+    current: str | None
+    oldest_head: str | None = None
+    migrated_by: str | None = None
+    head: str = HEAD_REVISION
+
+    @property
+    def at_head(self) -> bool:
+        return self.current == self.head
+
+    @property
+    def ahead(self) -> bool:
+        """The database is at a revision newer than this code knows."""
+        return self.current is not None and not self.at_head and later(self.current, self.head)
+
+    @property
+    def compatible(self) -> bool:
+        """Ahead, and its record lets code of this schema head use it."""
+        return (
+            self.ahead and self.oldest_head is not None and not later(self.oldest_head, self.head)
+        )
+
+    @property
+    def runnable(self) -> bool:
+        """A store of this code opens it: at head, at a revision with head's tables, or ahead and
+        compatible."""
+        return self.at_head or self.current in SAME_TABLES or self.compatible
+
+    @property
+    def below(self) -> bool:
+        return not self.at_head and not self.ahead
+
+    def summary(self) -> str:
+        """One phrase after the store's name: "is at head 0007", "is at 0009, ahead of …"."""
+        if self.at_head:
+            return f"is at head {self.head}"
+        if self.current is None:
+            return f"is at no revision, not at head {self.head}"
+        if not self.ahead:
+            return f"is at {self.current}, not at head {self.head}"
+        verdict = "compatible" if self.compatible else "not compatible"
+        return f"is at {self.current}, ahead of this code (head {self.head}): {verdict}"
+
+    def needs(self) -> str:
+        """What a database ahead of this code and not compatible with it needs."""
+        assert self.current is not None
+        if self.oldest_head is None:
+            needed = f"code of schema head {self.current} or newer (it records no older code)"
+        else:
+            needed = f"code of schema head {self.oldest_head} or newer"
+        if self.migrated_by:
+            needed += f", such as talaria-relay {self.migrated_by}, which migrated it"
+        return needed
+
+    def error(self) -> SchemaError:
+        """Why a store of this code does not open this database."""
+        if self.ahead:
+            return SchemaError(
+                f"the relay database is at revision {self.current}, newer than this code "
+                f"(talaria-relay of schema head {self.head}), and no longer takes it: it needs "
+                f"{self.needs()}; run that release here (migrating from this code cannot help)"
+            )
+        state = "has no relay schema" if self.current is None else f"is at revision {self.current}"
+        return SchemaError(
+            f"the relay database {state}, not at head {self.head}: "
+            "run `talaria-relay migrate` (or `alembic upgrade head`) first"
+        )
+
+    def document(self) -> dict[str, Any]:
+        """The `schema` object of `status --json` and `check --json`."""
+        return {
+            "current": self.current,
+            "head": self.head,
+            "at_head": self.at_head,
+            "ahead": self.ahead,
+            "compatible": self.runnable,
+            "oldest_head": self.oldest_head,
+            "migrated_by": self.migrated_by,
+        }
+
+
+def kind(script: Script) -> str:
+    """The kind a migration module declares (`kind = "expand"` or `"contract"`)."""
+    declared = getattr(script.module, "kind", None)
+    if declared not in (EXPAND, CONTRACT):
+        raise SchemaError(
+            f"migration {script.revision} declares no kind: set `kind = {EXPAND!r}` "
+            f"or `kind = {CONTRACT!r}` in its module"
+        )
+    return str(declared)
+
+
+def oldest_head(scripts: ScriptDirectory, revision: str) -> str:
+    """The oldest schema head whose code may use a database at `revision`: the newest contract
+    migration at or below it (the first migration when there is none)."""
+    script = scripts.get_revision(revision)
+    while script is not None:
+        if script.down_revision is None or kind(script) == CONTRACT:
+            return script.revision
+        below = script.down_revision
+        assert isinstance(below, str)  # one chain, no merges
+        script = scripts.get_revision(below)
+    raise SchemaError(f"no migration {revision} in this code's scripts")
+
+
+def pending(scripts: ScriptDirectory, current: str | None, target: str) -> list[Script]:
+    """The migrations an upgrade from `current` to `target` applies, oldest first."""
+    found = list(scripts.iterate_revisions(target, current or "base"))
+    return [script for script in reversed(found) if script is not None]
+
+
+def record(scripts: ScriptDirectory, revision: str, *, upgraded: bool) -> list[Executable]:
+    """The statements that write the compatibility record of a database now at `revision`: who
+    may use it, and (after an upgrade) the release that migrated it."""
+    from relay import __version__
+
+    return [
+        delete(compat_table),
+        insert(compat_table).values(
+            id=1,
+            oldest_head=oldest_head(scripts, revision),
+            migrated_by=__version__ if upgraded else None,
+        ),
+    ]

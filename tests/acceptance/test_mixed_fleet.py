@@ -1,0 +1,196 @@
+"""A rolling deploy with real processes: replicas of the previous release (the code of the schema
+head before the newest migration, built from the git history) beside replicas of this code, on a
+Postgres database this code migrated to head. Turns move between old and new replicas, an old
+replica is killed -9 and restarted on the old code mid-rollout, sessions are deleted through
+both. Judged on the relay: no flip, every final row the newest turn with its true phase, each
+announcement and deletion once, no stale revision.
+
+    pytest tests/acceptance/test_mixed_fleet.py               # about 30 s of hand-offs
+    pytest tests/acceptance/test_mixed_fleet.py -m soak -s    # 3 minutes, figures printed
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections import Counter
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+import pytest
+from handoffs import HandOffs
+from previous_release import Release, install
+from replicas import REPLY_TIMEOUT_S, Cluster, Replica, spawn, until
+
+from relay.store.sql.migrate import head_revision, upgrade
+from relay.store.url import resolve
+from relay.testing import DevRelay, serve
+
+pytestmark = pytest.mark.postgres
+
+LEASE_S = 4.0
+OLD = (1, 3)  # which of the four replicas run the previous release
+
+
+async def spawn_previous(release: Release, group_url: str, relay_url: str, owner: str) -> Replica:
+    """A replica of the previous release: its own interpreter and its own `replica_proc.py`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    process = await asyncio.create_subprocess_exec(
+        str(release.python),
+        str(release.replica_proc),
+        group_url,
+        relay_url,
+        owner,
+        str(LEASE_S),
+        "1.0",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=release.replica_proc.parents[2],
+        env=env,
+    )
+    assert process.stdout is not None
+    ready = json.loads(await asyncio.wait_for(process.stdout.readline(), REPLY_TIMEOUT_S))
+    assert ready["ok"], ready
+    return Replica(owner, process, ready["ready"])
+
+
+@dataclass
+class Figures:
+    turns: int
+    dead: int
+    flips: int
+    wrong: list[str]
+    twice: list[str]
+    stale: int
+    announced_twice: list[str]
+    deleted: dict[str, int]
+    republish_s: float
+
+    def line(self) -> str:
+        return (
+            f"{self.turns} turns, {self.dead} died with their replica; flips {self.flips}, "
+            f"wrong final rows {len(self.wrong)} {self.wrong}, ended twice {self.twice}, stale "
+            f"{self.stale}, announced twice {self.announced_twice}, deletions {self.deleted}; "
+            f"the restarted old replica published again {self.republish_s:.1f}s after its start"
+        )
+
+
+async def mixed_fleet(url: str, duration: float) -> Figures:
+    """Two old and two new replicas, hand-offs for `duration` seconds, an old one killed -9 at a
+    third of it and restarted (old code) 3 s later; deletions through every replica halfway."""
+    release = await asyncio.to_thread(install)
+    assert release.head != head_revision(), "the previous release has this schema head"
+    await upgrade(resolve(url))
+    relay = DevRelay()
+    async with AsyncExitStack() as stack:
+        relay_url = await stack.enter_async_context(serve(relay))
+        replicas: list[Replica] = []
+
+        async def stop_all() -> None:
+            await asyncio.gather(*(r.stop() for r in replicas))
+
+        stack.push_async_callback(stop_all)
+        for n in range(4):
+            name = f"{'old' if n in OLD else 'new'}-{n}"
+            replicas.append(
+                await spawn_previous(release, url, relay_url, name)
+                if n in OLD
+                else await spawn(url, relay_url, name, lease_s=LEASE_S, heartbeat_s=1.0)
+            )
+        group = Cluster(relay, relay_url, url, replicas, LEASE_S, 1.0)
+        await group.pair()
+        sessions = [f"s{n:02d}" for n in range(10)]
+        doomed = [f"d{n}" for n in range(4)]
+        for sid in [*sessions, *doomed]:
+            await group.everywhere("session", id=sid, created_at=time.time())
+        for n, sid in enumerate(doomed):
+            await replicas[n].call("start", session=sid, stream=f"{sid}-t", at=time.time())
+            await replicas[n].call("end", stream=f"{sid}-t", phase="completed")
+        await group.everywhere("flush")
+
+        soak = HandOffs(group, sessions)
+        watcher = asyncio.create_task(soak.watch())
+        victim, kill_at, deleted, republish = OLD[0], duration / 3, False, 0.0
+        began = time.monotonic()
+        try:
+            while time.monotonic() - began < duration:
+                elapsed = time.monotonic() - began
+                if republish == 0.0 and elapsed >= kill_at:
+                    await soak.kill(victim)
+                    await asyncio.sleep(3)
+                    republish = await restart_previous(soak, victim, release)
+                if not deleted and elapsed >= duration / 2:
+                    deleted = True
+                    for n, sid in enumerate(doomed):
+                        await group.everywhere("forget", id=sid)
+                        await replicas[n].call("delete", session=sid, profile="default")
+                await soak.hand_off()
+                await asyncio.sleep(soak.rng.uniform(0.3, 1.2))
+            await soak.settle()
+        finally:
+            watcher.cancel()
+        turns = soak.turns
+        announced = Counter(event.session_id for event in relay.started_events)
+        acks = Counter(ack.session_id for ack in relay.viewed)
+        return Figures(
+            turns=soak.count,
+            dead=len(turns.dead),
+            flips=sum(turns.flips(group, sid) for sid in turns.order),
+            wrong=turns.wrong_final(group),
+            twice=turns.ended_more_than_once(group),
+            stale=group.stale(),
+            announced_twice=sorted(sid for sid, n in announced.items() if n > 1),
+            deleted={sid: acks[sid] for sid in doomed},
+            republish_s=republish,
+        )
+
+
+async def restart_previous(soak: HandOffs, index: int, release: Release) -> float:
+    """The killed old replica started again on the old code under its name; seconds from its
+    start until the relay shows a turn it then runs."""
+    group = soak.group
+    await group.replicas[index].process.wait()
+    again = await spawn_previous(
+        release, group.store_url, group.relay_url, group.replicas[index].owner
+    )
+    group.replicas[index] = again
+    await again.call("start_service")
+    started = time.monotonic()
+    for sid in soak.sessions:
+        await again.call("session", id=sid, created_at=time.time())
+    soak.down.discard(index)
+    sid = soak.rng.choice([s for s in soak.sessions if s not in soak.waiting])
+    soak.count += 1
+    stream = f"{sid}-{soak.count:04d}"
+    soak.turns.started(sid, stream)
+    soak.running[stream] = (index, sid)
+    await again.call("start", session=sid, stream=stream, at=time.time())
+    await until(lambda: group.row(sid) == (stream, "running"), 10 * LEASE_S)
+    return time.monotonic() - started
+
+
+def judge(figures: Figures) -> None:
+    print(f"\nmixed fleet: {figures.line()}")
+    assert figures.flips == 0
+    assert figures.wrong == []
+    assert figures.twice == []
+    assert figures.stale == 0
+    assert figures.announced_twice == []
+    assert set(figures.deleted.values()) == {1}, figures.deleted
+    assert figures.dead > 0
+
+
+async def test_mixed_fleet(pg_database: str) -> None:
+    """Old and new replicas share one database at head for 30 s of hand-offs with an old replica
+    killed -9 and restarted: one truth per session, announcements and deletions once."""
+    judge(await mixed_fleet(pg_database, float(os.environ.get("TALARIA_RELAY_MIXED_S", "30"))))
+
+
+@pytest.mark.soak
+async def test_mixed_fleet_for_minutes(pg_database: str) -> None:
+    """The same for 3 minutes (`TALARIA_RELAY_MIXED_SOAK_S`), figures printed (`-s`)."""
+    judge(
+        await mixed_fleet(pg_database, float(os.environ.get("TALARIA_RELAY_MIXED_SOAK_S", "180")))
+    )

@@ -1,0 +1,115 @@
+"""The contract of the fleet (`record_member`, `fleet`, and the row riding on `keep_alive` and
+`pass_write`), on every backend, through the public methods only, at fixed times."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from databases import behind_the_store
+from sqlalchemy import text
+from test_store_contract import NOW, SECOND
+from test_store_runs import LEASE, RETENTION, A, B
+
+from relay.errors import CorruptStateError, InvalidInputError
+from relay.store import RelayStore
+from relay.store.fleet import FORGET_MS, FleetMember
+
+
+def member(owner: str = A, seen: int = NOW, **changes: object) -> FleetMember:
+    row = FleetMember(
+        owner, "1.2.3", "0007", "node-a", 4242, seen - 60 * SECOND, seen, seen + LEASE
+    )
+    return replace(row, **changes)  # type: ignore[arg-type]
+
+
+async def test_an_empty_fleet(store: RelayStore) -> None:
+    assert await store.fleet() == []
+
+
+async def test_a_recorded_member_is_listed_and_replaced_by_its_next_row(store: RelayStore) -> None:
+    await store.record_member(member())
+    await store.record_member(member(B))
+    again = member(seen=NOW + SECOND, pass_at=NOW, pass_outcome="ok")  # noqa: S106
+    await store.record_member(again)
+    assert await store.fleet() == [again, member(B)]
+
+
+async def test_keep_alive_renews_the_owners_row(store: RelayStore) -> None:
+    await store.record_member(member())
+    await store.record_member(member(B))
+    await store.keep_alive(A, NOW + 5 * SECOND, LEASE)
+    mine, other = await store.fleet()
+    assert (mine.seen_at, mine.live_until) == (NOW + 5 * SECOND, NOW + 5 * SECOND + LEASE)
+    assert other == member(B)
+
+
+async def test_a_pass_write_carries_the_whole_row(store: RelayStore) -> None:
+    await store.record_member(member())
+    row = member(
+        seen=NOW + SECOND,
+        pass_at=NOW,
+        pass_outcome="backoff",  # noqa: S106
+        backoff_until=NOW + 30 * SECOND,
+        backoff_class="RelayUnreachableError",
+    )
+    await store.pass_write(A, [], NOW + SECOND, lease_ms=LEASE, retention_ms=RETENTION, member=row)
+    assert await store.fleet() == [row]
+
+
+async def test_a_pass_write_refuses_another_owners_row(store: RelayStore) -> None:
+    with pytest.raises(InvalidInputError, match="fleet row"):
+        await store.pass_write(A, [], NOW, lease_ms=LEASE, retention_ms=RETENTION, member=member(B))
+    assert await store.fleet() == []
+
+
+async def test_rows_unseen_for_a_day_go_when_a_member_records_itself(store: RelayStore) -> None:
+    await store.record_member(member(B, seen=NOW))
+    await store.record_member(member("c/0123456789ab", seen=NOW + 1))
+    await store.record_member(member(seen=NOW + FORGET_MS + 1))
+    assert [found.owner for found in await store.fleet()] == sorted([A, "c/0123456789ab"])
+
+
+async def test_a_member_is_live_until_its_lease_ends(store: RelayStore) -> None:
+    await store.record_member(member())
+    (found,) = await store.fleet()
+    assert found.live(NOW + LEASE - 1)
+    assert not found.live(NOW + LEASE)
+
+
+@pytest.mark.backends("sqlite", "postgres", "json")
+async def test_a_corrupt_row_is_named_and_never_stops_a_pass(
+    store: RelayStore, store_url: str
+) -> None:
+    """A row that is not a member is a CorruptStateError naming it; the owner's own writes go on
+    (its next row replaces it)."""
+    await store.record_member(member())
+    await store.record_member(member(B))
+    if store_url.startswith("json"):
+        path = Path(store_url.removeprefix("json://")) / "talaria-relay-fleet.json"
+        document = json.loads(path.read_text())
+        document["fleet"][B]["pid"] = "many"
+        path.write_text(json.dumps(document))
+    else:
+        await behind_the_store(
+            store_url, text(f"UPDATE relay_fleet SET pid = -5 WHERE owner = '{B}'")
+        )
+    with pytest.raises(CorruptStateError, match=f"fleet row '{B}'"):
+        await store.fleet()
+    await store.pass_write(A, [], NOW, lease_ms=LEASE, retention_ms=RETENTION, member=member())
+    await store.keep_alive(A, NOW + SECOND, LEASE)
+    await store.record_member(member(B, seen=NOW + SECOND))
+    assert [found.owner for found in await store.fleet()] == [A, B]
+
+
+@pytest.mark.backends("json")
+async def test_a_row_from_a_newer_release_is_read(store: RelayStore, store_url: str) -> None:
+    """Fields this code does not know are left out, the row read all the same."""
+    await store.record_member(member(B))
+    path = Path(store_url.removeprefix("json://")) / "talaria-relay-fleet.json"
+    document = json.loads(path.read_text())
+    document["fleet"][B]["zone"] = "eu-west"
+    path.write_text(json.dumps(document))
+    assert await store.fleet() == [member(B)]
