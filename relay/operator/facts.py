@@ -17,9 +17,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from relay.cli.status import key_state, replicas
+from relay.cli.status import key_state
 from relay.errors import RelayError
-from relay.store import Waiting
+from relay.store import RunState, Waiting
+from relay.store.fleet import FleetMember
 from relay.store.sql import migrate
 
 if TYPE_CHECKING:
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
 REFRESH_S = 5.0
 # Rows shown at most; the document says how many more there were.
 MAX_REPLICAS = 200
+# A replica gone (no longer live) is listed this long after it was last seen; older ones are
+# only counted (the store forgets them after a day).
+RECENTLY_MS = 3600 * 1000
 VERSION = 1
 
 
@@ -119,51 +123,82 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
                     ),
                 }
             )
-    found = replicas(runs, [], now_ms)
-    _add_claims(found, backlog.claims, now_ms)
-    own = service.owner
-    for row in found:
-        row["this_replica"] = row["owner"] == own
-    if not any(row["this_replica"] for row in found):
-        found.insert(
-            0,
-            {
-                "owner": own,
-                "runs": 0,
-                "claims": 0,
-                "lease_until": None,
-                "alive": True,
-                "this_replica": True,
-            },
-        )
-    for row in found:
-        row.update(_loop_of(service) if row["this_replica"] else {"last_pass": None})
+    members = await store.fleet()
+    found, earlier = _replicas(service, runs, backlog.claims, members, now_ms)
     fleet = document["fleet"]
+    fleet["source"] = "fleet" if members else "leases"
     fleet["replicas"] = found[:MAX_REPLICAS]
     fleet["more"] = max(len(found) - MAX_REPLICAS, 0)
+    fleet["gone_earlier"] = earlier
 
 
-def _add_claims(found: list[dict[str, Any]], claims: Mapping[str, Waiting], now_ms: int) -> None:
-    """Each owner's claimed announcements onto its replica row (a row of its own if it holds
-    no run), as `relay.cli.status.replicas` counts them."""
-    rows = {row["owner"]: row for row in found}
-    for owner, held in sorted(claims.items()):
-        row = rows.get(owner)
-        if row is None:
-            name, _, process = owner.rpartition("/")
-            row = rows[owner] = {
+def _replicas(
+    service: RelayService,
+    runs: list[RunState],
+    claims: Mapping[str, Waiting],
+    members: list[FleetMember],
+    now_ms: int,
+) -> tuple[list[dict[str, Any]], int]:
+    """Every replica the store knows of, by owner: what it holds (runs, claimed announcements),
+    what it recorded of itself (the fleet), and for this one what its loop knows; and how many
+    gone replicas were last seen before `RECENTLY_MS`."""
+    own = service.owner
+    rows: dict[str, dict[str, Any]] = {}
+
+    def row(owner: str) -> dict[str, Any]:
+        return rows.setdefault(
+            owner,
+            {
                 "owner": owner,
-                "name": name or None,
-                "incarnation": process,
+                "this_replica": owner == own,
                 "runs": 0,
                 "claims": 0,
                 "lease_until": 0,
+                "alive": False,
+                "last_pass": None,
+                "backoff_until": None,
+                "backoff_failure": None,
+                "backoff_status": None,
+            },
+        )
+
+    for run in runs:
+        held = row(run.owner)
+        held["runs"] += 1
+        held["lease_until"] = max(held["lease_until"], run.lease_until)
+    for owner, waiting in claims.items():
+        held = row(owner)
+        held["claims"] = waiting.count
+        held["lease_until"] = max(held["lease_until"], waiting.oldest)
+    for held in rows.values():
+        held["alive"] = held["lease_until"] > now_ms
+    earlier = 0
+    for member in members:
+        live = member.live(now_ms)
+        if not live and member.owner not in rows and now_ms - member.seen_at > RECENTLY_MS:
+            earlier += 1
+            continue
+        held = row(member.owner)
+        held.update(
+            {
+                "alive": live or held["alive"],
+                "release": member.version,
+                "schema_head": member.schema_head,
+                "host": member.host,
+                "pid": member.pid,
+                "started_at": member.started_at,
+                "seen_at": member.seen_at,
+                "last_pass": None
+                if member.pass_at is None
+                else {"at": member.pass_at, "outcome": member.pass_outcome},
+                "backoff_until": member.backoff_until,
+                "backoff_failure": member.backoff_class,
             }
-            found.append(row)
-        row["claims"] = held.count
-        row["lease_until"] = max(row["lease_until"], held.oldest)
-        row["alive"] = row["lease_until"] > now_ms
-    found.sort(key=lambda row: row["owner"])
+        )
+    mine = row(own)
+    mine["alive"] = True
+    mine.update(_loop_of(service))
+    return [rows[owner] for owner in sorted(rows)], earlier
 
 
 def _loop_of(service: RelayService) -> dict[str, Any]:
@@ -175,8 +210,9 @@ def _loop_of(service: RelayService) -> dict[str, Any]:
     return {
         "publishing": not loop.stopped,
         "last_pass": None
-        if loop.last_success is None
-        else {"at": int(loop.last_success * 1000), "outcome": "ok"},
+        if loop.last_pass is None
+        else {"at": int(loop.last_pass * 1000), "outcome": loop.last_outcome},
+        "last_success": None if loop.last_success is None else int(loop.last_success * 1000),
         "failures": loop.failures,
         "backoff_until": None if loop.backoff_until is None else int(loop.backoff_until * 1000),
         "ring": [

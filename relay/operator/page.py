@@ -42,7 +42,7 @@ code{font:12px ui-monospace,monospace}
 white-space:nowrap}
 .pill.ok{background:#e3f6ea;color:#0f5a2c}.pill.warn{background:#fff4dc;color:#6b4700}
 .pill.bad{background:#fde6e6;color:#8a1111}.pill.off{background:#eceff2;color:#4a5360}
-.why{color:#8a1111;font-size:12px}
+.why{color:#8a1111;font-size:12px}.bad{color:#8a1111}
 .muted{color:#7a828d}.small{font-size:12px}.nowrap{white-space:nowrap}
 svg.strip{display:block}
 svg.strip .bg{fill:#f0f2f5}
@@ -165,6 +165,8 @@ def _said(row: Mapping[str, Any]) -> str:
         return "the relay could not be reached"
     if isinstance(kind, str) and kind.startswith("Store"):
         return "the store did not answer"
+    if kind == "RelayHttpError":
+        return "the relay answered with an error"
     return "a failure in the pass"
 
 
@@ -222,29 +224,12 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
     rows = []
     striped = any("ring" in row for row in fleet["replicas"])
     for row in fleet["replicas"]:
-        if not row["alive"]:
-            state = _pill("off", "gone")
-        elif _backing_off(row, now_ms):
-            state = _pill("warn", "backing off")
-        else:
-            state = _pill("ok", "live")
-        name = _t(row["owner"]) + (
-            '<br><span class="muted">(this one)</span>' * row["this_replica"]
-        )
-        last = row.get("last_pass")
-        backoff = ""
-        if _backing_off(row, now_ms):
-            backoff = (
-                f'{_t(_sentence(_said(row)))}<div class="muted small">'
-                f"{_t(row.get('backoff_failure'))} · retries "
-                f"{_when(row['backoff_until'], now_ms)}</div>"
-            )
         cells = [
-            f"<td>{state}</td>",
-            f'<td><code class="nowrap">{name}</code></td>',
-            f"<td>{_t(row.get('release', ''))}</td>",
-            f"<td>{_when(last['at'], now_ms) if last else _unknown(row)}</td>",
-            f"<td>{backoff}</td>",
+            f"<td>{_state(row, now_ms)}</td>",
+            f"<td>{_who(row, now_ms)}</td>",
+            f"<td>{_release(row)}</td>",
+            f"<td>{_last_pass(row, now_ms)}</td>",
+            f"<td>{_backoff(row, now_ms)}</td>",
             f'<td class="n">{_t(row["runs"])}</td>',
             f'<td class="n">{_t(row["claims"])}</td>',
         ]
@@ -256,15 +241,24 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
         "State",
         "Replica",
         "Release",
-        "Last good pass",
+        "Last pass",
         "Backing off because",
         "Sessions it publishes",
         "Announcements it holds",
     ]
     if striped:
         headings.append("Passes in the last hour (now at the right)")
-    more = fleet.get("more", 0)
-    extra = f'<p class="muted">and {_t(more)} more</p>' if more else ""
+    notes = []
+    if fleet.get("more"):
+        notes.append(f"and {_t(fleet['more'])} more")
+    if fleet.get("gone_earlier"):
+        notes.append(f"{_t(fleet['gone_earlier'])} gone more than an hour ago, not listed")
+    if fleet.get("source") != "fleet":
+        notes.append(
+            "replicas known from the leases they hold: this store keeps no fleet record "
+            "(run `talaria-relay migrate`), so another replica's last pass is not known"
+        )
+    extra = "".join(f'<p class="muted">{note}</p>' for note in notes)
     legend = (
         '<p class="legend muted"><span><i class="ok"></i>ok</span>'
         '<span><i class="failed"></i>failed</span>'
@@ -272,17 +266,62 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
         if striped
         else ""
     )
-    source = (
-        ""
-        if fleet.get("source") == "fleet"
-        else '<p class="muted">Replicas known from the leases they hold; another replica\'s '
-        "last pass is not recorded in the store yet.</p>"
+    return f"<h2>Replicas</h2>{_table(headings, rows)}{legend}{extra}"
+
+
+def _state(row: Mapping[str, Any], now_ms: int) -> str:
+    if not row["alive"]:
+        return _pill("off", "gone")
+    if _backing_off(row, now_ms):
+        return _pill("warn", "backing off")
+    return _pill("ok", "live")
+
+
+def _who(row: Mapping[str, Any], now_ms: int) -> str:
+    """The owner; where it runs and since when; `this one` for the replica serving the page."""
+    lines = [f'<code class="nowrap">{_t(row["owner"])}</code>']
+    if row["this_replica"]:
+        lines.append('<span class="muted small">(this one)</span>')
+    if "host" in row:
+        where = f"{row['host']} · pid {row['pid']}"
+        lines.append(f'<span class="muted small nowrap">{_t(where)}</span>')
+    if "started_at" in row and row["alive"]:
+        up = _relative(row["started_at"] - now_ms).removesuffix(" ago")
+        lines.append(f'<span class="muted small">up {_t(up)}</span>')
+    elif "seen_at" in row and not row["alive"]:
+        lines.append(f'<span class="muted small">last seen {_when(row["seen_at"], now_ms)}</span>')
+    return "<br>".join(lines)
+
+
+def _release(row: Mapping[str, Any]) -> str:
+    if "release" not in row:
+        return _unknown(row)
+    head = f'<br><span class="muted small nowrap">schema {_t(row["schema_head"])}</span>'
+    return f"{_t(row['release'])}{head}"
+
+
+def _last_pass(row: Mapping[str, Any], now_ms: int) -> str:
+    last = row.get("last_pass")
+    if not last:
+        return _unknown(row)
+    outcome = last.get("outcome") or ""
+    said = {"ok": "ok", "backoff": "failed", "stopped": "stopped for good"}.get(outcome, outcome)
+    kind = "" if outcome == "ok" else " bad"
+    return f'{_when(last["at"], now_ms)}<br><span class="small{kind}">{_t(said)}</span>'
+
+
+def _backoff(row: Mapping[str, Any], now_ms: int) -> str:
+    if not _backing_off(row, now_ms):
+        return ""
+    return (
+        f'{_t(_sentence(_said(row)))}<div class="muted small">'
+        f"{_t(row.get('backoff_failure'))} · retries "
+        f"{_when(row['backoff_until'], now_ms)}</div>"
     )
-    return f"<h2>Replicas</h2>{_table(headings, rows)}{extra}{legend}{source}"
 
 
 def _unknown(row: Mapping[str, Any]) -> str:
-    return "" if row["this_replica"] else '<span class="muted nowrap">not recorded</span>'
+    return '<span class="muted nowrap">not recorded</span>'
 
 
 def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 240) -> str:

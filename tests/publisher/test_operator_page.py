@@ -22,6 +22,7 @@ from relay import asgi, wsgi
 from relay.operator import facts, page
 from relay.routes import Caller, Operator
 from relay.store import RelayStore, open_store
+from relay.store.fleet import FleetMember
 from relay.testing import MemoryHost
 from relay.threaded import ThreadedRelayService
 
@@ -328,3 +329,49 @@ async def test_a_store_password_is_never_shown(store_url: str) -> None:
         assert "127.0.0.1" in data.json()["store"]["url"]
         for text in (html.text, data.text):
             assert "hunter2" not in text
+
+
+async def test_the_fleet_record_names_each_replica_and_the_recently_gone(
+    store: RelayStore,
+) -> None:
+    """Replicas from the fleet record: one live and backing off (its release, host, failure
+    class), one gone 10 min ago (listed, `gone`), one gone 2 h ago (only counted)."""
+    async with relay_env(store) as env:
+        await paired(env)
+        now = int(env.clock() * 1000)
+
+        def member(owner: str, seen: int, **more: Any) -> FleetMember:
+            return FleetMember(
+                owner, "9.9.9", "0008", "host-b", 42, now - 600_000, seen, seen + 20_000, **more
+            )
+
+        await store.record_member(
+            member(
+                "web-2/aaaaaaaaaaaa",
+                now,
+                pass_at=now - 1_000,
+                pass_outcome="backoff",
+                backoff_until=now + 30_000,
+                backoff_class="RelayUnreachableError",
+            )
+        )
+        await store.record_member(member("web-3/bbbbbbbbbbbb", now - 600_000))
+        await store.record_member(member("web-4/cccccccccccc", now - 7_200_000))
+        document = await facts.gather(env.service, env.clock())
+        fleet = document["fleet"]
+        assert fleet["source"] == "fleet"
+        assert fleet["gone_earlier"] == 1
+        rows = {row["owner"]: row for row in fleet["replicas"]}
+        assert "web-4/cccccccccccc" not in rows
+        backing = rows["web-2/aaaaaaaaaaaa"]
+        assert (backing["release"], backing["host"], backing["alive"]) == ("9.9.9", "host-b", True)
+        assert backing["backoff_failure"] == "RelayUnreachableError"
+        assert rows["web-3/bbbbbbbbbbbb"]["alive"] is False
+        assert rows[env.service.owner]["this_replica"] is True
+        html = page.render(document)
+        assert "The relay could not be reached" in html
+        assert "1 gone more than an hour ago" in html
+        assert html.count('class="pill off">gone<') == 1
+        level, line, _ = page.verdict(document)
+        assert level == "warn"
+        assert "2 replicas live (1 backing off)" in line
