@@ -350,7 +350,7 @@ async def test_the_fleet_record_names_each_replica_and_the_recently_gone(
                 "web-2/aaaaaaaaaaaa",
                 now,
                 pass_at=now - 1_000,
-                pass_outcome="backoff",
+                pass_outcome="backoff",  # noqa: S106 - an outcome, not a password
                 backoff_until=now + 30_000,
                 backoff_class="RelayUnreachableError",
             )
