@@ -4,7 +4,8 @@
     .venv/bin/python tests/operator_page_time.py --store postgresql://postgres@127.0.0.1/page
 
 The store (migrated, empty) gets a registration, `--entries` started-ledger entries in one scope
-(1% unsent), `--deleted` outbox entries and `--replicas` replicas holding a session each; then
+(1% unsent), `--deleted` outbox entries and `--replicas` replicas holding a session each (each
+records itself in the fleet); then
 the replicas publish once; the backlog is filled in (nothing sends it after); then
 the page is gathered and rendered `--rounds` times (each a cache miss: what one refresh costs
 the store), and once through the ASGI route. Prints the median and the slowest, in ms.

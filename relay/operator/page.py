@@ -234,7 +234,12 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
             f'<td class="n">{_t(row["claims"])}</td>',
         ]
         if striped:
-            passes = strip(row["ring"], now_ms) if "ring" in row else _unknown(row)
+            # The passes are kept in each replica's memory: its own page draws them.
+            passes = (
+                strip(row["ring"], now_ms)
+                if "ring" in row
+                else '<span class="muted small">on its own page</span>'
+            )
             cells.append(f"<td>{passes}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     headings = [
@@ -303,7 +308,9 @@ def _release(row: Mapping[str, Any]) -> str:
 def _last_pass(row: Mapping[str, Any], now_ms: int) -> str:
     last = row.get("last_pass")
     if not last:
-        return _unknown(row)
+        # A fleet row carries the pass before the one it was written in: a replica's first.
+        recorded = "release" in row
+        return _unknown(row) if not recorded else '<span class="muted">none recorded yet</span>'
     outcome = last.get("outcome") or ""
     said = {"ok": "ok", "backoff": "failed", "stopped": "stopped for good"}.get(outcome, outcome)
     kind = "" if outcome == "ok" else " bad"
