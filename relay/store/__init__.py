@@ -14,6 +14,7 @@ from typing import Any
 
 from relay.store.contract import RelayStore
 from relay.store.records import (
+    Backlog,
     DeletedScope,
     DeletedView,
     PresenceLease,
@@ -23,10 +24,12 @@ from relay.store.records import (
     StartedEntry,
     StartedScope,
     StateBatch,
+    Waiting,
 )
 from relay.store.url import StoreTarget, require_directory, resolve
 
 __all__ = [
+    "Backlog",
     "DeletedScope",
     "DeletedView",
     "PresenceLease",
@@ -38,6 +41,7 @@ __all__ = [
     "StartedScope",
     "StateBatch",
     "StoreTarget",
+    "Waiting",
     "open_store",
     "resolve",
 ]

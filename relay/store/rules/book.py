@@ -27,6 +27,7 @@ from relay.store.backend import (
 )
 from relay.store.fleet import FleetMember
 from relay.store.records import (
+    Backlog,
     DeletedView,
     PresenceLease,
     RelayConfig,
@@ -35,6 +36,7 @@ from relay.store.records import (
     StartedScope,
     StateBatch,
 )
+from relay.store.rules import backlog as backlogs
 from relay.store.rules import fleet, ledger, outbox, passes, presence, revisions
 from relay.store.rules import runs as run_rules
 from relay.store.rules.documents import (
@@ -235,6 +237,9 @@ class RulebookBackend:
 
     async def pending_deleted(self) -> list[DeletedView]:
         return await self._read(lambda s: outbox.pending(s.get(DELETED)))
+
+    async def backlog(self) -> Backlog:
+        return await self._read(lambda s: backlogs.count(s.get(STARTED), s.get(DELETED)))
 
     async def claim_deleted(self, claim: Claim) -> list[DeletedView]:
         c = claim
