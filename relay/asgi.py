@@ -28,6 +28,7 @@ caller `identify` refuses 401 (or the `Refused` status it raises), a store that 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 try:
@@ -122,41 +123,34 @@ def app(
     return Starlette(routes=found)
 
 
+@dataclass(frozen=True, slots=True)
 class _Endpoint:
     """One route of the shared table, its effects performed with Starlette and the async service."""
 
-    def __init__(
-        self,
-        route: _Table,
-        source: ServiceSource,
-        identify: Identify,
-        max_body: int,
-        operator: Operator | None,
-    ) -> None:
-        self._operator = operator
-        self._route = route
-        self._source = source
-        self._identify = identify
-        self._max_body = max_body
+    route: _Table
+    source: ServiceSource
+    identify: Identify
+    max_body: int
+    operator: Operator | None
 
     async def handle(self, request: Request) -> Response:
-        service = self._source if isinstance(self._source, RelayService) else self._source()
+        service = self.source if isinstance(self.source, RelayService) else self.source()
         headers = {"content-type": request.headers.get("content-type", "")}
         if (declared := request.headers.get("content-length")) is not None:
             headers["content-length"] = declared
 
         async def perform(effect: Effect) -> Any:
             if isinstance(effect, WhoCalls):
-                return await self._identify(request)
+                return await self.identify(request)
             if isinstance(effect, ReadBody):
                 return await _read(request, effect.limit)
             if isinstance(effect, MayOperate):
-                return self._operator is not None and self._operator(effect.caller) is True
+                return self.operator is not None and self.operator(effect.caller) is True
             assert isinstance(effect, Call)
             assert service is not None
             return await getattr(service, effect.name)(*effect.args, **effect.kwargs)
 
-        flow = self._route.flow(service is not None, headers, self._max_body)
+        flow = self.route.flow(service is not None, headers, self.max_body)
         status, payload = await drive_async(flow, perform)
         if isinstance(payload, Document):
             return Response(payload.body, status, dict(payload.headers), payload.media_type)

@@ -15,7 +15,6 @@ import uuid
 from collections.abc import AsyncGenerator, Callable, Generator
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from types import TracebackType
 from typing import Any, Self, cast
 
 import httpx
@@ -206,12 +205,7 @@ class RelayClient:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
 

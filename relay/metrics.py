@@ -13,7 +13,6 @@ The names and attributes are documented in docs/operating.md ("Metrics").
 from __future__ import annotations
 
 import inspect
-import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -21,20 +20,17 @@ from functools import wraps
 from typing import Any, TypeVar
 
 from relay import tracing
+from relay.otel import Chosen
 
 try:
     from opentelemetry import metrics as _api
     from opentelemetry.metrics import _internal as _globals
 except ImportError:  # the optional extra is not installed: every measurement is skipped
-    _api = None  # type: ignore[assignment]
+    _api = _globals = None  # type: ignore[assignment]
 
 METER_NAME = "talaria-relay"
 T = TypeVar("T")
 C = TypeVar("C")
-# What the API hands out before an SDK is installed: recording through them would be wasted work.
-_NO_SDK = ("NoOpMeterProvider", "_ProxyMeterProvider", "ProxyMeterProvider")
-_LOOK_UP = object()
-_FROM_ENVIRONMENT = "OTEL_PYTHON_METER_PROVIDER" in os.environ
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,38 +82,20 @@ class Instruments:
         )
 
 
-class _Chosen:
-    """The provider named by `use()`, and the instruments made for the last provider seen."""
-
-    override: Any = None
-    provider: Any = None
-    instruments: Instruments | None = None
+_CHOSEN = Chosen(
+    None if _api is None else _api.get_meter_provider,
+    (_globals, "_METER_PROVIDER"),
+    "OTEL_PYTHON_METER_PROVIDER",
+    ("NoOpMeterProvider", "_ProxyMeterProvider", "ProxyMeterProvider"),
+    Instruments.of,
+)
+# A bound method as the module's function: the store's hot path pays one call to ask.
+current = _CHOSEN.current
 
 
 def use(provider: Any) -> None:
     """Record to `provider` from now on; None goes back to the global provider."""
-    _Chosen.override = provider
-
-
-def current() -> Instruments | None:
-    """The instruments to record to, or None while no SDK is installed (record nothing)."""
-    if _api is None:
-        return None
-    provider = _Chosen.override
-    if provider is None:
-        # The API's global, read without `get_meter_provider()` (which looks at os.environ on
-        # every call): None until an SDK is set. The call is still made while unset if the
-        # environment names a provider for the API to load, or if the API moved its global.
-        provider = getattr(_globals, "_METER_PROVIDER", _LOOK_UP)
-        if provider is None and not _FROM_ENVIRONMENT:
-            return None
-        if provider is None or provider is _LOOK_UP:
-            provider = _api.get_meter_provider()
-    if provider is not _Chosen.provider:
-        no_sdk = type(provider).__name__ in _NO_SDK
-        _Chosen.instruments = None if no_sdk else Instruments.of(provider)
-        _Chosen.provider = provider
-    return _Chosen.instruments
+    _CHOSEN.use(provider)
 
 
 def status(error: BaseException | None) -> str:

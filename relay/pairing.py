@@ -11,7 +11,7 @@ import contextlib
 import ipaddress
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -53,25 +53,17 @@ SAVE_ATTEMPTS = 5
 Configure = Callable[[RelayConfig, str, str], Awaitable[None]]
 
 
+@dataclass(frozen=True, slots=True)
 class Pairing:
     """The pairing state machine; `trusted` is the one relay origin this server pairs with."""
 
-    def __init__(
-        self,
-        store: Registration,
-        host: Host,
-        *,
-        trusted: str,
-        allow_insecure_loopback: bool,
-        client: Callable[[str], RelayClient],
-        configure: Configure,
-    ) -> None:
-        self.store = store
-        self.host = host
-        self._trusted = trusted
-        self._allow_insecure_loopback = allow_insecure_loopback
-        self._client = client
-        self._configure = configure
+    store: Registration
+    host: Host
+    _: KW_ONLY
+    trusted: str
+    allow_insecure_loopback: bool
+    client: Callable[[str], RelayClient]
+    configure: Configure
 
     async def pair(self, body: object, profile: str, *, operator: bool = True) -> dict[str, Any]:
         """Register the server, or enroll another profile.
@@ -93,7 +85,7 @@ class Pairing:
         if not all(isinstance(value, str) for value in fields):
             raise RelayPairingError("Missing relay pairing fields", 400)
         relay_url, publisher_id, invitation, label = (str(value) for value in fields)
-        if not all(_clean(value) for value in (relay_url, publisher_id, invitation, label)):
+        if not all(map(checks.storable, (relay_url, publisher_id, invitation, label))):
             raise RelayPairingError("Invalid relay pairing fields", 400)
         try:
             relay_url = self._relay_origin(relay_url)
@@ -119,7 +111,7 @@ class Pairing:
     async def _available_profile(self, raw_profile: str) -> str:
         profile = raw_profile.strip()
         try:
-            if not profile or not _clean(profile):
+            if not profile or not checks.storable(profile):
                 raise ValueError(profile)
             canonical = self.host.canonical_profile(profile)
             available = await self.host.profile_available(canonical)
@@ -174,7 +166,7 @@ class Pairing:
         if stored is not None and identity != stored:
             raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
         saved = await self._add_grant(existing, canonical, ProfileGrant(identity, profile_id))
-        await self._configure(saved, profile_id, identity)
+        await self.configure(saved, profile_id, identity)
         return {"ok": True, "publisher_id": publisher_id}
 
     async def _add_grant(self, read: RelayConfig, profile: str, grant: ProfileGrant) -> RelayConfig:
@@ -254,7 +246,7 @@ class Pairing:
             raise RelayPairingError(
                 "Another server process registered this Hermes server meanwhile", 409
             ) from error
-        await self._configure(await self._saved(), paired_profile, identity)
+        await self.configure(await self._saved(), paired_profile, identity)
         return {"ok": True, "publisher_id": final_publisher}
 
     async def _redeem(
@@ -267,7 +259,7 @@ class Pairing:
         key: Ed25519PrivateKey | None = None,
         key_id: str | None = None,
     ) -> dict[str, Any]:
-        client = self._client(relay_url)
+        client = self.client(relay_url)
         try:
             return await client.post(path, body, key=key, key_id=key_id)
         except RelayHttpError as error:
@@ -286,7 +278,7 @@ class Pairing:
             return validated_origin(raw, True)
         except RelayError as error:
             origin = validated_origin(raw)
-            if self._allow_insecure_loopback and _is_loopback(origin):
+            if self.allow_insecure_loopback and _is_loopback(origin):
                 return origin
             # Plain http: upstream's words, then the one way it is accepted.
             raise InvalidInputError(
@@ -297,7 +289,7 @@ class Pairing:
     @property
     def trusted_origin(self) -> str:
         """The one relay origin this server pairs with and publishes to."""
-        return self._trusted.strip().rstrip("/")
+        return self.trusted.strip().rstrip("/")
 
 
 def _is_loopback(origin: str) -> bool:
@@ -308,17 +300,6 @@ def _is_loopback(origin: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _clean(value: str) -> bool:
-    """Free of NUL and unpaired surrogates, which no relay field or profile name may hold."""
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _new_id(prefix: str) -> str:

@@ -53,7 +53,7 @@ class Presence:
         ):
             raise RelayPairingError("Invalid presence request", 400)
         name = profile.strip()
-        if not name or "\x00" in name or (not name.isascii() and not _encodable(name)):
+        if not name or not checks.storable(name):
             raise RelayPairingError("Hermes profile is unavailable", 403)
         await self._store.apply_presence(
             name,
@@ -77,11 +77,3 @@ class Presence:
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
-
-
-def _encodable(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -11,10 +11,11 @@ explicitly (the tests do). The names and attributes are documented in docs/obser
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
+
+from relay.otel import Chosen
 
 try:
     from opentelemetry import trace as _api
@@ -22,43 +23,22 @@ except ImportError:  # the optional extra is not installed: no span is made
     _api = None  # type: ignore[assignment]
 
 TRACER_NAME = "talaria-relay"
-# What the API hands out before an SDK is installed: its spans record nothing.
-_NO_SDK = ("NoOpTracerProvider", "ProxyTracerProvider")
-_LOOK_UP = object()
-_FROM_ENVIRONMENT = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
 
 
-class _Chosen:
-    """The provider named by `use()`, and the tracer made for the last provider seen."""
-
-    override: Any = None
-    provider: Any = None
-    tracer: Any = None
+_CHOSEN: Chosen[Any] = Chosen(
+    None if _api is None else _api.get_tracer_provider,
+    (_api, "_TRACER_PROVIDER"),
+    "OTEL_PYTHON_TRACER_PROVIDER",
+    ("NoOpTracerProvider", "ProxyTracerProvider"),
+    lambda provider: provider.get_tracer(TRACER_NAME),
+)
+# A bound method as the module's function: a pass pays one call to ask.
+current = _CHOSEN.current
 
 
 def use(provider: Any) -> None:
     """Trace to `provider` from now on; None goes back to the global provider."""
-    _Chosen.override = provider
-
-
-def current() -> Any:
-    """The tracer to start spans with, or None while no SDK is installed (trace nothing)."""
-    if _api is None:
-        return None
-    provider = _Chosen.override
-    if provider is None:
-        # The API's global, read without `get_tracer_provider()` (which reads os.environ on
-        # every call): None until an SDK is set.
-        provider = getattr(_api, "_TRACER_PROVIDER", _LOOK_UP)
-        if provider is None and not _FROM_ENVIRONMENT:
-            return None
-        if provider is None or provider is _LOOK_UP:
-            provider = _api.get_tracer_provider()
-    if provider is not _Chosen.provider:
-        no_sdk = type(provider).__name__ in _NO_SDK
-        _Chosen.tracer = None if no_sdk else provider.get_tracer(TRACER_NAME)
-        _Chosen.provider = provider
-    return _Chosen.tracer
+    _CHOSEN.use(provider)
 
 
 def annotate(

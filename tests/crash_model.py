@@ -18,6 +18,7 @@ from crash_writer import invocation
 from relay.errors import CorruptStateError
 from relay.protocol import STARTED_WINDOW_MS
 from relay.store import RelayStore, RunState
+from relay.store.backend import RunSync
 from relay.store.rules import runs as run_rules
 from relay.store.store import TURN_MEMORY_MS
 
@@ -231,16 +232,8 @@ class Model:
         ordered = sorted(live, key=lambda run: run.session_id)
         cutoff = max(now_ms - retention_ms, 0)
         forget_before = max(now_ms - max(TURN_MEMORY_MS, retention_ms), 0)
-        owned = run_rules.sync(
-            self.runs,
-            self.forgotten,
-            owner,
-            ordered,
-            now_ms,
-            now_ms + lease_ms,
-            cutoff,
-            forget_before,
-        )
+        sync = RunSync(owner, tuple(ordered), now_ms, now_ms + lease_ms, cutoff, forget_before)
+        owned = run_rules.sync(self.runs, self.forgotten, sync)
         revisions = self._allocate_revisions(answer, len(owned), now_ms) if owned else []
         return {"runs": [asdict(run) for run in owned], "revisions": revisions}
 

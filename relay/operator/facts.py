@@ -2,7 +2,8 @@
 
 The page (`relay.operator.page`) renders this document and `…/relay/operator.json` serves it as
 it is. Everything comes through the public `RelayStore` methods and the running publisher; the
-key is read only to compute its public fingerprint (`relay.cli.status.key_state`).
+key is read only to compute its public fingerprint (`relay.cli.status.key_state`). The backlog
+is counted in the store (`RelayStore.backlog`), so 100,000 ledger entries cost what ten do.
 
 A page left open, or many operators at once, must not load the database: one gather serves every
 request for `REFRESH_S` seconds, and requests that arrive while one runs wait for it instead of
@@ -13,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from relay.cli.status import key_state, replicas
+from relay.cli.status import key_state
 from relay.errors import RelayError
+from relay.store import RunState, Waiting
+from relay.store.fleet import FleetMember
 from relay.store.sql import migrate
 
 if TYPE_CHECKING:
@@ -28,6 +31,9 @@ if TYPE_CHECKING:
 REFRESH_S = 5.0
 # Rows shown at most; the document says how many more there were.
 MAX_REPLICAS = 200
+# A replica gone (no longer live) is listed this long after it was last seen; older ones are
+# only counted (the store forgets them after a day).
+RECENTLY_MS = 3600 * 1000
 VERSION = 1
 
 
@@ -65,9 +71,9 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
         document["schema"] = {"revision": revision, "head": head, "at_head": revision == head}
     config = await store.load_config()
     publisher = service.current()
-    ledger = await store.started_ledger()
+    # Counts, not rows: the ledger can hold 100,000 entries (`RelayStore.backlog`).
+    backlog = await store.backlog()
     leases = await store.presence_leases()
-    outbox = await store.pending_deleted()
     runs = await store.run_states()
     if config is not None:
         encrypted, fingerprint = await key_state(store, config.key_ref)
@@ -80,11 +86,9 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
             "generation": config.generation,
         }
         identities = await store.identities()
-        scopes = {scope.profile_id: scope for scope in ledger}
         for name, grant in config.profiles.items():
-            scope = scopes.get(grant.profile_id)
-            unsent = [entry for entry in (scope.entries if scope else ()) if not entry.sent]
-            queued = [view for view in outbox if view.profile == name]
+            unsent = backlog.unsent.get(grant.profile_id)
+            queued = backlog.deleted.get(name)
             live = [lease for lease in leases if lease.profile == name]
             why = None
             if identities.get(name) != grant.identity:
@@ -109,43 +113,92 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
                     "presence_leases": sum(
                         lease.active and lease.expires_at > now_ms for lease in live
                     ),
-                    "announcements_unsent": len(unsent),
+                    "announcements_unsent": 0 if unsent is None else unsent.count,
                     "announcements_oldest_age_s": _age_s(
-                        now_ms, min((entry.started_at for entry in unsent), default=None)
+                        now_ms, None if unsent is None else unsent.oldest
                     ),
-                    "outbox_depth": len(queued),
+                    "outbox_depth": 0 if queued is None else queued.count,
                     "outbox_oldest_age_s": _age_s(
-                        now_ms, min((view.through for view in queued), default=None)
+                        now_ms, None if queued is None else queued.oldest
                     ),
                 }
             )
-    claims = [
-        (entry.claimed_by, entry.claimed_until)
-        for scope in ledger
-        for entry in scope.entries
-        if not entry.sent and entry.claimed_by and entry.claimed_until
-    ]
-    found = replicas(runs, claims, now_ms)
-    own = service.owner
-    for row in found:
-        row["this_replica"] = row["owner"] == own
-    if not any(row["this_replica"] for row in found):
-        found.insert(
-            0,
-            {
-                "owner": own,
-                "runs": 0,
-                "claims": 0,
-                "lease_until": None,
-                "alive": True,
-                "this_replica": True,
-            },
-        )
-    for row in found:
-        row.update(_loop_of(service) if row["this_replica"] else {"last_pass": None})
+    members = await store.fleet()
+    found, earlier = _replicas(service, runs, backlog.claims, members, now_ms)
     fleet = document["fleet"]
+    fleet["source"] = "fleet" if members else "leases"
     fleet["replicas"] = found[:MAX_REPLICAS]
     fleet["more"] = max(len(found) - MAX_REPLICAS, 0)
+    fleet["gone_earlier"] = earlier
+
+
+def _replicas(
+    service: RelayService,
+    runs: list[RunState],
+    claims: Mapping[str, Waiting],
+    members: list[FleetMember],
+    now_ms: int,
+) -> tuple[list[dict[str, Any]], int]:
+    """Every replica the store knows of, by owner: what it holds (runs, claimed announcements),
+    what it recorded of itself (the fleet), and for this one what its loop knows; and how many
+    gone replicas were last seen before `RECENTLY_MS`."""
+    own = service.owner
+    rows: dict[str, dict[str, Any]] = {}
+
+    def row(owner: str) -> dict[str, Any]:
+        return rows.setdefault(
+            owner,
+            {
+                "owner": owner,
+                "this_replica": owner == own,
+                "runs": 0,
+                "claims": 0,
+                "lease_until": 0,
+                "alive": False,
+                "last_pass": None,
+                "backoff_until": None,
+                "backoff_failure": None,
+                "backoff_status": None,
+            },
+        )
+
+    for run in runs:
+        held = row(run.owner)
+        held["runs"] += 1
+        held["lease_until"] = max(held["lease_until"], run.lease_until)
+    for owner, waiting in claims.items():
+        held = row(owner)
+        held["claims"] = waiting.count
+        held["lease_until"] = max(held["lease_until"], waiting.oldest)
+    for held in rows.values():
+        held["alive"] = held["lease_until"] > now_ms
+    earlier = 0
+    for member in members:
+        live = member.live(now_ms)
+        if not live and member.owner not in rows and now_ms - member.seen_at > RECENTLY_MS:
+            earlier += 1
+            continue
+        held = row(member.owner)
+        held.update(
+            {
+                "alive": live or held["alive"],
+                "release": member.version,
+                "schema_head": member.schema_head,
+                "host": member.host,
+                "pid": member.pid,
+                "started_at": member.started_at,
+                "seen_at": member.seen_at,
+                "last_pass": None
+                if member.pass_at is None
+                else {"at": member.pass_at, "outcome": member.pass_outcome},
+                "backoff_until": member.backoff_until,
+                "backoff_failure": member.backoff_class,
+            }
+        )
+    mine = row(own)
+    mine["alive"] = True
+    mine.update(_loop_of(service))
+    return [rows[owner] for owner in sorted(rows)], earlier
 
 
 def _loop_of(service: RelayService) -> dict[str, Any]:
@@ -157,10 +210,21 @@ def _loop_of(service: RelayService) -> dict[str, Any]:
     return {
         "publishing": not loop.stopped,
         "last_pass": None
-        if loop.last_success is None
-        else {"at": int(loop.last_success * 1000), "outcome": "ok"},
+        if loop.last_pass is None
+        else {"at": int(loop.last_pass * 1000), "outcome": loop.last_outcome},
+        "last_success": None if loop.last_success is None else int(loop.last_success * 1000),
         "failures": loop.failures,
         "backoff_until": None if loop.backoff_until is None else int(loop.backoff_until * 1000),
+        "ring": [
+            {
+                "at": int(one.at * 1000),
+                "outcome": one.outcome,
+                "backoff_until": None
+                if one.backoff_until is None
+                else int(one.backoff_until * 1000),
+            }
+            for one in publisher.recent_passes()
+        ],
         "backoff_failure": loop.last_failure,
         "backoff_status": loop.last_failure_status,
     }

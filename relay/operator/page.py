@@ -42,7 +42,7 @@ code{font:12px ui-monospace,monospace}
 white-space:nowrap}
 .pill.ok{background:#e3f6ea;color:#0f5a2c}.pill.warn{background:#fff4dc;color:#6b4700}
 .pill.bad{background:#fde6e6;color:#8a1111}.pill.off{background:#eceff2;color:#4a5360}
-.why{color:#8a1111;font-size:12px}
+.why{color:#8a1111;font-size:12px}.bad{color:#8a1111}
 .muted{color:#7a828d}.small{font-size:12px}.nowrap{white-space:nowrap}
 svg.strip{display:block}
 svg.strip .bg{fill:#f0f2f5}
@@ -83,7 +83,7 @@ def _when(at_ms: int | None, now_ms: int) -> str:
 
 def _relative(delta_ms: int) -> str:
     seconds = abs(delta_ms) / 1000
-    if seconds < 90:
+    if seconds < 120:
         text = f"{seconds:.0f} s"
     elif seconds < 5400:
         text = f"{seconds / 60:.0f} min"
@@ -149,15 +149,25 @@ def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
 
 def failure(row: Mapping[str, Any]) -> str:
     """What made a replica back off, in an operator's words, with the failure's class."""
+    return f"{_said(row)} ({row.get('backoff_failure')})"
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _said(row: Mapping[str, Any]) -> str:
     kind = row.get("backoff_failure")
     status = row.get("backoff_status")
     if isinstance(status, int):
-        return f"the relay answered HTTP {status} ({kind})"
+        return f"the relay answered HTTP {status}"
     if kind in ("RelayUnreachableError", "RelayTimeoutError"):
-        return f"the relay could not be reached ({kind})"
+        return "the relay could not be reached"
     if isinstance(kind, str) and kind.startswith("Store"):
-        return f"the store did not answer ({kind})"
-    return f"{kind}"
+        return "the store did not answer"
+    if kind == "RelayHttpError":
+        return "the relay answered with an error"
+    return "a failure in the pass"
 
 
 def _worse(level: str, other: str) -> str:
@@ -214,42 +224,46 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
     rows = []
     striped = any("ring" in row for row in fleet["replicas"])
     for row in fleet["replicas"]:
-        if not row["alive"]:
-            state = _pill("off", "gone")
-        elif _backing_off(row, now_ms):
-            state = _pill("warn", "backing off")
-        else:
-            state = _pill("ok", "live")
-        name = _t(row["owner"]) + (' <span class="muted">(this one)</span>' * row["this_replica"])
-        last = row.get("last_pass")
-        backoff = ""
-        if _backing_off(row, now_ms):
-            backoff = f"{_t(failure(row))}; retries {_when(row['backoff_until'], now_ms)}"
         cells = [
-            f"<td>{state}</td>",
-            f"<td><code>{name}</code></td>",
-            f"<td>{_t(row.get('release', ''))}</td>",
-            f"<td>{_when(last['at'], now_ms) if last else _unknown(row)}</td>",
-            f"<td>{backoff}</td>",
+            f"<td>{_state(row, now_ms)}</td>",
+            f"<td>{_who(row, now_ms)}</td>",
+            f"<td>{_release(row)}</td>",
+            f"<td>{_last_pass(row, now_ms)}</td>",
+            f"<td>{_backoff(row, now_ms)}</td>",
             f'<td class="n">{_t(row["runs"])}</td>',
             f'<td class="n">{_t(row["claims"])}</td>',
         ]
         if striped:
-            cells.append(f"<td>{strip(row.get('ring', []), now_ms)}</td>")
+            # The passes are kept in each replica's memory: its own page draws them.
+            passes = (
+                strip(row["ring"], now_ms)
+                if "ring" in row
+                else '<span class="muted small">on its own page</span>'
+            )
+            cells.append(f"<td>{passes}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     headings = [
         "State",
         "Replica",
         "Release",
-        "Last good pass",
+        "Last pass",
         "Backing off because",
         "Sessions it publishes",
         "Announcements it holds",
     ]
     if striped:
-        headings.append("Passes, last hour")
-    more = fleet.get("more", 0)
-    extra = f'<p class="muted">and {_t(more)} more</p>' if more else ""
+        headings.append("Passes in the last hour (now at the right)")
+    notes = []
+    if fleet.get("more"):
+        notes.append(f"and {_t(fleet['more'])} more")
+    if fleet.get("gone_earlier"):
+        notes.append(f"{_t(fleet['gone_earlier'])} gone more than an hour ago, not listed")
+    if fleet.get("source") != "fleet":
+        notes.append(
+            "replicas known from the leases they hold: this store keeps no fleet record "
+            "(run `talaria-relay migrate`), so another replica's last pass is not known"
+        )
+    extra = "".join(f'<p class="muted">{note}</p>' for note in notes)
     legend = (
         '<p class="legend muted"><span><i class="ok"></i>ok</span>'
         '<span><i class="failed"></i>failed</span>'
@@ -257,35 +271,97 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
         if striped
         else ""
     )
-    source = (
-        ""
-        if fleet.get("source") == "fleet"
-        else '<p class="muted">Replicas known from the leases they hold; another replica\'s '
-        "last pass is not recorded in the store yet.</p>"
+    return f"<h2>Replicas</h2>{_table(headings, rows)}{legend}{extra}"
+
+
+def _state(row: Mapping[str, Any], now_ms: int) -> str:
+    if not row["alive"]:
+        return _pill("off", "gone")
+    if _backing_off(row, now_ms):
+        return _pill("warn", "backing off")
+    return _pill("ok", "live")
+
+
+def _who(row: Mapping[str, Any], now_ms: int) -> str:
+    """The owner; where it runs and since when; `this one` for the replica serving the page."""
+    lines = [f'<code class="nowrap">{_t(row["owner"])}</code>']
+    if row["this_replica"]:
+        lines.append('<span class="muted small">(this one)</span>')
+    if "host" in row:
+        where = f"{row['host']} · pid {row['pid']}"
+        lines.append(f'<span class="muted small nowrap">{_t(where)}</span>')
+    if "started_at" in row and row["alive"]:
+        up = _relative(row["started_at"] - now_ms).removesuffix(" ago")
+        lines.append(f'<span class="muted small">up {_t(up)}</span>')
+    elif "seen_at" in row and not row["alive"]:
+        lines.append(f'<span class="muted small">last seen {_when(row["seen_at"], now_ms)}</span>')
+    return "<br>".join(lines)
+
+
+def _release(row: Mapping[str, Any]) -> str:
+    if "release" not in row:
+        return _unknown(row)
+    head = f'<br><span class="muted small nowrap">schema {_t(row["schema_head"])}</span>'
+    return f"{_t(row['release'])}{head}"
+
+
+def _last_pass(row: Mapping[str, Any], now_ms: int) -> str:
+    last = row.get("last_pass")
+    if not last:
+        # A fleet row carries the pass before the one it was written in: a replica's first.
+        recorded = "release" in row
+        return _unknown(row) if not recorded else '<span class="muted">none recorded yet</span>'
+    outcome = last.get("outcome") or ""
+    said = {"ok": "ok", "backoff": "failed", "stopped": "stopped for good"}.get(outcome, outcome)
+    kind = "" if outcome == "ok" else " bad"
+    return f'{_when(last["at"], now_ms)}<br><span class="small{kind}">{_t(said)}</span>'
+
+
+def _backoff(row: Mapping[str, Any], now_ms: int) -> str:
+    if not _backing_off(row, now_ms):
+        return ""
+    return (
+        f'{_t(_sentence(_said(row)))}<div class="muted small">'
+        f"{_t(row.get('backoff_failure'))} · retries "
+        f"{_when(row['backoff_until'], now_ms)}</div>"
     )
-    return f"<h2>Replicas</h2>{_table(headings, rows)}{extra}{legend}{source}"
 
 
 def _unknown(row: Mapping[str, Any]) -> str:
-    return "" if row["this_replica"] else '<span class="muted nowrap">not recorded</span>'
+    return '<span class="muted nowrap">not recorded</span>'
 
 
-def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 180) -> str:
-    """The replica's passes over the last hour: one tick per pass, coloured by outcome."""
+def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 240) -> str:
+    """The replica's passes over the last hour, now at the right: a tick per pass (green ok,
+    red failed) and an amber band over each backoff."""
     start = now_ms - STRIP_S * 1000
-    ticks = []
+
+    def x(at: int) -> int:
+        return max(0, min((at - start) * width // (STRIP_S * 1000), width - 2))
+
+    bands, ticks = [], []
+    ok = failed = 0
     for one in ring:
-        at = one.get("at")
-        outcome = one.get("outcome")
-        if not isinstance(at, int) or at < start or outcome not in ("ok", "failed", "backoff"):
+        at, outcome, until = one.get("at"), one.get("outcome"), one.get("backoff_until")
+        if not isinstance(at, int) or at < start or outcome not in ("ok", "failed"):
             continue
-        x = min((at - start) * (width - 3) // (STRIP_S * 1000), width - 3)
-        ticks.append(f'<rect class="{outcome}" x="{x}" y="2" width="3" height="14"></rect>')
-    label = f"{len(ticks)} passes in the last hour"
+        if outcome == "ok":
+            ok += 1
+        else:
+            failed += 1
+        if isinstance(until, int) and until > at:
+            left, right = x(at), x(min(until, now_ms))
+            bands.append(
+                f'<rect class="backoff" x="{left}" y="5" width="{max(right - left, 2)}" '
+                'height="10"></rect>'
+            )
+        ticks.append(f'<rect class="{outcome}" x="{x(at)}" y="2" width="2" height="16"></rect>')
+    label = f"last hour: {ok} passes ok, {failed} failed"
     return (
-        f'<svg class="strip" width="{width}" height="18" viewBox="0 0 {width} 18" role="img">'
-        f'<title>{_t(label)}</title><rect class="bg" x="0" y="0" width="{width}" height="18">'
-        f"</rect>{''.join(ticks)}</svg>"
+        f'<svg class="strip" width="{width}" height="20" viewBox="0 0 {width} 20" role="img">'
+        f'<title>{_t(label)}</title><rect class="bg" x="0" y="0" width="{width}" height="20">'
+        f"</rect>{''.join(bands)}{''.join(ticks)}</svg>"
+        f'<div class="muted small">{_t(label.removeprefix("last hour: "))}</div>'
     )
 
 

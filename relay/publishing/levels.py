@@ -1,7 +1,8 @@
 """The store's backlog as metrics: the deleted outbox's depth and the started ledger's unsent.
 
-Both are store reads, so they are taken only while an SDK records metrics (`relay.metrics`),
-and at most every `SAMPLE_S` seconds: a steady replica pays nothing for them without one.
+Both come from one store read (`RelayStore.backlog`, counts made in the store), taken only while
+an SDK records metrics (`relay.metrics`) and at most every `SAMPLE_S` seconds: a steady replica
+pays nothing for them without one, and a large ledger costs no more than a small one.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from typing import Protocol
 
 from relay import metrics
 from relay.errors import RelayError
-from relay.store.contract import DeletedOutbox, StartedLedger
+from relay.store.contract import Backlogs
 
 SAMPLE_S = 10.0
 
 
-class Backlog(DeletedOutbox, StartedLedger, Protocol):
-    """The two aggregates whose backlog is sampled."""
+class Backlog(Backlogs, Protocol):
+    """The store read the backlog is sampled with."""
 
 
 class Levels:
@@ -36,12 +37,9 @@ class Levels:
             return
         self._next = now + SAMPLE_S
         try:
-            depth = len(await self._store.pending_deleted())
-            unsent = sum(
-                not entry.sent
-                for scope in await self._store.started_ledger()
-                for entry in scope.entries
-            )
+            found = await self._store.backlog()
+            depth = sum(waiting.count for waiting in found.deleted.values())
+            unsent = sum(waiting.count for waiting in found.unsent.values())
         except RelayError:
             return  # the pass has already published; a failed sample waits for the next one
         self._outbox.set(depth)

@@ -12,6 +12,7 @@ sooner, or a busy app would retry at its own event rate; only `stop()` ends a ba
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import math
 import time
@@ -30,6 +31,18 @@ Poll = Callable[[], Awaitable[float | None]]
 
 # No wait is longer: not the backoff, not what a relay's Retry-After asks for.
 MAX_DELAY_S = 300.0
+# Passes remembered for the operator page's strip: an hour of a busy replica, a few KiB.
+RECENT_PASSES = 720
+
+
+@dataclass(frozen=True, slots=True)
+class PassRecord:
+    """One finished pass: when it ended (Unix seconds), `ok` or `failed`, and the backoff it
+    started (until when), if any."""
+
+    at: float
+    outcome: str
+    backoff_until: float | None = None
 
 
 def backoff_delay(failures: int, uniform: Callable[[float, float], float]) -> float:
@@ -112,10 +125,15 @@ class PassLoop:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._passing = asyncio.Lock()
+        self._recent: collections.deque[PassRecord] = collections.deque(maxlen=RECENT_PASSES)
 
     @property
     def running(self) -> bool:
         return self._task is not None
+
+    def recent(self) -> tuple[PassRecord, ...]:
+        """The last passes, oldest first (at most `RECENT_PASSES`)."""
+        return tuple(self._recent)
 
     def health(self) -> LoopHealth:
         return LoopHealth(
@@ -176,12 +194,14 @@ class PassLoop:
                     delay = await self._attempt()
                 return delay
             finally:
+                outcome = "ok" if delay is None and not self.stopped else "failed"
+                until = None if delay is None else self._backoff_until
+                self._recent.append(PassRecord(self._clock(), outcome, until))
                 self._last_pass = self._clock()
                 self._last_outcome = (
                     "stopped" if self.stopped else "ok" if delay is None else "backoff"
                 )
                 if (found := metrics.current()) is not None:
-                    outcome = "ok" if delay is None and not self.stopped else "failed"
                     found.pass_duration.record(time.perf_counter() - start, {"outcome": outcome})
                 self._finished += 1
                 async with self._progress:

@@ -52,12 +52,21 @@ from relay.publishing.fleet import FleetRow
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
 from relay.publishing.levels import Backlog, Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
-from relay.publishing.loop import LoopHealth, PassLoop
+from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
 from relay.publishing.states import Terminal
 from relay.store import ProfileGrant, RelayConfig
-from relay.store.contract import Fleet, LeaseWatch, Passes, Registration, Revisions, RunStates
+from relay.store.contract import (
+    DeletedOutbox,
+    Fleet,
+    LeaseWatch,
+    Passes,
+    Registration,
+    Revisions,
+    RunStates,
+    StartedLedger,
+)
 from relay.store.fleet import FleetMember
 from relay.store.records import PassRows, PassView
 
@@ -75,7 +84,16 @@ class Accepted:
 
 
 class PublisherStore(
-    Registration, Revisions, RunStates, LeaseWatch, Passes, Fleet, Backlog, Protocol
+    Registration,
+    Revisions,
+    StartedLedger,
+    DeletedOutbox,
+    RunStates,
+    LeaseWatch,
+    Passes,
+    Fleet,
+    Backlog,
+    Protocol,
 ):
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
 
@@ -244,6 +262,10 @@ class RelayPublisher:
         now_ms = self._leases.now_ms()
         with contextlib.suppress(RelayError):  # it stops counting when its lease ends anyway
             await self._store.record_member(self._fleet_row.at(now_ms, now_ms, self._loop.health()))
+
+    def recent_passes(self) -> tuple[PassRecord, ...]:
+        """This publisher's last passes, for the operator page's strip."""
+        return self._loop.recent()
 
     def health(self) -> LoopHealth:
         """Consecutive failures, the last successful pass and the backoff, from the loop."""

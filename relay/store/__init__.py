@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from relay.store.contract import RelayStore
 from relay.store.records import (
+    Backlog,
     DeletedScope,
     DeletedView,
     PresenceLease,
@@ -24,10 +24,12 @@ from relay.store.records import (
     StartedEntry,
     StartedScope,
     StateBatch,
+    Waiting,
 )
 from relay.store.url import StoreTarget, require_directory, resolve
 
 __all__ = [
+    "Backlog",
     "DeletedScope",
     "DeletedView",
     "PresenceLease",
@@ -39,6 +41,7 @@ __all__ = [
     "StartedScope",
     "StateBatch",
     "StoreTarget",
+    "Waiting",
     "open_store",
     "resolve",
 ]
@@ -81,12 +84,7 @@ class _Opening:
         self._store = await _open(self._url, self._profile_home)
         return self._store
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._store is not None:
             await self._store.close()
 

@@ -13,17 +13,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from relay.store import records
 from relay.store.fleet import FleetMember
-from relay.store.records import (
-    DeletedScope,
-    DeletedView,
-    PresenceLease,
-    RelayConfig,
-    RunState,
-    StartedEntry,
-    StartedScope,
-    StateBatch,
-)
 
 # (ref, stored PEM) -> the PEM to store instead; raising leaves every key as it was.
 Rekeyed = Callable[[str, str], str]
@@ -66,7 +57,7 @@ class Deletion:
     """Queue `new` (its id freshly minted), or update the entry already queued for its
     (session, profile): its `through` rises to `new.through` only while `session_live`."""
 
-    new: DeletedView
+    new: records.DeletedView
     session_live: bool
 
 
@@ -76,7 +67,7 @@ class Binding:
 
     profile: str
     identity: str
-    scope: DeletedScope
+    scope: records.DeletedScope
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +75,7 @@ class PresenceUpdate:
     """Apply `lease` (expires_at and updated_at set) if its seq is above the stored one; forget
     entries `fence_ms` after their lease ends; past `max_tabs`, evict the least recently updated."""
 
-    lease: PresenceLease
+    lease: records.PresenceLease
     fence_ms: int
     max_tabs: int
 
@@ -97,7 +88,7 @@ class RunSync:
     `forget_before`), and mark the owned rows as being sent."""
 
     owner: str
-    live: tuple[RunState, ...]
+    live: tuple[records.RunState, ...]
     now_ms: int
     until: int
     cutoff: int
@@ -152,9 +143,11 @@ class Backend(Protocol):
 
     # ── registration and keys ─────────────────────────────────────────────────
 
-    async def load_config(self) -> RelayConfig | None: ...
+    async def load_config(self) -> records.RelayConfig | None: ...
 
-    async def save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
+    async def save_config(
+        self, config: records.RelayConfig, expected_generation: int | None
+    ) -> None:
         """`InvalidInputError` if its key is not saved; `StaleConfigError` if raced."""
         ...
 
@@ -210,19 +203,23 @@ class Backend(Protocol):
 
     async def record_started(self, sightings: Sightings) -> None: ...
 
-    async def claim_started(self, request: StartedClaim) -> list[StartedEntry]: ...
+    async def claim_started(self, request: StartedClaim) -> list[records.StartedEntry]: ...
 
-    async def started_ledger(self) -> list[StartedScope]: ...
+    async def started_ledger(self) -> list[records.StartedScope]: ...
 
     # ── deleted outbox ────────────────────────────────────────────────────────
 
-    async def enqueue_deleted(self, deletion: Deletion) -> DeletedView: ...
+    async def enqueue_deleted(self, deletion: Deletion) -> records.DeletedView: ...
 
     async def bind_deleted(self, binding: Binding) -> int: ...
 
-    async def pending_deleted(self) -> list[DeletedView]: ...
+    async def pending_deleted(self) -> list[records.DeletedView]: ...
 
-    async def claim_deleted(self, claim: Claim) -> list[DeletedView]: ...
+    async def backlog(self) -> records.Backlog:
+        """The work waiting (`RelayStore.backlog`), by aggregate reads."""
+        ...
+
+    async def claim_deleted(self, claim: Claim) -> list[records.DeletedView]: ...
 
     async def ack_deleted(self, view_id: str, through: int) -> bool: ...
 
@@ -232,7 +229,7 @@ class Backend(Protocol):
 
     async def presence_active(self, profile: str, now_ms: int) -> bool: ...
 
-    async def presence_leases(self) -> list[PresenceLease]: ...
+    async def presence_leases(self) -> list[records.PresenceLease]: ...
 
     # ── runs and passes ───────────────────────────────────────────────────────
 
@@ -246,11 +243,11 @@ class Backend(Protocol):
 
     async def retire_runs(self, owner: str, now_ms: int) -> None: ...
 
-    async def run_states(self) -> list[RunState]: ...
+    async def run_states(self) -> list[records.RunState]: ...
 
     async def pass_view(self, query: ViewQuery) -> Reading: ...
 
-    async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
+    async def pass_write(self, sync: RunSync) -> tuple[list[records.RunState], int] | None:
         """The sync, then raise the revision floor as `allocate_revisions(len(rows))` would (not
         at all for no rows): (the owned rows, the floor after). None when that would pass
         2^53-1, and then nothing changes."""
@@ -266,4 +263,4 @@ class Backend(Protocol):
 
     # ── transfer ──────────────────────────────────────────────────────────────
 
-    async def merge_state(self, batch: StateBatch) -> None: ...
+    async def merge_state(self, batch: records.StateBatch) -> None: ...

@@ -25,7 +25,7 @@ def text(kind: str, value: object, limit: int = MAX_TEXT) -> str:
     """A non-empty string of at most `limit` characters, without NUL or lone surrogates."""
     if type(value) is not str or not 0 < len(value) <= limit:
         raise InvalidInputError(f"{kind} must be a non-empty string of at most {limit} characters")
-    if "\x00" in value or (not value.isascii() and not _encodable(value)):
+    if not storable(value):
         raise InvalidInputError(f"{kind} must not contain NUL or unpaired surrogates")
     return value
 
@@ -34,7 +34,12 @@ def optional_text(kind: str, value: object, limit: int = MAX_TEXT) -> str | None
     return None if value is None else text(kind, value, limit)
 
 
-def _encodable(value: str) -> bool:
+def storable(value: str) -> bool:
+    """Whether `value` has no NUL and no lone surrogate (every store, and UTF-8, can keep it)."""
+    if "\x00" in value:
+        return False
+    if value.isascii():
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:

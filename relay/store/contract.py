@@ -12,6 +12,7 @@ from typing import Protocol
 from relay.store.fleet import FleetMember
 from relay.store.keys.keyring import Passphrase
 from relay.store.records import (
+    Backlog,
     DeletedScope,
     DeletedView,
     PassRows,
@@ -329,6 +330,15 @@ class Passes(Protocol):
         ...
 
 
+class Backlogs(Protocol):
+    """The work waiting, counted in the store: bounded reads for the operator page."""
+
+    async def backlog(self) -> Backlog:
+        """Unsent announcements per scope, unacknowledged deletions per profile and claims per
+        owner, each with its oldest; aggregate reads whose answer does not grow with the ledger."""
+        ...
+
+
 class Fleet(Protocol):
     """Every running service as it recorded itself (`relay.store.fleet`)."""
 
@@ -371,6 +381,7 @@ class RelayStore(
     Passes,
     Fleet,
     StateTransfer,
+    Backlogs,
     Protocol,
 ):
     """All relay state."""

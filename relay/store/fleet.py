@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from relay.errors import InvalidInputError
@@ -30,21 +30,6 @@ HEAD_LIMIT = 32
 HOST_LIMIT = 255
 OUTCOME_LIMIT = 32
 CLASS_LIMIT = 64
-# Every field of a row, in the order of the table's columns.
-FIELDS = (
-    "owner",
-    "version",
-    "schema_head",
-    "host",
-    "pid",
-    "started_at",
-    "seen_at",
-    "live_until",
-    "pass_at",
-    "pass_outcome",
-    "backoff_until",
-    "backoff_class",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +89,10 @@ class FleetMember:
         if missing:
             raise InvalidInputError(f"a fleet row lacks {', '.join(missing)}")
         return cls(**{name: found[name] for name in FIELDS if name in found})
+
+
+# Every field of a row, in the order of the table's columns.
+FIELDS = tuple(field.name for field in fields(FleetMember))
 
 
 def this_process(owner: str, schema_head: str, now_ms: int, until: int) -> FleetMember:

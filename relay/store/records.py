@@ -278,6 +278,47 @@ class PassRows:
 
 
 @dataclass(frozen=True, slots=True)
+class Waiting:
+    """How much work of one kind waits: how many, and the oldest's time (ms)."""
+
+    count: int
+    oldest: int
+
+    def __post_init__(self) -> None:
+        try:
+            checks.safe_int("count", self.count, 1)
+            checks.time_ms("oldest", self.oldest)
+        except InvalidInputError as error:
+            raise _fields("Waiting", error) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """The work waiting in the store, counted where it is stored (the operator page).
+
+    `unsent`: per scope (profile_id), announcements not yet sent, the oldest by `started_at`;
+    `deleted`: per profile, deletions not yet acknowledged, the oldest by `through`; `claims`:
+    per owner, unsent announcements it holds a claim on, `oldest` being its latest
+    `claimed_until`. Only non-empty groups appear.
+    """
+
+    unsent: Mapping[str, Waiting] = field(default_factory=dict)
+    deleted: Mapping[str, Waiting] = field(default_factory=dict)
+    claims: Mapping[str, Waiting] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            for kind in ("unsent", "deleted", "claims"):
+                found = checks.mapping(kind, getattr(self, kind), None)
+                for key, waiting in found.items():
+                    checks.text(f"{kind} key", key)
+                    checks.instance(f"{kind} of {key!r}", waiting, Waiting)
+                object.__setattr__(self, kind, MappingProxyType(dict(found)))
+        except InvalidInputError as error:
+            raise _fields("Backlog", error) from None
+
+
+@dataclass(frozen=True, slots=True)
 class PresenceLease:
     """A browser tab's presence: `active` and unexpired mutes alerts for its profile."""
 

@@ -40,6 +40,7 @@ from relay.store.keys.keyring import Keyring, Passphrase, configured_passphrase
 from relay.store.keys.pem import checked_pem, stored_pem
 from relay.store.records import (
     OWNER_LIMIT,
+    Backlog,
     DeletedScope,
     DeletedView,
     PassRows,
@@ -280,6 +281,9 @@ class Store:
 
     async def pending_deleted(self) -> list[DeletedView]:
         return await read("deleted outbox", self._backend.pending_deleted())
+
+    async def backlog(self) -> Backlog:
+        return await read("backlog", self._backend.backlog())
 
     async def claim_deleted(
         self, owner: str, now_ms: int, lease_ms: int, limit: int | None = None

@@ -32,7 +32,6 @@ import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from math import isfinite
-from types import TracebackType
 from typing import Any, TypeVar
 
 from relay.errors import InvalidInputError, RelayError, ServiceStoppedError
@@ -182,12 +181,7 @@ class ThreadedRelayService:
         self.start()
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _runtime_here(self) -> Runtime:

@@ -92,6 +92,12 @@ def test_the_page_shows_the_fleet_profiles_and_registration(
         fleet = rows.all_inner_texts()
         assert [row.split("\t")[1].split("/")[0] for row in fleet] == ["web-1", "web-2", "web-3"]
         assert "backing off" in fleet[0]
+        assert "The relay answered HTTP 503" in fleet[0]
+        # What each replica recorded of itself (the fleet): its release, host and uptime.
+        for row in fleet:
+            assert "schema " in row
+            assert "pid " in row
+            assert "up " in row
         profiles = page.locator("h2:has-text('Profiles') + table tbody tr").all_inner_texts()
         assert len(profiles) == 2
         assert any(HOSTILE_PROFILE in row for row in profiles)

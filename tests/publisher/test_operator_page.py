@@ -21,7 +21,8 @@ from threaded_support import RelayThread, relay_thread
 from relay import asgi, wsgi
 from relay.operator import facts, page
 from relay.routes import Caller, Operator
-from relay.store import RelayStore
+from relay.store import RelayStore, open_store
+from relay.store.fleet import FleetMember
 from relay.testing import MemoryHost
 from relay.threaded import ThreadedRelayService
 
@@ -269,3 +270,108 @@ def test_wsgi_refuses_and_serves_as_asgi_does(threaded: ThreadedRelayService) ->
         data = client.get(path + ".json", headers=OPERATOR).json()
         assert data["registration"]["publisher_id"] == "https://wsgi.example"
         secured(client.get(path + ".json"))
+
+
+async def test_this_replicas_passes_feed_the_strip(store: RelayStore) -> None:
+    """Two good passes and a 503 are three ring entries (the last with its backoff's end); the
+    strip draws a tick for each, a band for the backoff, and counts them in its title."""
+    async with relay_env(store) as env:
+        await paired(env)
+        env.clock.advance(60)
+        assert await env.publish() is None
+        env.relay.inject("snapshot", 503)
+        env.clock.advance(60)
+        assert await env.publish() == 5.0
+        document = await facts.gather(env.service, env.clock())
+        (replica,) = document["fleet"]["replicas"]
+        ring = replica["ring"]
+        assert [one["outcome"] for one in ring] == ["ok", "ok", "failed"]
+        assert ring[-1]["backoff_until"] == ring[-1]["at"] + 5000
+        svg = page.strip(ring, document["generated_at"])
+        assert svg.count('class="ok"') == 2
+        assert svg.count('class="failed"') == 1
+        assert svg.count('class="backoff"') == 1
+        assert "2 passes ok, 1 failed" in svg
+        old = [{"at": document["generated_at"] - 2 * page.STRIP_S * 1000, "outcome": "ok"}]
+        assert 'class="ok"' not in page.strip(old, document["generated_at"])
+
+
+async def test_the_backlog_is_shown_per_profile_with_its_oldest_age(store: RelayStore) -> None:
+    """An announcement not yet sent and a deletion not yet acknowledged show on their profile,
+    each with the age of the oldest; the page lists them."""
+    async with relay_env(store) as env:
+        await paired(env)
+        now_ms = int(env.clock() * 1000)
+        scope = await env.profile_id()
+        await store.record_started_scopes({scope: [("later", now_ms + 1)]}, now_ms + 1)
+        await store.enqueue_deleted(
+            "gone", "default", now_ms, session_live=False, identity=None, scope=None
+        )
+        env.clock.advance(90)
+        document = await facts.gather(env.service, env.clock())
+        (profile,) = document["profiles"]
+        assert profile["announcements_unsent"] == 1
+        assert profile["announcements_oldest_age_s"] == 90.0
+        assert profile["outbox_depth"] == 1
+        assert profile["outbox_oldest_age_s"] == 90.0
+        assert "oldest 90 s" in page.render(document)
+
+
+@on("postgres")
+async def test_a_store_password_is_never_shown(store_url: str) -> None:
+    """A store URL with a password: the page and its JSON name the store without it."""
+    url = store_url.replace("postgres@", "postgres:hunter2-secret@", 1)
+    assert "hunter2-secret" in url
+    async with open_store(url) as store, relay_env(store) as env, web(env) as client:
+        await paired(env)
+        html = await client.get("/api/talaria/relay/operator", headers=OPERATOR)
+        data = await client.get("/api/talaria/relay/operator.json", headers=OPERATOR)
+        assert "127.0.0.1" in data.json()["store"]["url"]
+        for text in (html.text, data.text):
+            assert "hunter2" not in text
+
+
+async def test_the_fleet_record_names_each_replica_and_the_recently_gone(
+    store: RelayStore,
+) -> None:
+    """Replicas from the fleet record: one live and backing off (its release, host, failure
+    class), one gone 10 min ago (listed, `gone`), one gone 2 h ago (only counted)."""
+    async with relay_env(store) as env:
+        await paired(env)
+        now = int(env.clock() * 1000)
+
+        def member(owner: str, seen: int, **more: Any) -> FleetMember:
+            return FleetMember(
+                owner, "9.9.9", "0008", "host-b", 42, now - 600_000, seen, seen + 20_000, **more
+            )
+
+        await store.record_member(
+            member(
+                "web-2/aaaaaaaaaaaa",
+                now,
+                pass_at=now - 1_000,
+                pass_outcome="backoff",  # noqa: S106 - an outcome, not a password
+                backoff_until=now + 30_000,
+                backoff_class="RelayUnreachableError",
+            )
+        )
+        await store.record_member(member("web-3/bbbbbbbbbbbb", now - 600_000))
+        await store.record_member(member("web-4/cccccccccccc", now - 7_200_000))
+        document = await facts.gather(env.service, env.clock())
+        fleet = document["fleet"]
+        assert fleet["source"] == "fleet"
+        assert fleet["gone_earlier"] == 1
+        rows = {row["owner"]: row for row in fleet["replicas"]}
+        assert "web-4/cccccccccccc" not in rows
+        backing = rows["web-2/aaaaaaaaaaaa"]
+        assert (backing["release"], backing["host"], backing["alive"]) == ("9.9.9", "host-b", True)
+        assert backing["backoff_failure"] == "RelayUnreachableError"
+        assert rows["web-3/bbbbbbbbbbbb"]["alive"] is False
+        assert rows[env.service.owner]["this_replica"] is True
+        html = page.render(document)
+        assert "The relay could not be reached" in html
+        assert "1 gone more than an hour ago" in html
+        assert html.count('class="pill off">gone<') == 1
+        level, line, _ = page.verdict(document)
+        assert level == "warn"
+        assert "2 replicas live (1 backing off)" in line

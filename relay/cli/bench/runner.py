@@ -105,21 +105,21 @@ class Scratch:
         url = self.target.sqlalchemy_url
         admin = pgbench.libpq_dsn(url.render_as_string(hide_password=False))
         name = f"talaria_bench_{label}_{uuid.uuid4().hex[:8]}"
-        conn = await asyncpg.connect(admin, timeout=10)
-        try:
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
+
+        async def as_admin(statement: str) -> None:
+            conn = await asyncpg.connect(admin, timeout=10)
+            try:
+                await conn.execute(statement)
+            finally:
+                await conn.close()
+
+        await as_admin(f'CREATE DATABASE "{name}"')
         try:
             address = url.set(database=name).render_as_string(hide_password=False)
             await migrate.upgrade(resolve(address))
             yield address
         finally:
-            conn = await asyncpg.connect(admin, timeout=10)
-            try:
-                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            finally:
-                await conn.close()
+            await as_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @asynccontextmanager

@@ -15,18 +15,8 @@ from typing import Any, Generic, TypeGuard, TypeVar
 
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.protocol import MAX_SAFE_INTEGER
+from relay.store import records
 from relay.store.checks import is_identity
-from relay.store.records import (
-    CONFIG_VERSION,
-    DeletedScope,
-    DeletedView,
-    PresenceLease,
-    ProfileGrant,
-    RelayConfig,
-    RunState,
-    StartedEntry,
-    StartedScope,
-)
 from relay.store.rules import outbox
 from relay.store.rules import runs as run_rules
 from relay.store.rules.ledger import Ledger, oldest_first
@@ -140,27 +130,27 @@ def _camel(value: Any) -> Any:
     return {re.sub(r"_(\w)", lambda m: m[1].upper(), k): _camel(v) for k, v in value.items()}
 
 
-def parse_config(raw: bytes, generation: int) -> RelayConfig | None:
+def parse_config(raw: bytes, generation: int) -> records.RelayConfig | None:
     data = _json(raw, "relay config is not valid JSON")
     if not isinstance(data, dict):
         raise CorruptStateError("relay config is not a JSON object")
-    if data.get("version") != CONFIG_VERSION:
+    if data.get("version") != records.CONFIG_VERSION:
         return None  # an older registration: the server has to register again
     profiles: Any = data.get("profiles")
     fields: list[Any] = [data.get(k) for k in ("url", "publisher_id", "key_id", "private_key_path")]
     try:
         if isinstance(profiles, dict) and all(isinstance(g, dict) for g in profiles.values()):
             profiles = {
-                name: ProfileGrant(grant.get("identity"), grant.get("profile_id"))
+                name: records.ProfileGrant(grant.get("identity"), grant.get("profile_id"))
                 for name, grant in profiles.items()
             }
         url, publisher_id, key_id, key_ref = fields
-        return RelayConfig(url, publisher_id, key_id, key_ref, profiles, generation)
+        return records.RelayConfig(url, publisher_id, key_id, key_ref, profiles, generation)
     except InvalidInputError as error:
         raise CorruptStateError(str(error)) from None
 
 
-def dump_config(config: RelayConfig) -> str:
+def dump_config(config: records.RelayConfig) -> str:
     # What the Python original wrote, byte for byte, so it can still read the file.
     profiles = {
         n: {"identity": g.identity, "profile_id": g.profile_id} for n, g in config.profiles.items()
@@ -172,7 +162,7 @@ def dump_config(config: RelayConfig) -> str:
             "profiles": profiles,
             "publisher_id": config.publisher_id,
             "url": config.url,
-            "version": CONFIG_VERSION,
+            "version": records.CONFIG_VERSION,
         },
         sort_keys=True,
     )
@@ -193,16 +183,16 @@ def _parse_started(raw: bytes | None) -> Ledger:
         if fields is None or fields[0] in ledger:
             continue
         profile_id, floor, sessions = fields
-        entries: dict[str, StartedEntry] = {}
+        entries: dict[str, records.StartedEntry] = {}
         for session in sessions:
             if (values := _values(session, _ENTRY)) is None or values[0] in entries:
                 continue
             claim = _values(session, _CLAIM) or [None, None]
             # A claim is a lease: one that fails its checks is dropped, not its entry.
-            entry = _record(StartedEntry, profile_id, *values, *claim)
-            if entry := entry or _record(StartedEntry, profile_id, *values):
+            entry = _record(records.StartedEntry, profile_id, *values, *claim)
+            if entry := entry or _record(records.StartedEntry, profile_id, *values):
                 entries[values[0]] = entry
-        scope = _record(StartedScope, profile_id, floor, oldest_first(entries.values()))
+        scope = _record(records.StartedScope, profile_id, floor, oldest_first(entries.values()))
         if scope is not None:
             ledger[profile_id] = scope
     return ledger
@@ -240,14 +230,14 @@ def _parse_deleted(raw: bytes | None) -> Outbox:
     return outbox
 
 
-def _deleted_view(item: Any) -> DeletedView | None:
+def _deleted_view(item: Any) -> records.DeletedView | None:
     if (values := _values(item, _VIEW)) is None:
         return None
     if (scope := item.get("scope")) is None:
-        return _record(DeletedView, *values)
+        return _record(records.DeletedView, *values)
     parts = _values(scope, _SCOPE)
-    bound = None if parts is None else _record(DeletedScope, *parts)
-    return None if bound is None else _record(DeletedView, *values, scope=bound)
+    bound = None if parts is None else _record(records.DeletedScope, *parts)
+    return None if bound is None else _record(records.DeletedView, *values, scope=bound)
 
 
 def _dump_deleted(outbox: Outbox) -> str:
@@ -259,7 +249,7 @@ def _parse_presence(raw: bytes | None) -> Leases:
     leases: Leases = {}
     for item in _member(_json(raw), "leases", list) or ():
         values = _values(item, _LEASE)
-        if values is not None and (lease := _record(PresenceLease, *values)):
+        if values is not None and (lease := _record(records.PresenceLease, *values)):
             leases.setdefault((values[0], values[1]), lease)
     return leases
 
@@ -326,7 +316,7 @@ def _parse_runs(raw: bytes | None) -> run_rules.Runs:
     for item in _member(_json(raw), "runs", list) or ():
         if (values := _values(item, _RUN)) is not None:
             try:
-                run = RunState(*values)
+                run = records.RunState(*values)
             except InvalidInputError:
                 continue
             runs.setdefault(run.session_id, run)

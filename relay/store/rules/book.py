@@ -27,6 +27,7 @@ from relay.store.backend import (
 )
 from relay.store.fleet import FleetMember
 from relay.store.records import (
+    Backlog,
     DeletedView,
     PresenceLease,
     RelayConfig,
@@ -35,6 +36,7 @@ from relay.store.records import (
     StartedScope,
     StateBatch,
 )
+from relay.store.rules import backlog as backlogs
 from relay.store.rules import fleet, ledger, outbox, passes, presence, revisions
 from relay.store.rules import runs as run_rules
 from relay.store.rules.documents import (
@@ -63,14 +65,8 @@ class RulebookBackend:
 
     def __init__(self, documents: Documents) -> None:
         self.documents = documents
-
-    @property
-    def name(self) -> str:
-        return self.documents.name
-
-    @property
-    def display_url(self) -> str:
-        return self.documents.display_url
+        self.name = documents.name
+        self.display_url = documents.display_url
 
     async def schema_revision(self) -> str | None:
         return None  # documents have no schema
@@ -221,14 +217,7 @@ class RulebookBackend:
         await self._edit(work)
 
     async def claim_started(self, request: StartedClaim) -> list[StartedEntry]:
-        c = request.claim
-
-        def work(s: Session) -> list[StartedEntry]:
-            return ledger.advance(
-                s.get(STARTED), request.scopes, c.owner, c.now_ms, c.until, c.limit, request.sent
-            )
-
-        return await self._edit(work)
+        return await self._edit(lambda s: ledger.advance(s.get(STARTED), request))
 
     async def started_ledger(self) -> list[StartedScope]:
         return await self._read(lambda s: ledger.scopes(s.get(STARTED)))
@@ -248,6 +237,9 @@ class RulebookBackend:
 
     async def pending_deleted(self) -> list[DeletedView]:
         return await self._read(lambda s: outbox.pending(s.get(DELETED)))
+
+    async def backlog(self) -> Backlog:
+        return await self._read(lambda s: backlogs.count(s.get(STARTED), s.get(DELETED)))
 
     async def claim_deleted(self, claim: Claim) -> list[DeletedView]:
         c = claim
@@ -324,24 +316,12 @@ class RulebookBackend:
         return await self._read(work)
 
     async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
-        w = sync
-
         def work(s: Session) -> tuple[list[RunState], int] | None:
-            written = passes.write(
-                s.get(RUNS),
-                s.get(FORGOTTEN),
-                s.get(FLOOR),
-                w.owner,
-                list(w.live),
-                w.now_ms,
-                w.until,
-                w.cutoff,
-                w.forget_before,
-            )
+            written = passes.write(s.get(RUNS), s.get(FORGOTTEN), s.get(FLOOR), sync)
             if written is not None:
                 s.put(FLOOR, written[1])
-                if w.member is not None:
-                    s.get(FLEET)[w.owner] = w.member.document()
+                if sync.member is not None:
+                    s.get(FLEET)[sync.owner] = sync.member.document()
             return written
 
         return await self._edit(work)

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from relay.protocol import STARTED_WINDOW_MS
+from relay.store.backend import Claim, StartedClaim
 from relay.store.records import StartedEntry, StartedScope
 
 Ledger = dict[str, StartedScope]  # by profile_id
@@ -47,30 +48,18 @@ def with_claimable(ledger: Ledger, owner: str, now_ms: int) -> set[str]:
     }
 
 
-def claim(
-    ledger: Ledger, profile_id: str, owner: str, now_ms: int, until: int, limit: int | None
-) -> list[StartedEntry]:
-    """Lease the scope's unsent entries, oldest first: free ones, expired ones and the owner's."""
-    return claim_scopes(ledger, [profile_id], owner, now_ms, until, limit)
-
-
-def claim_scopes(
-    ledger: Ledger,
-    profile_ids: Iterable[str],
-    owner: str,
-    now_ms: int,
-    until: int,
-    limit: int | None,
-) -> list[StartedEntry]:
-    """`claim` across scopes: scope by scope in the order listed, each oldest first."""
+def claim_scopes(ledger: Ledger, profile_ids: Iterable[str], claim: Claim) -> list[StartedEntry]:
+    """Lease the scopes' unsent entries (free ones, expired ones and the owner's): scope by scope
+    in the order listed, each oldest first."""
+    owner, now_ms = claim.owner, claim.now_ms
     free = [
         e
         for profile_id in profile_ids
         if (scope := ledger.get(profile_id)) is not None
         for e in scope.entries
         if claimable(e, owner, now_ms)
-    ][:limit]
-    claimed = [replace(e, claimed_by=owner, claimed_until=until) for e in free]
+    ][: claim.limit]
+    claimed = [replace(e, claimed_by=owner, claimed_until=claim.until) for e in free]
     by_scope: dict[str, dict[str, StartedEntry]] = {}
     for e in claimed:
         by_scope.setdefault(e.profile_id, {})[e.session_id] = e
@@ -93,22 +82,14 @@ def mark_sent(ledger: Ledger, profile_id: str, session_ids: Iterable[str]) -> No
     ledger[profile_id] = replace(scope, entries=entries)
 
 
-def advance(
-    ledger: Ledger,
-    profile_ids: Iterable[str],
-    owner: str,
-    now_ms: int,
-    until: int,
-    limit: int | None,
-    sent: Iterable[tuple[str, str]],
-) -> list[StartedEntry]:
+def advance(ledger: Ledger, request: StartedClaim) -> list[StartedEntry]:
     """Mark the `sent` (scope, session) pairs, then `claim_scopes`: one announcing step."""
     by_scope: dict[str, list[str]] = {}
-    for profile_id, session_id in sent:
+    for profile_id, session_id in request.sent:
         by_scope.setdefault(profile_id, []).append(session_id)
     for profile_id, session_ids in by_scope.items():
         mark_sent(ledger, profile_id, session_ids)
-    return claim_scopes(ledger, profile_ids, owner, now_ms, until, limit)
+    return claim_scopes(ledger, request.scopes, request.claim)
 
 
 def scopes(ledger: Ledger) -> list[StartedScope]:

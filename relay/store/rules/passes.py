@@ -5,7 +5,7 @@ The SQL store states the same as one SELECT and one batch of statements (`relay.
 
 from __future__ import annotations
 
-from relay.store.backend import Reading
+from relay.store.backend import Reading, RunSync
 from relay.store.records import RunState
 from relay.store.rules import ledger, outbox, presence, revisions
 from relay.store.rules import runs as run_rules
@@ -31,23 +31,13 @@ def read(
 
 
 def write(
-    runs: run_rules.Runs,
-    forgotten: run_rules.Forgotten,
-    floor: int,
-    owner: str,
-    live: list[RunState],
-    now_ms: int,
-    until: int,
-    cutoff: int,
-    forget_before: int,
+    runs: run_rules.Runs, forgotten: run_rules.Forgotten, floor: int, sync: RunSync
 ) -> tuple[list[RunState], int] | None:
     """`sync` then one revision per owned row: (the rows, the new floor). None when the revisions
     would pass 2^53-1: then neither `runs` nor `forgotten` is changed."""
     new_runs, new_forgotten = dict(runs), dict(forgotten)
-    rows = run_rules.sync(
-        new_runs, new_forgotten, owner, live, now_ms, until, cutoff, forget_before
-    )
-    last = revisions.allocate(floor, len(rows), now_ms) if rows else floor
+    rows = run_rules.sync(new_runs, new_forgotten, sync)
+    last = revisions.allocate(floor, len(rows), sync.now_ms) if rows else floor
     if last is None:
         return None
     runs.clear()

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
+from relay.store.backend import RunSync
 from relay.store.records import RunState, StartedEntry
 
 Runs = dict[str, RunState]  # by session id
@@ -47,22 +48,14 @@ def renew(runs: Runs, owner: str, until: int) -> None:
             runs[sid] = replace(run, lease_until=until)
 
 
-def sync(
-    runs: Runs,
-    forgotten: Forgotten,
-    owner: str,
-    live: list[RunState],
-    now_ms: int,
-    until: int,
-    cutoff: int,
-    forget_before: int,
-) -> list[RunState]:
+def sync(runs: Runs, forgotten: Forgotten, request: RunSync) -> list[RunState]:
     """A pass's run sync (`pass_write` but its revisions), in the order the SQL store does it."""
+    owner, now_ms, until = request.owner, request.now_ms, request.until
     # The owner's live rows wait to be confirmed by what it hosts now (lease 0 marks them).
     for sid, run in runs.items():
         if run.owner == owner and not run.terminal:
             runs[sid] = replace(run, lease_until=0)
-    for run in live:
+    for run in request.live:
         save(runs, forgotten, replace(run, owner=owner), until)
     for sid, run in runs.items():
         if run.owner == owner and not run.terminal and run.lease_until == 0:
@@ -73,7 +66,7 @@ def sync(
         if run.owner != owner and run.lease_until <= now_ms:
             ended = run if run.terminal else replace(run, phase="failed", updated_at=now_ms)
             runs[sid] = replace(ended, owner=owner, lease_until=until)
-    prune(runs, forgotten, now_ms, cutoff, forget_before)
+    prune(runs, forgotten, now_ms, request.cutoff, request.forget_before)
     for sid, run in runs.items():
         if run.owner == owner and not run.sent_elsewhere(owner, now_ms):
             runs[sid] = replace(run, sending_by=owner, sending_until=until)

@@ -15,6 +15,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from relay.store.backend import Backend, Claim, RunSync
 from relay.store.fleet import FleetMember
 from relay.store.records import RunState
+from relay.store.sql import backlog as backlogs
 from relay.store.sql import (
     fleet,
     ledger,
@@ -159,6 +160,7 @@ class SqlBackend:
     enqueue_deleted = hook(outbox.enqueue_deleted)
     bind_deleted = hook(outbox.bind_deleted)
     pending_deleted = hook(outbox.pending_deleted)
+    backlog = hook(backlogs.backlog)
     claim_deleted = hook(outbox.claim_deleted)
     ack_deleted = hook(outbox.ack_deleted)
 

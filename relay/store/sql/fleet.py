@@ -79,10 +79,7 @@ async def record_member(db: Runner, member: FleetMember) -> None:
 async def members(db: Runner) -> list[FleetMember]:
     q = statements(db.dialect).members
 
-    async def body(tx: Tx) -> list[Row]:
-        return await tx.rows(q)
-
-    return [member(row) for row in await db.read(body)]
+    return [member(row) for row in await db.read(lambda tx: tx.rows(q))]
 
 
 def member(row: Row) -> FleetMember:

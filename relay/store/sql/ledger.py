@@ -162,12 +162,9 @@ async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]
 async def started_ledger(db: Runner) -> list[StartedScope]:
     q = statements(db.dialect).ledger
 
-    async def body(tx: Tx) -> list[Row]:
-        return await tx.rows(q)
-
     floors: dict[str, int] = {}
     entries: dict[str, list[StartedEntry]] = {}
-    for row in await db.read(body):
+    for row in await db.read(lambda tx: tx.rows(q)):
         floors[row[0]] = row[1]
         if row[3] is not None:
             entries.setdefault(row[0], []).append(entry(row[2:]))

@@ -130,10 +130,7 @@ async def bind_deleted(db: Runner, binding: Binding) -> int:
         "scope_profile_id": scope.profile_id,
     }
 
-    async def body(tx: Tx) -> int:
-        return await tx.run(q, params)
-
-    return await db.write(body, single=True)
+    return await db.write(lambda tx: tx.run(q, params), single=True)
 
 
 async def pending_deleted(db: Runner) -> list[DeletedView]:
@@ -159,7 +156,4 @@ async def claim_deleted(db: Runner, claim: Claim) -> list[DeletedView]:
 async def ack_deleted(db: Runner, view_id: str, through: int) -> bool:
     step = ack_step(db.dialect, view_id, through)
 
-    async def body(tx: Tx) -> int:
-        return await tx.run(*step)
-
-    return bool(await db.write(body, single=True))
+    return bool(await db.write(lambda tx: tx.run(*step), single=True))

@@ -236,10 +236,7 @@ async def rekey(db: Runner, rekeyed: Rekeyed) -> int:
 async def delete_key(db: Runner, ref: str) -> bool:
     q = statements(db.dialect).delete_key
 
-    async def body(tx: Tx) -> int:
-        return await tx.run(q, {"ref": ref})
-
-    return bool(await db.write(body, single=True))
+    return bool(await db.write(lambda tx: tx.run(q, {"ref": ref}), single=True))
 
 
 def identity_step(d: Dialect, profile: str) -> Call:

@@ -250,7 +250,4 @@ async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
 async def run_states(db: Runner) -> list[RunState]:
     q = statements(db.dialect).all
 
-    async def body(tx: Tx) -> list[Row]:
-        return await tx.rows(q)
-
-    return [run_state(row) for row in await db.read(body)]
+    return [run_state(row) for row in await db.read(lambda tx: tx.rows(q))]

@@ -75,11 +75,7 @@ class Pool:
             now = self._clock()
             while self._idle:
                 conn, since = self._idle.pop()
-                if conn.is_closed():
-                    self._forget(conn)
-                elif self._spent(conn, now) or now - since >= self._max_idle_s:
-                    self._retire(conn)
-                else:
+                if self._usable(conn, since, now):
                     return conn
             return await self._new()
         except BaseException:
@@ -110,15 +106,7 @@ class Pool:
     def prune(self) -> None:
         """Retire idle connections past their idle time or lifetime."""
         now = self._clock()
-        keep = []
-        for conn, since in self._idle:
-            if conn.is_closed():
-                self._forget(conn)
-            elif self._spent(conn, now) or now - since >= self._max_idle_s:
-                self._retire(conn)
-            else:
-                keep.append((conn, since))
-        self._idle = keep
+        self._idle = [(conn, since) for conn, since in self._idle if self._usable(conn, since, now)]
 
     async def close(self) -> None:
         """Refuse new calls, wait for the connections in use to come back, then close all."""
@@ -147,6 +135,16 @@ class Pool:
         conn = await self._connect()
         self._born[id(conn)] = (self._clock(), self._generation)
         return conn
+
+    def _usable(self, conn: Any, since: float, now: float) -> bool:
+        """Whether `conn`, idle since `since`, may serve again; one that may not is dropped."""
+        if conn.is_closed():
+            self._forget(conn)
+        elif self._spent(conn, now) or now - since >= self._max_idle_s:
+            self._retire(conn)
+        else:
+            return True
+        return False
 
     def _spent(self, conn: Any, now: float) -> bool:
         born, generation = self._born.get(id(conn), (now, self._generation))
