@@ -80,6 +80,7 @@ class StoreClock:
         self._reading: Reading | None = None
         # Whether a store was read for its clock yet (whether or not it keeps one).
         self.asked = False
+        self._latest = 0
         self._level = 0  # 0: within WARN_S, 1: above it, 2: above half the lease
         self._gauge = metrics.Gauge("clock_offset")
 
@@ -94,10 +95,14 @@ class StoreClock:
         return self.now_ms() / 1000
 
     def now_ms(self) -> int:
-        """Now, in Unix milliseconds of the store's clock."""
+        """Now, in Unix milliseconds of the store's clock; on it, never earlier than before."""
         if self._reading is None:
             return math.floor(self.wall() * 1000)
-        return math.floor(self._reading.now_ms(self.ticks()))
+        # A newer reading may put the store's time a few ms behind what an older one said: time
+        # then stands still until it catches up. A takeover pass scheduled for the end of a lease
+        # must not find itself before that end (and the lease no longer reported as to come).
+        self._latest = max(math.floor(self._reading.now_ms(self.ticks())), self._latest)
+        return self._latest
 
     def read(self, sent: float, received: float, store_ms: int | None) -> None:
         """A store read sent at `sent` and answered at `received` (`ticks`) said its clock was

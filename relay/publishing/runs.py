@@ -121,7 +121,8 @@ class HostedRuns:
         """Renew this replica's runs; seconds until another replica's lease ends, if one does."""
         now_ms = self._leases.now_ms()
         ends = await self._store.keep_alive(self._leases.owner, now_ms, self._leases.lease_ms)
-        return None if ends is None else max(ends - now_ms, 0) / 1000
+        # A millisecond past the end: the pass then finds the lease ended, not about to end.
+        return None if ends is None else (max(ends - now_ms, 0) + 1) / 1000
 
     async def _meta(self, session_id: str) -> SessionMeta | None:
         # One unreadable session must not sink the snapshot.

@@ -59,6 +59,19 @@ def test_time_is_the_stores_carried_forward_on_the_monotonic_clock() -> None:
     assert clock.now_ms() == pytest.approx((WALL - 90 + 10.002) * 1000, abs=2)
 
 
+def test_the_stores_time_never_goes_back() -> None:
+    """A newer, more certain reading 50 ms behind the older one: time stands still until it
+    catches up, so nothing scheduled on the older reading finds itself early."""
+    clocks = Clocks()
+    clock = clocks.store_clock()
+    clocks.read(clock, WALL + 0.001, round_trip_s=0.2)
+    before = clock.now_ms()
+    clocks.read(clock, WALL + 0.1015 - 0.05, round_trip_s=0.001)  # 50 ms behind the first
+    assert clock.now_ms() == before
+    clocks.ticks += 0.1
+    assert clock.now_ms() == pytest.approx(before + 50, abs=2)
+
+
 def test_a_reading_taken_over_a_slow_round_trip_does_not_replace_a_better_one() -> None:
     """A read that took 2 s is less certain than one of 2 ms a second earlier: it is kept out,
     unless it contradicts the better one (the store's clock was stepped)."""
