@@ -24,6 +24,7 @@ from handoffs import HandOffs
 from previous_release import Release, install
 from replicas import REPLY_TIMEOUT_S, Cluster, Replica, spawn, until
 
+from relay.store import open_store
 from relay.store.sql.migrate import head_revision, upgrade
 from relay.store.url import resolve
 from relay.testing import DevRelay, serve
@@ -67,6 +68,7 @@ class Figures:
     announced_twice: list[str]
     deleted: dict[str, int]
     republish_s: float
+    fleet_listed: bool
 
     def line(self) -> str:
         return (
@@ -131,6 +133,10 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
             await soak.settle()
         finally:
             watcher.cancel()
+        # The fleet lists the replicas of this code (the previous release records none).
+        async with open_store(url) as store:
+            live = {m.owner for m in await store.fleet() if m.live(int(time.time() * 1000))}
+        newer = {r.incarnation for n, r in enumerate(replicas) if n not in OLD}
         turns = soak.turns
         announced = Counter(event.session_id for event in relay.started_events)
         acks = Counter(ack.session_id for ack in relay.viewed)
@@ -144,6 +150,7 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
             announced_twice=sorted(sid for sid, n in announced.items() if n > 1),
             deleted={sid: acks[sid] for sid in doomed},
             republish_s=republish,
+            fleet_listed=newer <= live,
         )
 
 
@@ -180,6 +187,7 @@ def judge(figures: Figures) -> None:
     assert figures.announced_twice == []
     assert set(figures.deleted.values()) == {1}, figures.deleted
     assert figures.dead > 0
+    assert figures.fleet_listed
 
 
 async def test_mixed_fleet(pg_database: str) -> None:
