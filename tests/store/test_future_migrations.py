@@ -159,11 +159,19 @@ def test_this_code_is_refused_by_a_contract_migration(tmp_path: Path, store: str
 
 
 def test_a_fleet_row_with_fields_from_a_newer_release_is_read(tmp_path: Path, store: str) -> None:
-    """A fleet row with a column this code does not know (the expand migration's) still counts:
-    `migrate` of the future release names that replica."""
+    """A fleet row with a column this code does not know (the expand migration's) is read by this
+    code's store and `status`, and still counts: `migrate` of the future release names it."""
     assert future(tmp_path, "migrate", "--to", EXPAND, "--store", store).returncode == 0
     older_replica(store)
     execute(store, "UPDATE relay_fleet SET zone = 'eu-west'")
+
+    async def listed() -> list[str]:
+        async with open_store(store) as opened:
+            return [member.owner for member in await opened.fleet()]
+
+    assert asyncio.run(listed()) == ["web-old/0123456789ab"]
+    status = json.loads(here(tmp_path, "status", "--json", "--store", store).stdout)
+    assert [member["owner"] for member in status["fleet"]] == ["web-old/0123456789ab"]
     refused = future(tmp_path, "migrate", "--store", store)
     assert (refused.returncode, "web-old/0123456789ab" in refused.stderr) == (1, True)
 
