@@ -69,13 +69,16 @@ class Figures:
     deleted: dict[str, int]
     republish_s: float
     fleet_listed: bool
+    to_failed_s: list[float]
 
     def line(self) -> str:
         return (
             f"{self.turns} turns, {self.dead} died with their replica; flips {self.flips}, "
             f"wrong final rows {len(self.wrong)} {self.wrong}, ended twice {self.twice}, stale "
             f"{self.stale}, announced twice {self.announced_twice}, deletions {self.deleted}; "
-            f"the restarted old replica published again {self.republish_s:.1f}s after its start"
+            f"the restarted old replica published again {self.republish_s:.1f}s after its start; "
+            f"dead turns shown failed {', '.join(f'{t:.1f}s' for t in self.to_failed_s)} after "
+            "the kill"
         )
 
 
@@ -151,6 +154,7 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
             deleted={sid: acks[sid] for sid in doomed},
             republish_s=republish,
             fleet_listed=newer <= live,
+            to_failed_s=sorted(soak.to_failed),
         )
 
 
