@@ -130,7 +130,7 @@ class Probe:
         return NOT_READY if self.found.reachable else UNREACHABLE
 
     def document(self) -> dict[str, Any]:
-        """The `--json` shape (README "Health")."""
+        """The `--json` shape (docs/operating.md, "Health")."""
         return {
             "ready": self.found.ready,
             "store": {"backend": self.target.backend, "url": self.target.display},

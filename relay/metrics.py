@@ -7,7 +7,7 @@ are made once per provider, from a `Meter` named `talaria-relay`; the global pro
 up at use time, so an SDK installed after the store opened is picked up. `use(provider)` names a
 provider explicitly (the tests do: the global one can be set only once per process).
 
-The names and attributes are documented in README.md ("Metrics").
+The names and attributes are documented in docs/operating.md ("Metrics").
 """
 
 from __future__ import annotations

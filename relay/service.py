@@ -20,6 +20,7 @@ import httpx
 
 from relay.client import RelayClient
 from relay.errors import (
+    CorruptStateError,
     InvalidInputError,
     KeyPassphraseError,
     RelayError,
@@ -30,7 +31,7 @@ from relay.errors import (
 )
 from relay.health import Health, store_health
 from relay.host import Host
-from relay.logfields import of_error
+from relay.logfields import fields, of_error
 from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
@@ -39,6 +40,7 @@ from relay.publishing.logs import Log, Reporter
 from relay.publishing.publisher import RelayPublisher
 from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 from relay.store.records import OWNER_LIMIT
+from relay.unpairing import unpair
 
 if TYPE_CHECKING:
     from relay.operator.facts import Gatherer
@@ -196,9 +198,18 @@ class RelayService:
         return True
 
     async def stop(self) -> None:
+        """Stop publishing and hand this replica's finished rows over at once (`retire_runs`:
+        another replica, or this one restarted, takes them now, not when their leases end)."""
         previous, self._publisher, self._candidate = self._publisher, None, None
         if previous is not None:
             await previous.stop()
+            try:
+                await self.store.retire_runs(self.owner, self._now_ms())
+            except Exception as error:  # a courtesy: the leases end by themselves anyway
+                self._report.warning(
+                    f"[relay] could not hand this replica's rows over as it stopped: {error}",
+                    of_error("retire_failed", error),
+                )
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
@@ -300,6 +311,36 @@ class RelayService:
             return
         for publisher in dict.fromkeys(p for p in (self._publisher, self._candidate) if p):
             publisher.note_terminal(run, phase)
+
+    async def unpair(self, *, if_relay_changed: bool = False) -> bool:
+        """Forget the stored registration and its key, so this server can pair again (with
+        this relay or another; the relay keeps its side). Whether one was forgotten.
+
+        With `if_relay_changed`, only a registration with another relay than this service's
+        trusted one is forgotten: a quick start whose dev relay is new each run calls it before
+        `start()`. A publisher this service runs stops first; other replicas on the store keep
+        theirs until they restart. Allowed before `start()`.
+        """
+        checks.flag("if_relay_changed", if_relay_changed)
+        keep = self._pairing.trusted_origin if if_relay_changed else None
+        if keep is not None:
+            try:
+                config = await self.store.load_config()
+            except CorruptStateError:
+                config = None  # unreadable: forgotten below, whatever relay it named
+            else:
+                if config is None or config.url == keep:
+                    return False
+        previous, self._publisher, self._candidate = self._publisher, None, None
+        if previous is not None:
+            await previous.stop()
+        forgotten = await unpair(self.store, keep_relay=keep)
+        if forgotten is not None:
+            self._report.info(
+                f"[relay] forgot the registration with {forgotten.url}",
+                fields("registration_forgotten"),
+            )
+        return forgotten is not None
 
     async def pair(self, body: object, profile: str, *, operator: bool = True) -> dict[str, Any]:
         """`POST /api/talaria/relay/pair`: register the server, or enroll another profile."""

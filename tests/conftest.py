@@ -65,7 +65,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if layer not in LAYERS:
             raise pytest.UsageError(
                 f"{item.path.relative_to(TESTS.parent)} is outside the layer folders: move it into"
-                f" one of tests/{{{','.join(LAYERS)}}} (see README, Tests)"
+                f" one of tests/{{{','.join(LAYERS)}}} (see docs/developing.md)"
             )
         item.add_marker(layer)
         # Postgres as deployed: the clusters, PgBouncers and CA are a worker's session fixtures,

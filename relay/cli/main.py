@@ -24,6 +24,7 @@ from relay.cli.migrating import add_parser as add_migrate
 from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, progress, say
 from relay.cli.state import cmd_check, cmd_rekey, cmd_status
 from relay.cli.transfer import cmd_import
+from relay.cli.unpair import add_parser as add_unpair
 from relay.errors import (
     InvalidInputError,
     RelayError,
@@ -94,7 +95,13 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     if args.replicas is not None:
         return await _bench_replicas(args)
     # Progress goes to stderr so `--json` keeps stdout one document.
-    plan = Plan(stores=tuple(args.stores), quick=args.quick, say=progress if args.json else say)
+    plan = Plan(
+        stores=tuple(args.stores),
+        quick=args.quick,
+        say=progress if args.json else say,
+        ledger_sizes=args.ledger_sizes,
+        ledger_only=args.ledger_only,
+    )
     document = await run(plan)
     if args.json:
         say(json.dumps(document, indent=2))
@@ -220,7 +227,9 @@ def parser() -> argparse.ArgumentParser:
         "show what the store holds (never the private key)",
         "the store to read, never written (one that is not there is refused)",
     )
-    sub.add_argument("--json", action="store_true", help="the stable JSON shape (see README)")
+    sub.add_argument(
+        "--json", action="store_true", help="the stable JSON shape (docs/operating.md)"
+    )
 
     sub = add(
         "check",
@@ -229,7 +238,15 @@ def parser() -> argparse.ArgumentParser:
         "else 1, or 3 when the store cannot be reached; never calls the relay",
         "the store to probe, never written",
     )
-    sub.add_argument("--json", action="store_true", help="one JSON document (see README)")
+    sub.add_argument("--json", action="store_true", help="one JSON document (docs/operating.md)")
+
+    add_unpair(
+        commands,
+        store(
+            f"the store whose registration to forget (one that is not there is refused) "
+            f"{_DEFAULT_STORE}"
+        ),
+    )
 
     sub = add(
         "rekey",
@@ -336,6 +353,7 @@ def _add_bench(commands: Any) -> None:
     )
     sub.add_argument("--quick", action="store_true", help="few ops, small ledgers, same shape")
     sub.add_argument("--json", action="store_true", help="one JSON document with every figure")
+    _ledger_options(sub)
     scale = sub.add_argument_group(
         "at scale",
         "with --replicas: only N replica processes on one Postgres (--store or "
@@ -345,6 +363,34 @@ def _add_bench(commands: Any) -> None:
     scale.add_argument("--profiles", type=int, default=10, metavar="P", help="(default 10)")
     scale.add_argument("--sessions", type=int, default=2000, metavar="S", help="(default 2000)")
     scale.add_argument("--seconds", type=float, default=60.0, help="(default 60)")
+
+
+def _ledger_options(sub: argparse.ArgumentParser) -> None:
+    """`bench`'s ledger options."""
+    sub.add_argument(
+        "--ledger-sizes",
+        type=_sizes,
+        default=(),
+        metavar="N,N,…",
+        help="the started-ledger sizes to measure (default 10,10000,100000; --quick 10,250); "
+        "the ledger curve is the largest's ops/s over the smallest's",
+    )
+    sub.add_argument(
+        "--ledger-only",
+        action="store_true",
+        help="only the ledger workloads (on Postgres after ANALYZE and right after the bulk load)",
+    )
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    """`--ledger-sizes 10,100000`: whole numbers from 1 to 10,000,000."""
+    try:
+        sizes = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("ledger sizes are whole numbers: 10,100000") from None
+    if not sizes or not all(1 <= size <= 10_000_000 for size in sizes):
+        raise argparse.ArgumentTypeError("each ledger size must be between 1 and 10,000,000")
+    return sizes
 
 
 def _glued(argv: Sequence[str]) -> list[str]:

@@ -1,6 +1,6 @@
 """What a store holds, for `talaria-relay status`: everything an operator asks, no secret.
 
-The JSON shape (`collect(...)`) is stable; README.md documents it.
+The JSON shape (`collect(...)`) is stable; docs/operating.md documents it.
 """
 
 from __future__ import annotations

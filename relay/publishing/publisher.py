@@ -60,7 +60,7 @@ from relay.store.contract import Fleet, LeaseWatch, Passes, Registration, Revisi
 from relay.store.fleet import FleetMember
 from relay.store.records import PassRows, PassView
 
-# The name predates this module's move into `publishing/`; operators filter on it (README).
+# The name predates this module's move into `publishing/`; operators filter on it.
 logger = logging.getLogger("relay.publisher")
 
 

@@ -68,6 +68,15 @@ class Registration(Protocol):
         """
         ...
 
+    async def forget_registration(self, *, expected_generation: int | None) -> None:
+        """Forget the registration and its profile map, so the server can pair again: only if
+        the stored one is still `expected_generation` (0: none is stored, and nothing changes;
+        None: whatever is stored, an unreadable one too), otherwise `StaleConfigError` and
+        nothing changes. Its key stays until `delete_key`; identities stay. A registration
+        saved later never has a generation the forgotten one had.
+        """
+        ...
+
     async def save_key(self, key_id: str, pem: str) -> str:
         """Store the publisher's PKCS#8 PEM durably and return the reference a config names.
 
@@ -251,6 +260,12 @@ class RunStates(Protocol):
 
     async def release_runs(self, owner: str) -> None:
         """`owner`'s snapshots are out: rows it was sending may now be sent by whoever owns them."""
+        ...
+
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        """`owner` is stopping: the leases of its finished turns' rows end at `now_ms`, and its
+        sending marks go, so another replica takes them over at once. A live turn's row keeps
+        its lease: its turn may still end where it runs."""
         ...
 
     async def run_states(self) -> list[RunState]:

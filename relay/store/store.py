@@ -110,6 +110,11 @@ class Store:
             checks.int64("expected_generation", expected_generation)
         await self._backend.save_config(config, expected_generation)
 
+    async def forget_registration(self, *, expected_generation: int | None) -> None:
+        if expected_generation is not None:
+            checks.int64("expected_generation", expected_generation)
+        await self._backend.forget_config(expected_generation)
+
     async def profile_identity(self, profile: str) -> str:
         checks.text("profile", profile)
         stored = await self._backend.profile_identity(profile)
@@ -330,6 +335,10 @@ class Store:
 
     async def release_runs(self, owner: str) -> None:
         await self._backend.release_runs(checks.text("owner", owner, OWNER_LIMIT))
+
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        checks.text("owner", owner, OWNER_LIMIT)
+        await self._backend.retire_runs(owner, checks.time_ms("now_ms", now_ms))
 
     async def run_states(self) -> list[RunState]:
         return await read("run", self._backend.run_states())

@@ -7,9 +7,9 @@
     relay.stop()                     # or `with ThreadedRelayService(...) as relay:`; or at exit
 
 The same `RelayService` runs on an event loop in a daemon thread of its own (started on first
-use; a first call other than `start()` or `health()` starts the service too, where the async
-`RelayService` raises `ServiceNotStartedError`); every method is safe from any thread and
-waits at most `timeout` seconds. Errors are the async service's own `relay.errors` classes,
+use; a first call other than `start()`, `health()` or `unpair()` starts the service too, where
+the async `RelayService` raises `ServiceNotStartedError`); every method is safe from any thread
+and waits at most `timeout` seconds. Errors are the async service's own `relay.errors` classes,
 raised in the calling thread; a call that takes too long raises `CallTimeoutError` (and is
 cancelled), one cut short by `stop()` `ServiceStoppedError`.
 
@@ -117,6 +117,11 @@ class ThreadedRelayService:
         """Queue the acknowledgement of a deleted session's runs; call it before answering."""
         self._call("clear_deleted", lambda s: s.clear_deleted(session_id, profile), timeout)
 
+    def unpair(self, *, if_relay_changed: bool = False, timeout: float | None = None) -> bool:
+        """Forget the stored registration and its key (`RelayService.unpair`); whether one was.
+        Like `start()` and `health()`, it does not start the service."""
+        return self._call("unpair", lambda s: s.unpair(if_relay_changed=if_relay_changed), timeout)
+
     def profile_deleted(self, profile: str, *, timeout: float | None = None) -> None:
         """The web app deleted a profile: one recreated under its name is a new relay scope."""
         self._call("profile_deleted", lambda s: s.profile_deleted(profile), timeout)
@@ -204,7 +209,7 @@ class ThreadedRelayService:
         wait = self.timeout if timeout is None else timeout
         if not isinstance(wait, int | float) or not isfinite(wait) or wait <= 0:
             raise InvalidInputError("timeout must be a positive number of seconds")
-        if name not in ("start", "health"):
+        if name not in ("start", "health", "unpair"):
             # The thread starts on first use, and the service with it: a threaded app that
             # forgot `start()` publishes from its first call on (the async service raises).
             self._started = True

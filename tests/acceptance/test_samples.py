@@ -99,7 +99,8 @@ def test_example_names_are_unique_and_reasons_given() -> None:
     assert sorted(names) == sorted(set(names)), names
     assert all(re.fullmatch(r"[\w-]+", name) for name in names), names
     assert all(sample.label for sample in SAMPLES if sample.kind == "not-run")
-    assert set(DRIVERS) | set(EXPECTED) <= set(names), "a driver or expectation names no example"
+    named = set(DRIVERS) | set(EXPECTED) | set(CONTAINS)
+    assert named <= set(names), f"no example named {named - set(names)}"
 
 
 @pytest.mark.parametrize(
@@ -130,17 +131,103 @@ with TestClient(app) as client:
 print(client.get("/api/talaria/relay/health").status_code)
 """
 
-DRIVERS: dict[str, str] = {"fastapi": FASTAPI_DRIVER}
+# Sends the aiohttp example's routes a browser's requests through aiohttp's test client.
+AIOHTTP_DRIVER = """
+import asyncio
+
+from aiohttp.test_utils import TestClient, TestServer
+
+
+async def drive() -> None:
+    owner = {"Authorization": "Bearer owner-token"}
+    beat = {"tab_id": "tab-00001", "active": True, "seq": 1}
+    async with TestClient(TestServer(make_app())) as client:
+        for method, path, body, headers in [
+            ("GET", "/api/talaria/relay/health", None, {}),
+            ("POST", "/api/talaria/presence", beat, owner),
+            ("POST", "/api/talaria/presence", beat, {}),
+            ("POST", "/api/talaria/relay/pair", {}, owner),
+            ("POST", "/api/talaria/viewed", {"session_id": 7}, owner),
+            ("POST", "/api/talaria/viewed", {"session_id": "chat-1"}, owner),
+        ]:
+            answer = await client.request(method, path, json=body, headers=headers)
+            print(answer.status, await answer.json())
+
+
+asyncio.run(drive())
+"""
+
+# Sends the Django example's views a browser's requests through Django's async test client.
+DJANGO_DRIVER = """
+from django.test import AsyncClient
+
+
+async def drive() -> None:
+    client, owner = AsyncClient(), {"Authorization": "Bearer owner-token"}
+    beat = {"tab_id": "tab-00001", "active": True, "seq": 1}
+    for path, body in [
+        ("/api/talaria/presence", beat),
+        ("/api/talaria/relay/pair", {}),
+        ("/api/talaria/viewed", {"session_id": "chat-1"}),
+    ]:
+        answer = await client.post(path, body, content_type="application/json", headers=owner)
+        print(answer.status_code, answer.json())
+    print((await AsyncClient().post("/api/talaria/presence", beat)).status_code)
+    await (await relay_service()).stop()
+    await (await relay_service()).store.close()
+
+
+asyncio.run(drive())
+"""
+
+DRIVERS: dict[str, str] = {
+    "fastapi": FASTAPI_DRIVER,
+    "aiohttp": AIOHTTP_DRIVER,
+    "django": DJANGO_DRIVER,
+}
 
 EXPECTED: dict[str, list[str]] = {
     "quickstart": ["['chat-1']"],
+    "quickstart-manual": ["['chat-1']"],
+    "store": ["True 3"],
+    "health": ["False True False None"],
+    "wsgi": ["{'ok': True, 'lease_seconds': 90}", "401"],
     "synchost": ["False", "{'ok': True, 'lease_seconds': 90}", "False"],
+    "aiohttp": [
+        "200 {'ok': True}",
+        "200 {'ok': True, 'lease_seconds': 90}",
+        "401 {'error': 'Not authorized.'}",
+        "400 {'error': 'Missing relay pairing fields'}",
+        "400 {'error': 'Invalid session_id'}",
+        "200 {'ok': True}",
+    ],
+    "django": [
+        "200 {'ok': True, 'lease_seconds': 90}",
+        "400 {'error': 'Missing relay pairing fields'}",
+        "200 {'ok': True}",
+        "401",
+    ],
     "fastapi": [
         "{'ok': True}",
         "{'ok': True, 'lease_seconds': 90}",
         "401",
         "{'ok': True}",
         "503",
+    ],
+}
+
+
+# Lines an example's output must hold, where the rest varies (times, optional instruments).
+CONTAINS: dict[str, list[str]] = {
+    "prometheus": [
+        "relay_snapshots_total",
+        "relay_pass_duration_seconds_count",
+        "relay_store_transaction_duration_seconds_count",
+        "relay_backoff_active",
+    ],
+    "json-logs": [
+        '"level": "INFO", "logger": "relay.publisher"',
+        '"relay_event": "snapshot_recovered"',
     ],
 }
 
@@ -156,6 +243,13 @@ def test_the_example_runs(name: str, tmp_path: Path) -> None:
     assert result.returncode == 0, f"{sample.where}\n{result.stderr}"
     if name in EXPECTED:
         assert result.stdout.splitlines() == EXPECTED[name], sample.where
+    for text in CONTAINS.get(name, []):
+        assert text in result.stdout, f"{sample.where}: {text!r} not in\n{result.stdout}"
+
+
+def test_the_manual_shows_the_readmes_quick_start() -> None:
+    """Getting started shows the README's quick start word for word, so the two never drift."""
+    assert EXAMPLES["quickstart-manual"].code == EXAMPLES["quickstart"].code
 
 
 def test_the_quick_start_writes_its_store_in_the_working_folder(tmp_path: Path) -> None:
@@ -165,11 +259,6 @@ def test_the_quick_start_writes_its_store_in_the_working_folder(tmp_path: Path) 
     assert (tmp_path / "example-relay.db").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="until `service.unpair(if_relay_changed=True)` (issue 26, traps) is in the quick start: "
-    "each run's dev relay has a new port, and the saved registration names the last one",
-)
 def test_the_quick_start_runs_twice_in_one_folder(tmp_path: Path) -> None:
     """The README's quick start runs again in the same folder, over the store the first run left."""
     for _ in range(2):
@@ -182,3 +271,26 @@ def test_the_readme_reads_in_five_minutes() -> None:
     """The README stays short: the rest belongs in the manual."""
     lines = README.read_text().count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move some into docs/"
+
+
+def slug(heading: str) -> str:
+    """A heading's anchor as MkDocs and GitHub both make it for plain headings."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower().replace("`", ""))
+    return text.replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    text = page.read_text()
+    found = {slug(m.group(1)) for m in re.finditer(r"^#+ (.*?)(?: \{#[\w-]+\})?$", text, re.M)}
+    return found | set(re.findall(r"\{#([\w-]+)\}", text))
+
+
+def test_the_readmes_links_reach_the_manual() -> None:
+    """Every link of the README into docs/ names a page that exists, and a heading on it."""
+    broken = []
+    for target in re.findall(r"\]\((docs/[^)\s]+)\)", README.read_text()):
+        path, _, anchor = target.partition("#")
+        page = ROOT / path
+        if not page.is_file() or (anchor and anchor not in anchors(page)):
+            broken.append(target)
+    assert not broken, broken

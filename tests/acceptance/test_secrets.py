@@ -236,7 +236,11 @@ ERROR_PATHS: dict[str, tuple[list[str], int]] = {
     "postgres-unknown-parameter": (["status", "--store", pg_url(query="?password=x")], 2),
     "postgres-no-database": (["migrate", "--store", pg_url(database="")], 2),
     "postgres-env-unreachable": (["status"], 3),
-    "migrate-sql-postgres": (["migrate", "--sql", "--store", "{pg_unreachable}"], 0),
+    "migrate-sql-postgres": (
+        ["migrate", "--sql", "--from-empty", "--store", "{pg_unreachable}"],
+        0,
+    ),
+    "migrate-sql-pending-unreachable": (["migrate", "--sql", "--store", "{pg_unreachable}"], 3),
 }
 # These reach the test server (`{pg}`: its admin URL with a password, to another database), and
 # do not run without one.

@@ -2,7 +2,7 @@
 end, then `stop()` in the middle of it all.
 
 The CI run lasts a few seconds; `pytest -m soak tests/test_threaded_load.py -s` runs 30 s and
-prints the figures the README quotes (calls answered, p99 of blocking calls, stop time).
+prints the figures docs/performance.md quotes (calls answered, p99 of blocking calls, stop time).
 """
 
 from __future__ import annotations

@@ -115,6 +115,22 @@ def test_a_first_call_starts_the_threaded_service(dev: RelayThread, tmp_path: Pa
         relay.stop()
 
 
+def test_unpair_through_the_threaded_facade(dev: RelayThread, tmp_path: Path) -> None:
+    """`unpair()` forgets the registration without starting the service first; pairing again
+    then registers anew."""
+    with make(dev, tmp_path, Sessions()) as relay:
+        relay.pair(dev.pairing(), "default")
+    relay = make(dev, tmp_path, Sessions())
+    try:
+        assert not relay.unpair(if_relay_changed=True)  # the same relay: kept
+        assert relay.unpair()
+        assert not relay.health().registered
+        assert relay.pair(dev.pairing(), "default")["ok"] is True
+        assert relay.health().registered
+    finally:
+        relay.stop()
+
+
 def test_errors_are_the_async_services_own(dev: RelayThread, tmp_path: Path) -> None:
     """What the service raises is raised in the calling thread, of the same class."""
     with make(dev, tmp_path, Sessions()) as relay:

@@ -22,31 +22,28 @@ pytestmark = pytest.mark.json
 
 NOW = 1_800_000_000_000
 # A writer that makes one pass write on the state dir and is killed (by itself, SIGKILL) at
-# `point`: "journal" once the journal is placed, before any rename; "renamed" after the first
-# rename; "staged" once the files are staged, before the journal.
+# `point`: "staged" with its files staged, before the journal is renamed into place; "journal"
+# with the journal in place, before any rename of a file; "renamed" after the first one.
 WRITER = """
 import asyncio, os, signal, sys
 from relay.store import RunState, open_store
-from relay.store.files import io
+from relay.store.files.io import JOURNAL
 
 state, point, now = sys.argv[1], sys.argv[2], int(sys.argv[3])
-carry_out, replace = io._carry_out, io.os.replace
-
-def killed() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-def carry_out_then_die(moves):
-    if point == "journal":
-        killed()
-    carry_out(moves[:1])
-    killed()
+replace, renames = os.replace, []
 
 def replace_or_die(src, dst):
-    if point == "staged" and str(dst).endswith(io.JOURNAL):
-        killed()
+    journal = str(dst).endswith(JOURNAL)
+    if point == "staged" and journal:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if not journal and renames:
+        if len(renames) == {"journal": 1, "renamed": 2}[point]:
+            os.kill(os.getpid(), signal.SIGKILL)
+    if journal or renames:
+        renames.append(dst)
     replace(src, dst)
 
-io._carry_out, io.os.replace = carry_out_then_die, replace_or_die
+os.replace = replace_or_die
 
 async def main() -> None:
     async with open_store(f"json://{state}") as store:

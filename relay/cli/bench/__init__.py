@@ -1,7 +1,7 @@
 """`talaria-relay bench`: the store beside the raw drivers doing the same statements.
 
 `run(plan)` measures every workload on every store and returns one JSON-ready document; the
-method is in the README's "Performance" section.
+method is in docs/performance.md.
 """
 
 from __future__ import annotations

@@ -163,6 +163,14 @@ def _kind(passes: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return sorted((p for p in passes if p["pass"] == kind), key=lambda p: int(p["sessions"]))
 
 
+SHAPE_KEYS = (
+    "steady_wall_largest_vs_smallest",
+    "steady_same_cost",
+    "first_transactions_fixed",
+    "first_transactions_per_batch",
+)
+
+
 def shape(passes: list[dict[str, Any]]) -> dict[str, Any]:
     """The passes against the issue's targets: the steady pass costs the same at every S, and
     the first pass costs the steady pass's transactions + `fixed` + `per_batch` * batches of

@@ -42,7 +42,7 @@ def claim(d: Dialect, profile_id: str, owner: str, now_ms: int, lease_ms: int) -
 
 def mark(d: Dialect, profile_id: str, session_id: str) -> Call:
     """One entry marked sent: the marks alone, as a claim of no scope sends them."""
-    q, rows = steps.mark_started_sent(d, [(profile_id, session_id)])
+    q, rows = steps.mark_sent(d, [(profile_id, session_id)])
     return q, rows[0]
 
 
@@ -104,8 +104,11 @@ class SqliteRaw:
         self.conn.execute("COMMIT")
         return bool(removed.rowcount == 1)
 
-    async def fill_ledger(self, profile_id: str, floor: int, rows: list[tuple[str, int]]) -> None:
-        """The scope and its entries, all sent, in one transaction (the merge's statements)."""
+    async def fill_ledger(
+        self, profile_id: str, floor: int, rows: list[tuple[str, int]], *, analyze: bool = True
+    ) -> None:
+        """The scope and its entries, all sent, in one transaction (the merge's statements);
+        SQLite keeps no statistics unless asked (`analyze` is for Postgres)."""
         (scope, floor_row), (entry, entries) = steps.merge_ledger(
             self.d, filled(profile_id, floor, rows)
         )
@@ -159,8 +162,14 @@ class PostgresRaw:
         ack, which = steps.ack_deleted(self.d, queued["id"], queued["through"])
         return bool(await self.conn.execute(ack.sql, *ack.args(which)) == "DELETE 1")
 
-    async def fill_ledger(self, profile_id: str, floor: int, rows: list[tuple[str, int]]) -> None:
-        """The scope and its entries, all sent, by COPY: the fastest way in, and untimed."""
+    async def fill_ledger(
+        self, profile_id: str, floor: int, rows: list[tuple[str, int]], *, analyze: bool = True
+    ) -> None:
+        """The scope and its entries, all sent, by COPY: the fastest way in, and untimed; then
+        ANALYZE, or (`analyze=False`) no statistics until the end, as right after a bulk load
+        (autovacuum is off for the table: the database is the bench's scratch one)."""
+        if not analyze:
+            await self.conn.execute("ALTER TABLE relay_started SET (autovacuum_enabled = false)")
         (q, params), _ = steps.merge_ledger(self.d, StartedScope(profile_id, floor))
         await self.conn.execute(q.sql, *q.args(params))
         await self.conn.copy_records_to_table(
@@ -168,7 +177,8 @@ class PostgresRaw:
             records=[(profile_id, sid, at, True) for sid, at in rows],
             columns=["profile_id", "session_id", "started_at", "sent"],
         )
-        await self.conn.execute("ANALYZE relay_started")
+        if analyze:
+            await self.conn.execute("ANALYZE relay_started")
 
     async def close(self) -> None:
         await self.conn.close()

@@ -59,7 +59,8 @@ def render(document: dict[str, Any]) -> list[str]:
                 f"{_number(one['wall_ms'], 2)} ms, {_number(one['transactions'], 0)} "
                 f"transactions, {_number(one['statements'], 0)} statements"
             )
-        lines.append(_shape(store["publisher_shape"]))
+        if store["publisher"]:
+            lines.append(_shape(store["publisher_shape"]))
         lines += _distance(store.get("distance") or {})
     return lines + _targets(document["targets"])
 

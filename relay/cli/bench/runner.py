@@ -24,6 +24,8 @@ PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
 STORE_RTTS = ", ".join(f"{rtt:g}" for rtt in STORE_RTTS_MS) + " ms"
 RELAY_RTTS = ", ".join(f"{rtt:g}" for rtt in RELAY_RTTS_MS) + " ms"
 Say = Callable[[str], None]
+# The label of a Postgres ledger workload measured as a bulk load leaves the table.
+NO_ANALYZE = "(no ANALYZE)"
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,10 @@ class Plan:
     stores: tuple[str, ...] = ()
     quick: bool = False
     say: Say = field(default=lambda _line: None)
+    # The ledger sizes to measure instead of the defaults (`--ledger-sizes`), smallest first.
+    ledger_sizes: tuple[int, ...] = ()
+    # Only the ledger workloads (`--ledger-only`): the large-ledger row CI prints.
+    ledger_only: bool = False
 
     @property
     def rounds(self) -> Rounds:
@@ -42,6 +48,8 @@ class Plan:
 
     @property
     def ledgers(self) -> tuple[int, ...]:
+        if self.ledger_sizes:
+            return tuple(sorted(set(self.ledger_sizes)))
         return (10, 250) if self.quick else (10, 10_000, 100_000)
 
     @property
@@ -140,24 +148,48 @@ async def single(plan: Plan, scratch: Scratch, name: str) -> dict[str, Any]:
     return {"name": name, "ledger": None, **figures}
 
 
+async def ledgers(
+    plan: Plan, scratch: Scratch, results: list[dict[str, Any]], curves: dict[str, Any]
+) -> None:
+    """The ledger workloads at every size; on Postgres twice: after ANALYZE, and as a bulk load
+    leaves the table (no statistics: what a plan chosen at every call sees then)."""
+    states = (True, False) if scratch.target.backend == "postgres" else (True,)
+    for name, sized in workloads.LEDGER.items():
+        for analyzed in states:
+            label = name if analyzed else f"{name} {NO_ANALYZE}"
+            sizes = ", ".join(f"{n:,}" for n in plan.ledgers)
+            plan.say(f"{scratch.target.backend}: {label} at {sizes}")
+            async with AsyncExitStack() as stack:
+                subjects = {}
+                for size in plan.ledgers:
+                    url = await stack.enter_async_context(scratch.fresh(f"{name}{size}"))
+                    store = await stack.enter_async_context(open_store(url))
+                    raw = await stack.enter_async_context(raw_for(url))
+                    subjects[size] = workloads.Subject(store, raw, plan.rounds, analyzed)
+                figures, curves[label] = await workloads.ledger(label, sized, subjects)
+            results += figures
+
+
 async def measure_store(plan: Plan, target: StoreTarget) -> dict[str, Any]:
     """Every workload on one backend, each on a fresh store."""
     scratch = Scratch(target)
     results: list[dict[str, Any]] = []
     curves: dict[str, Any] = {}
+    if plan.ledger_only:
+        await ledgers(plan, scratch, results, curves)
+        return {
+            "backend": target.backend,
+            "url": target.display,
+            "workloads": results,
+            "ledger_curve": curves,
+            "processes": None,
+            "publisher": [],
+            "publisher_shape": dict.fromkeys(publisher.SHAPE_KEYS),
+            "distance": {"store": [], "relay": []},
+        }
     for name in ("allocate_revisions", "profile_identity"):
         results.append(await single(plan, scratch, name))
-    for name, sized in workloads.LEDGER.items():
-        plan.say(f"{target.backend}: {name} at {', '.join(f'{n:,}' for n in plan.ledgers)}")
-        async with AsyncExitStack() as stack:
-            subjects = {}
-            for size in plan.ledgers:
-                url = await stack.enter_async_context(scratch.fresh(f"{name}{size}"))
-                store = await stack.enter_async_context(open_store(url))
-                raw = await stack.enter_async_context(raw_for(url))
-                subjects[size] = workloads.Subject(store, raw, plan.rounds)
-            figures, curves[name] = await workloads.ledger(name, sized, subjects)
-        results += figures
+    await ledgers(plan, scratch, results, curves)
     results.append(await single(plan, scratch, "outbox_enqueue_ack"))
     processes = None
     if target.backend == "postgres":

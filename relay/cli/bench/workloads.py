@@ -33,6 +33,8 @@ class Subject:
     store: RelayStore
     raw: Raw | None
     plan: Rounds
+    # Postgres: whether the filled ledger is analyzed, or left as a bulk load leaves it.
+    analyzed: bool = True
 
     def scaled(self, ledger: int) -> Rounds:
         """Fewer operations where each rewrites a whole JSON ledger."""
@@ -49,7 +51,7 @@ async def fill_ledger(subject: Subject, scope: str, size: int) -> None:
     """`size` sent entries in `scope`: bulk on the raw connection, one merge on JSON."""
     rows = [(f"fill-{n:06d}", FILL_START + n) for n in range(size)]
     if subject.raw is not None:
-        await subject.raw.fill_ledger(scope, T0, rows)
+        await subject.raw.fill_ledger(scope, T0, rows, analyze=subject.analyzed)
         return
     entries = tuple(StartedEntry(scope, sid, at, sent=True) for sid, at in rows)
     await subject.store.merge_state(StateBatch(started=(StartedScope(scope, T0, entries),)))

@@ -74,7 +74,10 @@ def commit(directory: Path, writes: Sequence[Write]) -> None:
             _carry_out(staged)
             for parent in parents:
                 fsync_dir(parent)  # every move is durable before the journal goes
+            # Not fsynced: a journal that comes back after a power cut finds its temps gone
+            # and only repeats its removals, and the next change here makes its removal durable.
             journal.unlink()
+            return
     finally:
         for temp, _ in staged:
             if temp is not None:

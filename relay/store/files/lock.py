@@ -26,6 +26,7 @@ class DirLock:
     def __init__(self, directory: Path, timeout_s: float = LOCK_TIMEOUT_S) -> None:
         self.directory = directory
         self.timeout_s = timeout_s
+        self._journal = str(directory / JOURNAL)  # looked for at every lock: no Path on the way
         # flock excludes other processes; this keeps this process's threads out of each other's way.
         self._mutex = threading.Lock()
 
@@ -42,7 +43,7 @@ class DirLock:
                 fd = os.open(self.directory / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
                 try:
                     self._flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline)
-                    if (self.directory / JOURNAL).exists():
+                    if os.path.exists(self._journal):
                         # A writer died inside a change: finish it before anyone reads.
                         if not exclusive:
                             self._flock(fd, fcntl.LOCK_EX, deadline)

@@ -89,7 +89,7 @@ class JsonDocuments:
     @contextlib.contextmanager
     def session(self, *, write: bool) -> Iterator[_Session]:
         with self.lock.locked(exclusive=write):
-            session = _Session(self)
+            session = _Session(self, write=write)
             yield session
             if write:
                 commit(self.directory, session.writes())
@@ -146,9 +146,10 @@ class JsonDocuments:
 class _Session:
     """The documents read under one lock; what changed, as writes in `_ORDER`."""
 
-    def __init__(self, owner: JsonDocuments) -> None:
+    def __init__(self, owner: JsonDocuments, *, write: bool) -> None:
         self._dir = owner.directory
         self._owner = owner
+        self._write = write  # a reading session keeps no copy to compare
         self._values: dict[str, Any] = {}
         self._before: dict[str, Any] = {}  # what each document was, as written
 
@@ -175,7 +176,8 @@ class _Session:
             return HomeIdentities(self._owner.profile_home, lambda: self.get(docs.CONFIG))
         codec = files.IDENTITIES if name == docs.IDENTITIES.name else _FILES[name]
         value = codec.parse(read(self._dir / codec.name))
-        self._before[name] = codec.dump(value)
+        if self._write:
+            self._before[name] = codec.dump(value)
         return IdentityTable(value) if name == docs.IDENTITIES.name else value
 
     def writes(self) -> list[Write]:
@@ -190,9 +192,10 @@ class _Session:
             if value is self._before[name]:
                 return []
             path = self._dir / files.CONFIG
+            if value.config is None:  # forgotten (`talaria-relay unpair`): no config file
+                return [Write(path, None)]
             # `generation` is the mtime: keep it rising even when two saves share a clock tick.
             previous = path.stat().st_mtime_ns if path.exists() else 0
-            assert value.config is not None
             mtime = max(time.time_ns(), previous + 1)
             return [Write(path, files.dump_config(value.config), mtime)]
         if name == docs.KEYS.name:

@@ -107,11 +107,22 @@ class RulebookBackend:
             if self.documents.key_named(config.key_ref) not in s.get(KEYS):
                 raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
             stored = s.get(CONFIG)
-            if expected_generation is not None and stored.generation != expected_generation:
+            if expected_generation is not None and _shown(stored) != expected_generation:
                 raise StaleConfigError("the relay registration changed since it was read")
             # A layout may keep a generation of its own (a file's mtime), rising as this does.
             generation = stored.generation + 1
             s.put(CONFIG, Registration(replace(config, generation=generation), generation))
+
+        await self._edit(work)
+
+    async def forget_config(self, expected_generation: int | None) -> None:
+        def work(s: Session) -> None:
+            stored = s.get(CONFIG)
+            if expected_generation is not None and _shown(stored) != expected_generation:
+                raise StaleConfigError("the relay registration changed since it was read")
+            if stored.config is not None or stored.problem is not None:
+                # None stored, its generation kept: the next registration's rises past it.
+                s.put(CONFIG, Registration(None, stored.generation))
 
         await self._edit(work)
 
@@ -279,6 +290,14 @@ class RulebookBackend:
     async def release_runs(self, owner: str) -> None:
         await self._edit(lambda s: run_rules.release(s.get(RUNS), owner))
 
+    async def retire_runs(self, owner: str, now_ms: int) -> None:
+        def work(s: Session) -> None:
+            runs = s.get(RUNS)
+            run_rules.retire(runs, owner, now_ms)
+            run_rules.release(runs, owner)
+
+        await self._edit(work)
+
     async def run_states(self) -> list[RunState]:
         def work(s: Session) -> list[RunState]:
             runs = s.get(RUNS)
@@ -296,7 +315,7 @@ class RulebookBackend:
                 s.get(CLAIMS),
                 s.get(PRESENCE),
             )
-            reading.generation = s.get(CONFIG).generation or None
+            reading.generation = _shown(s.get(CONFIG)) or None
             # Unreadable, as if none were stored: the pass asks `profile_identity`, which says why.
             with contextlib.suppress(CorruptStateError):
                 reading.identities = readable(s.get(IDENTITIES), query.profiles)
@@ -360,3 +379,9 @@ def _text(ref: str, pem: str | None) -> str:
     if pem is None:
         raise CorruptStateError(f"Talaria publisher key {ref!r} is not text")
     return pem
+
+
+def _shown(stored: Registration) -> int:
+    """The generation `load_config` shows: 0 while no registration is stored (a forgotten one
+    keeps its generation, so the next one's rises past it)."""
+    return stored.generation if stored.config is not None or stored.problem is not None else 0

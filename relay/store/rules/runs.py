@@ -57,7 +57,7 @@ def sync(
     cutoff: int,
     forget_before: int,
 ) -> list[RunState]:
-    """What `sync_runs` does, in the order the SQL store does it."""
+    """A pass's run sync (`pass_write` but its revisions), in the order the SQL store does it."""
     # The owner's live rows wait to be confirmed by what it hosts now (lease 0 marks them).
     for sid, run in runs.items():
         if run.owner == owner and not run.terminal:
@@ -114,6 +114,13 @@ def next_lease_end(
     ]
     ends += [until for holder, until in claims if holder != owner]
     return min((end for end in ends if end > now_ms), default=None)
+
+
+def retire(runs: Runs, owner: str, now_ms: int) -> None:
+    """A stopping owner's finished rows: their leases end at `now_ms` (a live row keeps its)."""
+    for sid, run in runs.items():
+        if run.owner == owner and run.terminal and run.lease_until > now_ms:
+            runs[sid] = replace(run, lease_until=now_ms)
 
 
 def release(runs: Runs, owner: str) -> None:

@@ -1,37 +1,20 @@
 """`SqlBackend`: the store's `Backend` on SQLite or Postgres, one runner under every hook.
 
 Each hook is one function of its aggregate's module (`registration`, `revisions`, `ledger`,
-`outbox`, `presence`, `runs`, `passes`, `transfer`), called with the runner and the request.
+`outbox`, `presence`, `runs`, `passes`, `transfer`), called with the runner and the request: the
+class is a table of them (`hook`), so a new hook is one line here and its function there.
 `Store(await SqlBackend.open(target))` is a SQL store; `relay.store.open_store` makes one by URL.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Coroutine
 from dataclasses import replace
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from relay.store.backend import (
-    Backend,
-    Binding,
-    Claim,
-    Deletion,
-    PresenceUpdate,
-    Reading,
-    Rekeyed,
-    RunSync,
-    Sightings,
-    StartedClaim,
-    ViewQuery,
-)
+from relay.store.backend import Backend, Claim, RunSync
 from relay.store.fleet import FleetMember
-from relay.store.records import (
-    DeletedView,
-    PresenceLease,
-    RelayConfig,
-    RunState,
-    StartedEntry,
-    StartedScope,
-    StateBatch,
-)
+from relay.store.records import RunState
 from relay.store.sql import (
     fleet,
     ledger,
@@ -54,6 +37,22 @@ from relay.store.sql.schema_state import (
 )
 from relay.store.url import StoreTarget
 
+P = ParamSpec("P")
+T = TypeVar("T")
+Hook = Callable[Concatenate["SqlBackend", P], Coroutine[Any, Any, T]]
+
+
+def hook(function: Callable[Concatenate[Runner, P], Coroutine[Any, Any, T]]) -> Hook[P, T]:
+    """`function(runner, …)` as a method of `SqlBackend` on its runner. Typed through, so mypy
+    holds each one to its `Backend` hook."""
+
+    async def method(self: SqlBackend, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await function(self._db, *args, **kwargs)
+
+    method.__name__ = method.__qualname__ = function.__name__
+    method.__doc__ = function.__doc__
+    return method
+
 
 def stats_of(store: object) -> Stats | None:
     """What the SQL backend under `store` has sent so far; None for a store on another one."""
@@ -61,8 +60,10 @@ def stats_of(store: object) -> Stats | None:
     return backend.stats if isinstance(backend, SqlBackend) else None
 
 
-class SqlBackend(Backend):
-    """Relay state in SQL tables; open with `await SqlBackend.open(target)`."""
+class SqlBackend:
+    """Relay state in SQL tables; open with `await SqlBackend.open(target)`.
+
+    A `Backend` structurally (checked below), as `Store` is a `RelayStore`."""
 
     def __init__(self, runner: Runner, display_url: str, *, has_fleet: bool = True) -> None:
         self._db = runner
@@ -80,9 +81,8 @@ class SqlBackend(Backend):
         """
         runner: Runner
         if target.backend == "postgres":
-            from relay.store.sql.drivers.postgres import (
-                PostgresRunner,  # asyncpg: Postgres stores only
-            )
+            # asyncpg: loaded for Postgres stores only.
+            from relay.store.sql.drivers.postgres import PostgresRunner
 
             runner = await PostgresRunner.open(target.sqlalchemy_url, target.display)
         else:
@@ -134,108 +134,54 @@ class SqlBackend(Backend):
     async def close(self) -> None:
         await self._db.close()
 
-    # ── registration and keys ─────────────────────────────────────────────────
+    # ── the hooks: each one function of its aggregate's module, on this backend's runner ─────
 
-    async def load_config(self) -> RelayConfig | None:
-        return await registration.load_config(self._db)
+    load_config = hook(registration.load_config)
+    save_config = hook(registration.save_config)
+    forget_config = hook(registration.forget_config)
+    save_key = hook(registration.save_key)
+    load_key = hook(registration.load_key)
+    delete_key = hook(registration.delete_key)
+    rekey = hook(registration.rekey)
+    profile_identity = hook(registration.profile_identity)
+    mint_identity = hook(registration.mint_identity)
+    forget_identity = hook(registration.forget_identity)
+    identities = hook(registration.identities)
 
-    async def save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
-        await registration.save_config(self._db, config, expected_generation)
+    allocate_revisions = hook(revisions.allocate_revisions)
+    revision_floor = hook(revisions.revision_floor)
 
-    async def save_key(self, key_id: str, pem: str) -> str:
-        return await registration.save_key(self._db, key_id, pem)
+    track_started = hook(ledger.track_started)
+    record_started = hook(ledger.record_started)
+    claim_started = hook(ledger.claim_started)
+    started_ledger = hook(ledger.started_ledger)
 
-    async def load_key(self, ref: str) -> str | None:
-        return await registration.load_key(self._db, ref)
+    enqueue_deleted = hook(outbox.enqueue_deleted)
+    bind_deleted = hook(outbox.bind_deleted)
+    pending_deleted = hook(outbox.pending_deleted)
+    claim_deleted = hook(outbox.claim_deleted)
+    ack_deleted = hook(outbox.ack_deleted)
 
-    async def delete_key(self, ref: str) -> bool:
-        return await registration.delete_key(self._db, ref)
+    apply_presence = hook(presence.apply_presence)
+    presence_active = hook(presence.presence_active)
+    presence_leases = hook(presence.presence_leases)
 
-    async def rekey(self, rekeyed: Rekeyed) -> int:
-        return await registration.rekey(self._db, rekeyed)
+    release_runs = hook(runs.release_runs)
+    retire_runs = hook(runs.retire_runs)
+    run_states = hook(runs.run_states)
+    pass_view = hook(passes.pass_view)
 
-    async def profile_identity(self, profile: str) -> str | None:
-        return await registration.profile_identity(self._db, profile)
+    merge_state = hook(transfer.merge_state)
 
-    async def mint_identity(self, profile: str, minted: str) -> str:
-        return await registration.mint_identity(self._db, profile, minted)
-
-    async def forget_identity(self, profile: str) -> None:
-        await registration.forget_identity(self._db, profile)
-
-    async def identities(self) -> dict[str, str]:
-        return await registration.identities(self._db)
-
-    # ── revisions ─────────────────────────────────────────────────────────────
-
-    async def allocate_revisions(self, count: int, now_ms: int) -> int | None:
-        return await revisions.allocate_revisions(self._db, count, now_ms)
-
-    async def revision_floor(self) -> int:
-        return await revisions.revision_floor(self._db)
-
-    # ── started ledger ────────────────────────────────────────────────────────
-
-    async def track_started(self, profile_ids: tuple[str, ...], now_ms: int) -> None:
-        await ledger.track_started(self._db, profile_ids, now_ms)
-
-    async def record_started(self, sightings: Sightings) -> None:
-        await ledger.record_started(self._db, sightings)
-
-    async def claim_started(self, request: StartedClaim) -> list[StartedEntry]:
-        return await ledger.claim_started(self._db, request)
-
-    async def started_ledger(self) -> list[StartedScope]:
-        return await ledger.started_ledger(self._db)
-
-    # ── deleted outbox ────────────────────────────────────────────────────────
-
-    async def enqueue_deleted(self, deletion: Deletion) -> DeletedView:
-        return await outbox.enqueue_deleted(self._db, deletion)
-
-    async def bind_deleted(self, binding: Binding) -> int:
-        return await outbox.bind_deleted(self._db, binding)
-
-    async def pending_deleted(self) -> list[DeletedView]:
-        return await outbox.pending_deleted(self._db)
-
-    async def claim_deleted(self, claim: Claim) -> list[DeletedView]:
-        return await outbox.claim_deleted(self._db, claim)
-
-    async def ack_deleted(self, view_id: str, through: int) -> bool:
-        return await outbox.ack_deleted(self._db, view_id, through)
-
-    # ── presence ──────────────────────────────────────────────────────────────
-
-    async def apply_presence(self, update: PresenceUpdate) -> bool:
-        return await presence.apply_presence(self._db, update)
-
-    async def presence_active(self, profile: str, now_ms: int) -> bool:
-        return await presence.presence_active(self._db, profile, now_ms)
-
-    async def presence_leases(self) -> list[PresenceLease]:
-        return await presence.presence_leases(self._db)
-
-    # ── runs and passes ───────────────────────────────────────────────────────
+    # ── the hooks that also carry this replica's fleet row (none below 0007) ─────────────────
 
     async def keep_alive(self, claim: Claim) -> int | None:
         return await runs.keep_alive(self._db, claim, fleet=self._fleet)
-
-    async def release_runs(self, owner: str) -> None:
-        await runs.release_runs(self._db, owner)
-
-    async def run_states(self) -> list[RunState]:
-        return await runs.run_states(self._db)
-
-    async def pass_view(self, query: ViewQuery) -> Reading:
-        return await passes.pass_view(self._db, query)
 
     async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
         if not self._fleet:
             sync = replace(sync, member=None)
         return await passes.pass_write(self._db, sync)
-
-    # ── fleet ─────────────────────────────────────────────────────────────────
 
     async def record_member(self, member: FleetMember) -> None:
         if self._fleet:
@@ -244,7 +190,6 @@ class SqlBackend(Backend):
     async def fleet(self) -> list[FleetMember]:
         return await fleet.members(self._db) if self._fleet else []
 
-    # ── transfer ──────────────────────────────────────────────────────────────
 
-    async def merge_state(self, batch: StateBatch) -> None:
-        await transfer.merge_state(self._db, batch)
+# mypy proves here that `SqlBackend` is a `Backend`, hook by hook.
+_CONFORMS: type[Backend] = SqlBackend

@@ -23,7 +23,7 @@ from sqlalchemy import (
 
 from relay.errors import SchemaError
 from relay.store.sql import schema
-from relay.store.sql.schema import HEAD_REVISION, TABLES_REVISION
+from relay.store.sql.schema import HEAD_REVISION, SAME_TABLES
 
 if TYPE_CHECKING:
     from alembic.script import Script, ScriptDirectory
@@ -85,7 +85,7 @@ class Standing:
     def runnable(self) -> bool:
         """A store of this code opens it: at head, at a revision with head's tables, or ahead and
         compatible."""
-        return self.at_head or self.current == TABLES_REVISION or self.compatible
+        return self.at_head or self.current in SAME_TABLES or self.compatible
 
     @property
     def below(self) -> bool:

@@ -20,7 +20,7 @@ from relay.store.backend import Claim, Sightings, StartedClaim
 from relay.store.records import StartedEntry, StartedScope
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
-from relay.store.sql.dialect import Compiled, Dialect, Row, bind
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind, closed_below
 from relay.store.sql.drivers.runner import Call, Many, Runner, Step, Tx
 
 
@@ -50,7 +50,9 @@ def statements(d: Dialect) -> Statements:
             .values(profile_id=bind(scopes.profile_id), floor=bind(scopes.floor))
             .on_conflict_do_nothing(index_elements=[scopes.profile_id])
         ),
-        prune=d.compile(delete(t.started).where(in_scope, s.started_at < cutoff)),
+        prune=d.compile(
+            delete(t.started).where(in_scope, closed_below(s.started_at), s.started_at < cutoff)
+        ),
         add_entry=d.compile(
             d.insert(t.started)
             .from_select(

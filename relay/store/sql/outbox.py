@@ -145,9 +145,9 @@ async def pending_deleted(db: Runner) -> list[DeletedView]:
     return await db.read(body)
 
 
-async def claim_deleted(db: Runner, lease: Claim) -> list[DeletedView]:
+async def claim_deleted(db: Runner, claim: Claim) -> list[DeletedView]:
     q = statements(db.dialect).claim
-    params = claim_params(db.dialect, lease)
+    params = claim_params(db.dialect, claim)
 
     async def body(tx: Tx) -> list[DeletedView]:
         return [view(row) for row in await tx.rows(q, params)]

@@ -25,7 +25,6 @@ from sqlalchemy import (
     Text,
     case,
     cast,
-    exists,
     false,
     func,
     literal,
@@ -70,8 +69,23 @@ def statements(d: Dialect) -> Statements:
     c, i, p = t.config.c, t.identities.c, t.presence.c
     scopes, s, r = t.started_scopes.c, t.started.c, t.runs.c
     owner, now = bind(r.owner), bind(r.lease_until, "now")
-    unsent = exists().where(
-        s.profile_id == scopes.profile_id, s.sent == false(), free(t.started, owner, now)
+    # "Is there a row": a scalar subquery of one row, not EXISTS, which Postgres may plan as a
+    # hashed subplan or a first-row search by sequential scan (each reads the whole table when
+    # no row matches); a LIMIT 1 subquery reads the index range the claim itself would.
+    unsent = (
+        select(literal(1))
+        .where(s.profile_id == scopes.profile_id, s.sent == false(), free(t.started, owner, now))
+        .limit(1)
+        .scalar_subquery()
+        .is_not(None)
+    )
+    deleted = (
+        select(t.deleted.c.through)
+        .where(free(t.deleted, owner, now))
+        .order_by(t.deleted.c.through, t.deleted.c.id)
+        .limit(1)
+        .scalar_subquery()
+        .is_not(None)
     )
     view = union_all(
         _tagged("generation", number=c.generation).where(c.version == CONFIG_VERSION),
@@ -80,7 +94,7 @@ def statements(d: Dialect) -> Statements:
         .where(p.active == true(), p.expires_at > now)
         .group_by(p.profile),
         _tagged("scope", scopes.profile_id, number=case((unsent, 1), else_=0)),
-        _tagged("deleted").where(exists().where(free(t.deleted, owner, now))),
+        _tagged("deleted").where(deleted),
     )
     floor, cap = t.revision.c.floor, literal(MAX_SAFE_INTEGER, BigInteger)
     owned = select(func.count().label("n")).select_from(t.runs).where(r.owner == owner)

@@ -24,6 +24,8 @@ class Statements:
     key_exists: Compiled
     stored_generation: Compiled
     upsert_config: Compiled
+    forget_config: Compiled
+    forget_config_at: Compiled
     clear_profiles: Compiled
     insert_profile: Compiled
     upsert_key: Compiled
@@ -47,6 +49,12 @@ def statements(d: Dialect) -> Statements:
     upsert_key = d.insert(t.keys).values(
         ref=bindparam("ref"), pem=bindparam("pem"), encrypted=bindparam("encrypted")
     )
+    tombstone = {
+        **{name: "" for name in ("url", "publisher_id", "key_id", "key_ref")},
+        "version": 0,
+        "generation": c.generation + 1,
+        "updated_at": bindparam("updated_at", type_=c.updated_at.type),
+    }
     mint = d.insert(t.identities).values(profile=bindparam("profile"), identity=bindparam("minted"))
     by_profile = i.profile == bindparam("profile", type_=i.profile.type)
     return Statements(
@@ -73,6 +81,18 @@ def statements(d: Dialect) -> Statements:
                 index_elements=[c.id],
                 set_={**config_values, "generation": c.generation + 1},
             ).returning(c.generation)
+        ),
+        # Forgetting keeps the row as a tombstone of no version: `load_config` shows none, a key
+        # is named by nothing, and the generation keeps rising, so no later registration has
+        # the one a replica may still hold.
+        forget_config=d.compile(update(t.config).values(tombstone)),
+        forget_config_at=d.compile(
+            update(t.config)
+            .where(
+                c.version == CONFIG_VERSION,
+                c.generation == bindparam("generation", type_=c.generation.type),
+            )
+            .values(tombstone)
         ),
         clear_profiles=d.compile(delete(t.profiles)),
         insert_profile=d.compile(
@@ -152,6 +172,26 @@ async def save_config(db: Runner, config: RelayConfig, expected_generation: int 
             raise StaleConfigError("the relay registration changed since it was read")
         await tx.run(q.clear_profiles)
         await tx.many(q.insert_profile, grants)
+
+    await db.write(body)
+
+
+async def forget_config(db: Runner, expected_generation: int | None) -> None:
+    q = statements(db.dialect)
+    now = {"updated_at": int(time.time() * 1000)}
+
+    async def body(tx: Tx) -> None:
+        if expected_generation is None:
+            await tx.run(q.forget_config, now)
+        elif expected_generation == 0:
+            # "None is stored": then there is nothing to forget, else it was raced.
+            stored = await first(tx, q.stored_generation)
+            if stored and stored[0] == CONFIG_VERSION:
+                raise StaleConfigError("the relay registration changed since it was read")
+            return
+        elif not await tx.run(q.forget_config_at, {**now, "generation": expected_generation}):
+            raise StaleConfigError("the relay registration changed since it was read")
+        await tx.run(q.clear_profiles)
 
     await db.write(body)
 

@@ -34,7 +34,7 @@ from relay.store.backend import Claim
 from relay.store.records import RunState
 from relay.store.sql import fleet as fleet_sql
 from relay.store.sql import schema as t
-from relay.store.sql.dialect import Compiled, Dialect, Row, bind
+from relay.store.sql.dialect import Compiled, Dialect, Row, bind, closed_below
 from relay.store.sql.drivers.runner import Runner, Tx, scalar
 
 # Any constant will do: it names this aggregate's lock among the database's advisory locks.
@@ -54,6 +54,7 @@ class Statements:
     forget: Compiled
     mark_sending: Compiled
     release: Compiled
+    retire: Compiled
     next_expiry: Compiled
     all: Compiled
 
@@ -98,7 +99,8 @@ def statements(d: Dialect) -> Statements:
         where=or_(newer_turn, and_(same_turn, not_(terminal))),
     )
     cutoff = bind(r.updated_at, "cutoff")
-    pruned = and_(terminal, r.updated_at < cutoff)
+    # Closed below, so the planner reads an index range, not a third of the rows (`closed_below`).
+    pruned = and_(terminal, closed_below(r.updated_at), r.updated_at < cutoff)
     remember = d.insert(t.turns).from_select(
         ["session_id", "started_at", "stream_id", "forgotten_at"],
         select(r.session_id, r.started_at, r.stream_id, now).where(pruned),
@@ -146,7 +148,7 @@ def statements(d: Dialect) -> Statements:
         ),
         take_over=d.compile(
             update(t.runs)
-            .where(r.owner != owner, r.lease_until <= now)
+            .where(r.owner != owner, closed_below(r.lease_until), r.lease_until <= now)
             .values(
                 owner=owner,
                 lease_until=until,
@@ -175,6 +177,12 @@ def statements(d: Dialect) -> Statements:
             .where(r.sending_by == owner, *locked)
             .values(sending_by=None, sending_until=0)
         ),
+        # A stopping replica's finished rows: their leases end now (a live one's does not).
+        retire=d.compile(
+            update(t.runs)
+            .where(r.owner == owner, terminal, r.lease_until > now, *locked)
+            .values(lease_until=now)
+        ),
         next_expiry=d.compile(select(func.min(expiries.c[0]))),
         all=d.compile(select(t.runs).order_by(r.session_id)),
     )
@@ -200,10 +208,10 @@ def columns(run: RunState, owner: str, until: int) -> dict[str, Any]:
     }
 
 
-async def keep_alive(db: Runner, lease: Claim, *, fleet: bool = False) -> int | None:
+async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | None:
     """Renew the owner's runs (and with `fleet` its fleet row, in the same transaction)."""
     q = statements(db.dialect)
-    mine = {"owner": lease.owner, "now": lease.now_ms, "until": lease.until}
+    mine = {"owner": claim.owner, "now": claim.now_ms, "until": claim.until}
     renew_row = fleet_sql.statements(db.dialect).renew
 
     async def body(tx: Tx) -> Any:
@@ -227,6 +235,16 @@ async def release_runs(db: Runner, owner: str) -> None:
     # Not durable: a release lost to a power cut leaves the rows marked until the marks'
     # lease ends, which only makes another replica wait that long to publish them.
     await db.write(body, single=True, durable=False)
+
+
+async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
+    q = statements(db.dialect)
+
+    async def body(tx: Tx) -> None:
+        await tx.run(q.retire, {"owner": owner, "now": now_ms})
+        await tx.run(q.release, {"owner": owner})
+
+    await db.write(body)
 
 
 async def run_states(db: Runner) -> list[RunState]:

@@ -15,18 +15,20 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
+
+# Indexes from 0008 (docs/query-plans.md): each hot statement reads an index range, at any size.
 
 # Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.
 # The migration these tables are the result of; `alembic` reads the same from the scripts, and
 # tests/test_migrations.py holds the two equal, so reading a revision needs no Alembic.
-HEAD_REVISION = "0007"
-# The oldest revision a store of this code opens: 0006 added only Postgres' `relay_batch`
-# function, which a store does without (its write batches then run as transactions of their
-# statements), and 0007 the fleet and compatibility tables, which it does without too (its
-# replicas record themselves nowhere), so a store opens at 0005: replicas of this version run
-# while a deploy has yet to migrate.
-TABLES_REVISION = "0005"
+HEAD_REVISION = "0008"
+# The revisions below head a store of this code opens (its replicas run while a deploy has yet
+# to migrate): 0006 added only Postgres' `relay_batch` function, which a store does without (its
+# write batches then run as transactions of their statements); 0007 the fleet and compatibility
+# tables, which it does without too (its replica records itself nowhere); 0008 only indexes.
+SAME_TABLES = ("0005", "0006", "0007")
 
 metadata = MetaData(
     naming_convention={
@@ -105,6 +107,13 @@ started = Table(
     Index("ix_relay_started_unsent", "profile_id", "sent", "started_at", "session_id"),
     # The 24 h prune deletes one scope's oldest entries: a range of this one.
     Index("ix_relay_started_age", "profile_id", "started_at"),
+    # An idle replica's next lease end among unsent claims (`keep_alive`): unsent rows only.
+    Index(
+        "ix_relay_started_claimed_until",
+        "claimed_until",
+        postgresql_where=text("sent = false"),
+        sqlite_where=text("sent = 0"),
+    ),
 )
 
 deleted = Table(
@@ -122,6 +131,16 @@ deleted = Table(
     Column("claimed_by", String(64)),
     Column("claimed_until", BigInteger),
     UniqueConstraint("session_id", "profile", name="uq_relay_deleted_session_profile"),
+    # Claims take the oldest `through` first; a pass asks whether one would; an idle replica
+    # reads the next lease end; a registration binds a profile's unbound entries (few).
+    Index("ix_relay_deleted_through", "through", "id"),
+    Index("ix_relay_deleted_claimed_until", "claimed_until"),
+    Index(
+        "ix_relay_deleted_unbound",
+        "profile",
+        postgresql_where=text("scope_url IS NULL"),
+        sqlite_where=text("scope_url IS NULL"),
+    ),
     CheckConstraint(
         "(scope_url IS NULL) = (scope_publisher_id IS NULL)"
         " AND (scope_url IS NULL) = (scope_profile_id IS NULL)",
@@ -159,6 +178,9 @@ runs = Table(
     # A pass reads the rows its replica owns; a takeover looks for leases that ended.
     Index("ix_relay_runs_owner", "owner"),
     Index("ix_relay_runs_lease_until", "lease_until"),
+    # A pass prunes finished rows by age, and releases the rows it marked as sending.
+    Index("ix_relay_runs_updated_at", "updated_at"),
+    Index("ix_relay_runs_sending_by", "sending_by"),
 )
 
 # The newest turn of each session whose run row was pruned, and when: a replica may still offer an

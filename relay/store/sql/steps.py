@@ -8,7 +8,7 @@ statement and its parameters; a `Many`, a statement run once per parameter set; 
 
 from relay.store.sql.drivers.runner import Call, Many, Step
 from relay.store.sql.ledger import claim_step as claim_started
-from relay.store.sql.ledger import mark_step as mark_started_sent
+from relay.store.sql.ledger import mark_step as mark_sent
 from relay.store.sql.ledger import record_steps as record_started
 from relay.store.sql.outbox import ack_step as ack_deleted
 from relay.store.sql.outbox import enqueue_step as enqueue_deleted
@@ -24,7 +24,7 @@ __all__ = [
     "allocate_revisions",
     "claim_started",
     "enqueue_deleted",
-    "mark_started_sent",
+    "mark_sent",
     "merge_ledger",
     "profile_identity",
     "record_started",

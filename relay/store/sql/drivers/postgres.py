@@ -14,6 +14,7 @@ back to the pool as it is (`pgpool`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -28,6 +29,7 @@ from relay.store.sql.dialect import POSTGRES, Compiled, Row
 from relay.store.sql.drivers import pgbatch, sqlstate
 from relay.store.sql.drivers.budget import PARAMETERS as BUDGET_PARAMETERS
 from relay.store.sql.drivers.budget import Budget, budget
+from relay.store.sql.drivers.deadlines import Deadlines
 from relay.store.sql.drivers.hosts import dsn
 from relay.store.sql.drivers.pgpool import Pool
 from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, Tx, run_steps
@@ -56,9 +58,9 @@ _CLIENT_MARGIN_S = 5.0
 
 class PostgresTx:
     """Statements on one connection, each bounded by `timeout` seconds from the client (asyncpg
-    then cancels it on the server)."""
+    then cancels it on the server); None: the caller bounds them (`Deadlines`)."""
 
-    def __init__(self, conn: Any, stats: Stats, timeout: float) -> None:
+    def __init__(self, conn: Any, stats: Stats, timeout: float | None) -> None:
         self._conn = conn
         self._stats = stats
         self._timeout = timeout
@@ -118,6 +120,7 @@ class PostgresRunner:
         self._pool: Pool | None = None
         self._begin = limits.set_local()
         self._batch_settings = limits.batch_settings()
+        self._deadlines = Deadlines(limits.statement_timeout)
         # Until a call says the function is missing or not ours to run: then, for this
         # runner's life, batches are transactions of their statements.
         self._batch_calls = True
@@ -213,7 +216,7 @@ class PostgresRunner:
                     raise
                 await conn.execute("COMMIT", timeout=timeout)
             else:
-                result = await body(PostgresTx(conn, self.stats, timeout))
+                result = await self._autocommit(body, conn)
         except BaseException as error:
             # A statement past its timeout: asyncpg asks the server to cancel it, over a
             # connection of its own. Terminating this one would strand that statement on the
@@ -236,6 +239,20 @@ class PostgresRunner:
         finally:
             pool.release(conn)
         return result
+
+    async def _autocommit(self, body: Body[T], conn: Any) -> T:
+        """`body` on `conn` in autocommit, bounded by `statement_timeout` (`deadlines`): past it,
+        a TimeoutError, as asyncpg's own `timeout=` would raise, without its timer per call."""
+        token = self._deadlines.start()
+        try:
+            return await body(PostgresTx(conn, self.stats, None))
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not self._deadlines.expired(token) or task is None or task.uncancel():
+                raise  # cancelled by someone else (too)
+            raise TimeoutError from None
+        finally:
+            self._deadlines.end(token)
 
     def translated(self, error: BaseException, *, lost: bool = False) -> StoreError:
         """A driver's exception as a `StoreError` naming the store, never its password; `lost`

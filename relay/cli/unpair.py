@@ -1,0 +1,81 @@
+"""`talaria-relay unpair`: forget the store's registration with Talaria Relay.
+
+It shows what it would forget and asks first; `--yes` answers for scripts. Without a terminal to
+ask on and without `--yes` it refuses (exit 2) rather than guess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from relay.cli.output import FAILED, OK, require_existing, say
+from relay.errors import CorruptStateError, InvalidInputError
+from relay.store import RelayConfig, open_store, resolve
+from relay.unpairing import unpair
+
+Ask = Callable[[str], str]
+
+
+def described(config: RelayConfig) -> str:
+    profiles = ", ".join(sorted(config.profiles)) or "none"
+    return (
+        f"registered with {config.url} as {config.publisher_id} "
+        f"(key {config.key_id}; profiles: {profiles})"
+    )
+
+
+async def cmd_unpair(args: argparse.Namespace, ask: Ask = input) -> int:
+    target = resolve(args.store)
+    require_existing(target)
+    async with open_store(args.store) as store:
+        try:
+            config = await store.load_config()
+            held = None if config is None else described(config)
+        except CorruptStateError as error:
+            held = f"an unreadable registration ({error})"
+        if held is None:
+            say(f"{target.display} holds no registration: nothing to forget")
+            return OK
+        say(f"{target.display} is {held}")
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise InvalidInputError(
+                    "unpair asks before it forgets, and there is no terminal to ask on: "
+                    "pass --yes to forget without asking"
+                )
+            try:
+                answer = ask(
+                    "Forget this registration and its key? The relay keeps its side; pairing "
+                    "again needs a new invitation. [y/N] "
+                )
+            except EOFError:  # the terminal closed: no answer is no
+                answer = ""
+            if answer.strip().lower() not in ("y", "yes"):
+                say("nothing forgotten")
+                return FAILED
+        await unpair(store)
+    say(
+        f"{target.display}: registration forgotten; stop or restart every service on this "
+        "store, then pair again"
+    )
+    return OK
+
+
+def add_parser(commands: Any, store: argparse.ArgumentParser) -> None:
+    """Register `unpair` on the `talaria-relay` parser."""
+    text = "forget the store's registration with Talaria Relay, so the server can pair again"
+    sub = commands.add_parser(
+        "unpair",
+        parents=[store],
+        help=text,
+        description=text,
+        epilog="It asks before it forgets (--yes for scripts). Exit codes: 0 forgotten, or "
+        "nothing to forget; 1 answered no; 2 no terminal to ask on without --yes, or no store "
+        "there; 3 the store cannot be reached. Profile identities stay; the relay keeps its "
+        "side of the registration.",
+    )
+    sub.set_defaults(run=cmd_unpair)
+    sub.add_argument("--yes", action="store_true", help="forget without asking")
