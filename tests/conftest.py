@@ -52,6 +52,8 @@ FIRST = {
     "test_secrets.py",
     "test_pass_cost.py",
     "test_migrations.py",
+    "test_mixed_fleet.py",
+    "test_future_migrations.py",
 }
 
 

@@ -203,11 +203,15 @@ def _replicas(
 
 def _loop_of(service: RelayService) -> dict[str, Any]:
     """What this replica's publisher loop knows: its last good pass and its backoff."""
+    # This replica's wall clock minus the store's; the fleet record keeps no other replica's.
+    offset = service.store_clock.offset_s
+    clock = {"clock_offset_s": None if offset is None else round(offset, 3)}
     publisher = service.current()
     if publisher is None:
-        return {"last_pass": None, "publishing": False}
+        return {"last_pass": None, "publishing": False, **clock}
     loop = publisher.health()
     return {
+        **clock,
         "publishing": not loop.stopped,
         "last_pass": None
         if loop.last_pass is None

@@ -15,6 +15,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from relay.publishing.clock import WARN_S
+
 REFRESH_S = 30
 # The last hour of a replica's passes, in the strip.
 STRIP_S = 3600
@@ -125,6 +127,13 @@ def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
             reasons.append(
                 f"replica {row['owner']} is backing off: {failure(row)}; it retries "
                 f"{_relative(row['backoff_until'] - now_ms)}"
+            )
+    for row in replicas:
+        offset = row.get("clock_offset_s")
+        if isinstance(offset, int | float) and abs(offset) > WARN_S:
+            level = _worse(level, "warn")
+            reasons.append(
+                f"replica {row['owner']}'s clock is {_offset(offset)}'s: check its time sync (NTP)"
             )
     for profile in document["profiles"]:
         if not profile["enrolled"]:
@@ -290,12 +299,24 @@ def _who(row: Mapping[str, Any], now_ms: int) -> str:
     if "host" in row:
         where = f"{row['host']} · pid {row['pid']}"
         lines.append(f'<span class="muted small nowrap">{_t(where)}</span>')
+    offset = row.get("clock_offset_s")
+    if isinstance(offset, int | float):
+        kind = "bad" if abs(offset) > WARN_S else "muted"
+        lines.append(f'<span class="{kind} small nowrap">clock {_t(_offset(offset))}</span>')
     if "started_at" in row and row["alive"]:
         up = _relative(row["started_at"] - now_ms).removesuffix(" ago")
         lines.append(f'<span class="muted small">up {_t(up)}</span>')
     elif "seen_at" in row and not row["alive"]:
         lines.append(f'<span class="muted small">last seen {_when(row["seen_at"], now_ms)}</span>')
     return "<br>".join(lines)
+
+
+def _offset(offset_s: float) -> str:
+    """`0.4 s ahead of the store`, `2.0 s behind the store`, `in step with the store`."""
+    if abs(offset_s) < 0.05:
+        return "in step with the store"
+    side = "ahead of" if offset_s > 0 else "behind"
+    return f"{abs(offset_s):.1f} s {side} the store"
 
 
 def _release(row: Mapping[str, Any]) -> str:

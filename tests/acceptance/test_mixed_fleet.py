@@ -24,6 +24,7 @@ from handoffs import HandOffs
 from previous_release import Release, install
 from replicas import REPLY_TIMEOUT_S, Cluster, Replica, spawn, until
 
+from relay.store import open_store
 from relay.store.sql.migrate import head_revision, upgrade
 from relay.store.url import resolve
 from relay.testing import DevRelay, serve
@@ -67,13 +68,17 @@ class Figures:
     announced_twice: list[str]
     deleted: dict[str, int]
     republish_s: float
+    fleet_listed: bool
+    to_failed_s: list[float]
 
     def line(self) -> str:
         return (
             f"{self.turns} turns, {self.dead} died with their replica; flips {self.flips}, "
             f"wrong final rows {len(self.wrong)} {self.wrong}, ended twice {self.twice}, stale "
             f"{self.stale}, announced twice {self.announced_twice}, deletions {self.deleted}; "
-            f"the restarted old replica published again {self.republish_s:.1f}s after its start"
+            f"the restarted old replica published again {self.republish_s:.1f}s after its start; "
+            f"dead turns shown failed {', '.join(f'{t:.1f}s' for t in self.to_failed_s)} after "
+            "the kill"
         )
 
 
@@ -131,6 +136,10 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
             await soak.settle()
         finally:
             watcher.cancel()
+        # The fleet lists the replicas of this code (the previous release records none).
+        async with open_store(url) as store:
+            live = {m.owner for m in await store.fleet() if m.live(int(time.time() * 1000))}
+        newer = {r.incarnation for n, r in enumerate(replicas) if n not in OLD}
         turns = soak.turns
         announced = Counter(event.session_id for event in relay.started_events)
         acks = Counter(ack.session_id for ack in relay.viewed)
@@ -144,6 +153,8 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
             announced_twice=sorted(sid for sid, n in announced.items() if n > 1),
             deleted={sid: acks[sid] for sid in doomed},
             republish_s=republish,
+            fleet_listed=newer <= live,
+            to_failed_s=sorted(soak.to_failed),
         )
 
 
@@ -180,6 +191,7 @@ def judge(figures: Figures) -> None:
     assert figures.announced_twice == []
     assert set(figures.deleted.values()) == {1}, figures.deleted
     assert figures.dead > 0
+    assert figures.fleet_listed
 
 
 async def test_mixed_fleet(pg_database: str) -> None:

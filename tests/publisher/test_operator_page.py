@@ -375,3 +375,22 @@ async def test_the_fleet_record_names_each_replica_and_the_recently_gone(
         level, line, _ = page.verdict(document)
         assert level == "warn"
         assert "2 replicas live (1 backing off)" in line
+
+
+async def test_a_replica_clock_far_from_the_stores_is_named(store: RelayStore) -> None:
+    """This replica's clock offset shows under its name; past 1 s the verdict asks for NTP."""
+    async with relay_env(store) as env:
+        await paired(env)
+        document = await facts.gather(env.service, env.clock())
+        (replica,) = document["fleet"]["replicas"]
+        assert "clock_offset_s" in replica  # None on a store without a clock of its own
+        replica["clock_offset_s"] = 0.2
+        assert "clock 0.2 s ahead of the store" in page.render(document)
+        assert page.verdict(document)[0] == "ok"
+        replica["clock_offset_s"] = -4.25
+        level, _, reasons = page.verdict(document)
+        assert level == "warn"
+        assert reasons == [
+            f"replica {replica['owner']}'s clock is 4.2 s behind the store's: check its time "
+            "sync (NTP)"
+        ]

@@ -8,6 +8,7 @@ real `talaria-relay` process; each test has a database of its own.
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import subprocess
 import time
@@ -17,6 +18,7 @@ import pytest
 from cli_support import Result, child_env, populate, run
 from databases import admin_execute
 from future_release import CONTRACT, EXPAND, command, scripts
+from replicas import cluster
 
 from relay.errors import SchemaError
 from relay.store import open_store
@@ -41,6 +43,18 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     asyncio.run(fill())
     # `populate` runs a service on a clock a year ahead: its fleet row would count as live.
     execute(url, "DELETE FROM relay_fleet")
+    return url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def bare(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty store at this code's head, in a database of its own."""
+    url = (
+        request.getfixturevalue("pg_database")
+        if request.param == "postgres"
+        else f"sqlite:///{tmp_path / 'relay.db'}"
+    )
+    asyncio.run(upgrade(resolve(url)))
     return url
 
 
@@ -145,10 +159,35 @@ def test_this_code_is_refused_by_a_contract_migration(tmp_path: Path, store: str
 
 
 def test_a_fleet_row_with_fields_from_a_newer_release_is_read(tmp_path: Path, store: str) -> None:
-    """A fleet row with a column this code does not know (the expand migration's) still counts:
-    `migrate` of the future release names that replica."""
+    """A fleet row with a column this code does not know (the expand migration's) is read by this
+    code's store and `status`, and still counts: `migrate` of the future release names it."""
     assert future(tmp_path, "migrate", "--to", EXPAND, "--store", store).returncode == 0
     older_replica(store)
     execute(store, "UPDATE relay_fleet SET zone = 'eu-west'")
+
+    async def listed() -> list[str]:
+        async with open_store(store) as opened:
+            return [member.owner for member in await opened.fleet()]
+
+    assert asyncio.run(listed()) == ["web-old/0123456789ab"]
+    status = json.loads(here(tmp_path, "status", "--json", "--store", store).stdout)
+    assert [member["owner"] for member in status["fleet"]] == ["web-old/0123456789ab"]
     refused = future(tmp_path, "migrate", "--store", store)
     assert (refused.returncode, "web-old/0123456789ab" in refused.stderr) == (1, True)
+
+
+async def test_migrate_waits_for_a_real_replica_of_this_code(tmp_path: Path, bare: str) -> None:
+    """A replica process of this code, publishing, is in the fleet: the future release's
+    `migrate` refuses its contract migration naming it; once the replica stops it has left the
+    live fleet, and the same `migrate` applies it without --force."""
+    async with cluster(bare, 1) as group:
+        await group.pair()
+        await group.everywhere("flush")
+        owner = group.replicas[0].incarnation
+        refused = await asyncio.to_thread(future, tmp_path, "migrate", "--store", bare)
+        assert refused.returncode == 1, refused.stderr
+        assert f"{owner} (talaria-relay" in refused.stderr
+        status = here(tmp_path, "status", "--json", "--store", bare)
+        assert [m["owner"] for m in json.loads(status.stdout)["fleet"]] == [owner]
+    applied = await asyncio.to_thread(future, tmp_path, "migrate", "--store", bare)
+    assert applied.returncode == 0, applied.stderr

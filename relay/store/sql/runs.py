@@ -35,7 +35,7 @@ from relay.store.records import RunState
 from relay.store.sql import fleet as fleet_sql
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind, closed_below
-from relay.store.sql.drivers.runner import Runner, Tx, scalar
+from relay.store.sql.drivers.runner import Runner, Step, Tx
 
 # Any constant will do: it names this aggregate's lock among the database's advisory locks.
 _RUNS_LOCK = 0x7A1A_2D0C
@@ -209,20 +209,17 @@ def columns(run: RunState, owner: str, until: int) -> dict[str, Any]:
 
 
 async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | None:
-    """Renew the owner's runs (and with `fleet` its fleet row, in the same transaction)."""
+    """Renew the owner's runs (and with `fleet` its fleet row) and read the next lease end, as
+    one batch: one round trip on Postgres (`relay_batch`), one transaction everywhere."""
     q = statements(db.dialect)
     mine = {"owner": claim.owner, "now": claim.now_ms, "until": claim.until}
-    renew_row = fleet_sql.statements(db.dialect).renew
-
-    async def body(tx: Tx) -> Any:
-        if q.lock is not None:
-            await tx.rows(q.lock)
-        await tx.run(q.renew, mine)
-        if fleet:
-            await tx.run(renew_row, mine)
-        return await scalar(tx, q.next_expiry, mine)
-
-    expiry: int | None = await db.write(body)
+    steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
+    steps.append((q.renew, mine))
+    if fleet:
+        steps.append((fleet_sql.statements(db.dialect).renew, mine))
+    steps.append((q.next_expiry, mine))
+    rows = await db.batch(steps)
+    expiry: int | None = rows[0][0] if rows else None
     return expiry
 
 
