@@ -408,7 +408,7 @@ def minutes(passes: str, width: int = 240) -> str:
             f'height="{height}"></rect>'
         )
     ok, failed = passes.count("o"), passes.count("f")
-    label = f"last hour: {ok} minutes ok, {failed} with a failure"
+    label = f"last hour: {ok} minute{'' if ok == 1 else 's'} ok, {failed} with a failure"
     return (
         f'<svg class="strip" width="{width}" height="20" viewBox="0 0 {width} 20" role="img">'
         f'<title>{_t(label)}</title><rect class="bg" x="0" y="0" width="{width}" height="20">'
