@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError
+from relay.store import records
 from relay.store.backend import (
     Binding,
     Claim,
@@ -26,16 +27,6 @@ from relay.store.backend import (
     ViewQuery,
 )
 from relay.store.fleet import FleetMember
-from relay.store.records import (
-    Backlog,
-    DeletedView,
-    PresenceLease,
-    RelayConfig,
-    RunState,
-    StartedEntry,
-    StartedScope,
-    StateBatch,
-)
 from relay.store.rules import backlog as backlogs
 from relay.store.rules import fleet, ledger, outbox, passes, presence, revisions
 from relay.store.rules import runs as run_rules
@@ -95,10 +86,12 @@ class RulebookBackend:
 
     # ── registration and keys ─────────────────────────────────────────────────
 
-    async def load_config(self) -> RelayConfig | None:
+    async def load_config(self) -> records.RelayConfig | None:
         return await self._read(lambda s: s.get(CONFIG).read())
 
-    async def save_config(self, config: RelayConfig, expected_generation: int | None) -> None:
+    async def save_config(
+        self, config: records.RelayConfig, expected_generation: int | None
+    ) -> None:
         def work(s: Session) -> None:
             if self.documents.key_named(config.key_ref) not in s.get(KEYS):
                 raise InvalidInputError(f"publisher key {config.key_ref!r} is not saved")
@@ -216,15 +209,15 @@ class RulebookBackend:
 
         await self._edit(work)
 
-    async def claim_started(self, request: StartedClaim) -> list[StartedEntry]:
+    async def claim_started(self, request: StartedClaim) -> list[records.StartedEntry]:
         return await self._edit(lambda s: ledger.advance(s.get(STARTED), request))
 
-    async def started_ledger(self) -> list[StartedScope]:
+    async def started_ledger(self) -> list[records.StartedScope]:
         return await self._read(lambda s: ledger.scopes(s.get(STARTED)))
 
     # ── deleted outbox ────────────────────────────────────────────────────────
 
-    async def enqueue_deleted(self, deletion: Deletion) -> DeletedView:
+    async def enqueue_deleted(self, deletion: Deletion) -> records.DeletedView:
         return await self._edit(
             lambda s: outbox.enqueue(s.get(DELETED), deletion.new, deletion.session_live)
         )
@@ -235,16 +228,16 @@ class RulebookBackend:
             lambda s: outbox.bind(s.get(DELETED), b.profile, b.identity, b.scope)
         )
 
-    async def pending_deleted(self) -> list[DeletedView]:
+    async def pending_deleted(self) -> list[records.DeletedView]:
         return await self._read(lambda s: outbox.pending(s.get(DELETED)))
 
-    async def backlog(self) -> Backlog:
+    async def backlog(self) -> records.Backlog:
         return await self._read(lambda s: backlogs.count(s.get(STARTED), s.get(DELETED)))
 
-    async def claim_deleted(self, claim: Claim) -> list[DeletedView]:
+    async def claim_deleted(self, claim: Claim) -> list[records.DeletedView]:
         c = claim
 
-        def work(s: Session) -> list[DeletedView]:
+        def work(s: Session) -> list[records.DeletedView]:
             return outbox.claim(s.get(DELETED), s.get(CLAIMS), c.owner, c.now_ms, c.until, c.limit)
 
         return await self._edit(work)
@@ -263,7 +256,7 @@ class RulebookBackend:
     async def presence_active(self, profile: str, now_ms: int) -> bool:
         return await self._read(lambda s: presence.active(s.get(PRESENCE), profile, now_ms))
 
-    async def presence_leases(self) -> list[PresenceLease]:
+    async def presence_leases(self) -> list[records.PresenceLease]:
         return await self._read(lambda s: presence.newest_first(s.get(PRESENCE)))
 
     # ── runs and passes ───────────────────────────────────────────────────────
@@ -290,8 +283,8 @@ class RulebookBackend:
 
         await self._edit(work)
 
-    async def run_states(self) -> list[RunState]:
-        def work(s: Session) -> list[RunState]:
+    async def run_states(self) -> list[records.RunState]:
+        def work(s: Session) -> list[records.RunState]:
             runs = s.get(RUNS)
             return [runs[sid] for sid in sorted(runs)]
 
@@ -315,8 +308,8 @@ class RulebookBackend:
 
         return await self._read(work)
 
-    async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
-        def work(s: Session) -> tuple[list[RunState], int] | None:
+    async def pass_write(self, sync: RunSync) -> tuple[list[records.RunState], int] | None:
+        def work(s: Session) -> tuple[list[records.RunState], int] | None:
             written = passes.write(s.get(RUNS), s.get(FORGOTTEN), s.get(FLOOR), sync)
             if written is not None:
                 s.put(FLOOR, written[1])
@@ -336,7 +329,7 @@ class RulebookBackend:
 
     # ── transfer ──────────────────────────────────────────────────────────────
 
-    async def merge_state(self, batch: StateBatch) -> None:
+    async def merge_state(self, batch: records.StateBatch) -> None:
         def work(s: Session) -> None:
             identities = s.get(IDENTITIES)
             for profile, identity in batch.identities.items():
