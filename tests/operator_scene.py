@@ -5,7 +5,8 @@ on a loop of its own thread; `web-2` a `ThreadedRelayService` whose routes werkz
 through `relay.wsgi`; `web-3` a threaded one that serves nothing. Each hosts one running turn,
 so each holds a lease in the store. After every replica published once, the relay answers 503
 to snapshots and `web-1` publishes again: it is backing off. A profile with a hostile name is
-enrolled, and `web-1`'s session has a hostile title.
+enrolled, and `web-1`'s session has a hostile title. `web-2` and `web-3` publish twice, so their
+fleet rows carry a pass and the page draws their strips from the fleet record.
 """
 
 from __future__ import annotations
@@ -184,6 +185,9 @@ def scene(store_url: str) -> Iterator[Scene]:
                 **QUIET,
             )
             stack.enter_context(found)
+            found.flush()
+            # A second pass: its fleet row carries the first (a row holds the passes before it).
+            found.changed()
             found.flush()
             others.append(found)
         wsgi_url = stack.enter_context(wsgi_served(others[0]))

@@ -215,6 +215,14 @@ def render(status: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def clock_offset(offset_ms: int) -> str:
+    """`0.4 s ahead of the store`, `2.0 s behind the store`, `in step with the store`."""
+    if abs(offset_ms) < 50:
+        return "in step with the store"
+    side = "ahead of" if offset_ms > 0 else "behind"
+    return f"{abs(offset_ms) / 1000:.1f} s {side} the store"
+
+
 def fleet_line(member: dict[str, Any], now_ms: int) -> str:
     """One live service: who, what code, where, and how its passes go."""
 
@@ -226,6 +234,9 @@ def fleet_line(member: dict[str, Any], now_ms: int) -> str:
         f"{member['schema_head']}), pid {member['pid']} on {member['host']}, seen "
         f"{ago(member['seen_at'])}"
     )
+    offset = member.get("clock_offset_ms")
+    if isinstance(offset, int):
+        line += f", clock {clock_offset(offset)}"
     if member["pass_at"] is not None:
         line += f", last pass {member['pass_outcome']} {ago(member['pass_at'])}"
     if member["backoff_until"] is not None and member["backoff_until"] > now_ms:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from relay.cli.status import key_state
 from relay.errors import RelayError
-from relay.store import RunState, Waiting
+from relay.store import RunState, Waiting, fleet_passes
 from relay.store.fleet import FleetMember
 from relay.store.sql import migrate
 
@@ -193,6 +193,13 @@ def _replicas(
                 else {"at": member.pass_at, "outcome": member.pass_outcome},
                 "backoff_until": member.backoff_until,
                 "backoff_failure": member.backoff_class,
+                # Its offset and its passes as its own row records them (None before 0009).
+                "clock_offset_s": None
+                if member.clock_offset_ms is None
+                else member.clock_offset_ms / 1000,
+                "passes": fleet_passes.hour(member.passes, member.pass_at, now_ms)
+                if member.passes
+                else None,
             }
         )
     mine = row(own)
@@ -203,7 +210,8 @@ def _replicas(
 
 def _loop_of(service: RelayService) -> dict[str, Any]:
     """What this replica's publisher loop knows: its last good pass and its backoff."""
-    # This replica's wall clock minus the store's; the fleet record keeps no other replica's.
+    # This replica's wall clock minus the store's, as it is now (its fleet row has it as of its
+    # last write); its passes from memory, with their backoffs to the millisecond.
     offset = service.store_clock.offset_s
     clock = {"clock_offset_s": None if offset is None else round(offset, 3)}
     publisher = service.current()

@@ -231,7 +231,7 @@ def _table(headings: Sequence[str], rows: Iterable[str]) -> str:
 
 def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
     rows = []
-    striped = any("ring" in row for row in fleet["replicas"])
+    striped = any("ring" in row or row.get("passes") for row in fleet["replicas"])
     for row in fleet["replicas"]:
         cells = [
             f"<td>{_state(row, now_ms)}</td>",
@@ -243,12 +243,14 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
             f'<td class="n">{_t(row["claims"])}</td>',
         ]
         if striped:
-            # The passes are kept in each replica's memory: its own page draws them.
-            passes = (
-                strip(row["ring"], now_ms)
-                if "ring" in row
-                else '<span class="muted small">on its own page</span>'
-            )
+            # This replica's passes from its memory; every other one's from its fleet row, a
+            # minute a slot (a row from before 0009 has none).
+            if "ring" in row:
+                passes = strip(row["ring"], now_ms)
+            elif row.get("passes"):
+                passes = minutes(row["passes"])
+            else:
+                passes = '<span class="muted small">not recorded</span>'
             cells.append(f"<td>{passes}</td>")
         rows.append(f"<tr>{''.join(cells)}</tr>")
     headings = [
@@ -382,6 +384,35 @@ def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 240) -> s
         f'<svg class="strip" width="{width}" height="20" viewBox="0 0 {width} 20" role="img">'
         f'<title>{_t(label)}</title><rect class="bg" x="0" y="0" width="{width}" height="20">'
         f"</rect>{''.join(bands)}{''.join(ticks)}</svg>"
+        f'<div class="muted small">{_t(label.removeprefix("last hour: "))}</div>'
+    )
+
+
+# What each mark of a fleet row's minutes (`relay.store.fleet_passes`) draws.
+_MARKS = {"o": "ok", "f": "failed", "b": "backoff"}
+
+
+def minutes(passes: str, width: int = 240) -> str:
+    """A replica's last hour from its fleet row, a minute a slot, now at the right: green if its
+    passes were ok, red if one failed, amber while it backed off without a pass."""
+    slots = max(len(passes), 1)
+    bars = []
+    for n, mark in enumerate(passes):
+        kind = _MARKS.get(mark)
+        if kind is None:
+            continue
+        left, right = n * width // slots, (n + 1) * width // slots
+        y, height = ("5", "10") if kind == "backoff" else ("2", "16")
+        bars.append(
+            f'<rect class="{kind}" x="{left}" y="{y}" width="{max(right - left - 1, 1)}" '
+            f'height="{height}"></rect>'
+        )
+    ok, failed = passes.count("o"), passes.count("f")
+    label = f"last hour: {ok} minute{'' if ok == 1 else 's'} ok, {failed} with a failure"
+    return (
+        f'<svg class="strip" width="{width}" height="20" viewBox="0 0 {width} 20" role="img">'
+        f'<title>{_t(label)}</title><rect class="bg" x="0" y="0" width="{width}" height="20">'
+        f"</rect>{''.join(bars)}</svg>"
         f'<div class="muted small">{_t(label.removeprefix("last hour: "))}</div>'
     )
 

@@ -1,15 +1,18 @@
 """This replica's row in the fleet: made once, then brought up to date for each write.
 
-The row goes out whole with every pass's write (`pass_write`), so the store learns the last pass
-and the backoff without a call of its own; `keep_alive` renews its times between passes.
+The row goes out whole with every pass's write (`pass_write`), so the store learns the last pass,
+the backoff, this replica's clock offset and its last hour of passes (`fleet_passes`) without a
+call of its own; `keep_alive` renews its times between passes.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from relay.publishing.loop import LoopHealth
+from relay.publishing.loop import LoopHealth, PassRecord
+from relay.store import fleet_passes
 from relay.store.fleet import FleetMember, this_process
 
 
@@ -31,17 +34,51 @@ class FleetRow:
 
         return cls(this_process(owner, HEAD_REVISION, now_ms, until))
 
-    def at(self, now_ms: int, until: int, health: LoopHealth | None = None) -> FleetMember:
+    def at(
+        self,
+        now_ms: int,
+        until: int,
+        health: LoopHealth | None = None,
+        *,
+        offset_s: float | None = None,
+        recent: Sequence[PassRecord] = (),
+    ) -> FleetMember:
         """The row now: seen at `now_ms`, live until `until`, with the loop's last pass and its
-        backoff (the failure's class name only)."""
+        backoff (the failure's class name only), the clock offset `offset_s` (this host's wall
+        clock minus the store's) and the `recent` passes' ring. The loop's times are this host's
+        wall clock: the row's are the store's, so they move by the offset."""
         row = self.base.seen(now_ms, until)
+        offset = offset_s or 0.0
+        row = replace(row, clock_offset_ms=None if offset_s is None else round(offset_s * 1000))
         if health is None:
             return row
+
+        def moved(at: float | None) -> int | None:
+            return _ms(None if at is None else at - offset)
+
+        pass_at = moved(health.last_pass)
         backing_off = health.backoff_until is not None
         return replace(
             row,
-            pass_at=_ms(health.last_pass),
+            pass_at=pass_at,
             pass_outcome=health.last_outcome,
-            backoff_until=_ms(health.backoff_until),
+            backoff_until=moved(health.backoff_until),
             backoff_class=(health.last_failure or "")[:64] or None if backing_off else None,
+            passes=_ring(recent, pass_at, offset),
         )
+
+
+def _ring(recent: Sequence[PassRecord], pass_at: int | None, offset: float) -> str:
+    """The last hour of `recent` (oldest first) as the row's ring, ending at `pass_at`'s minute;
+    only the passes of that hour are looked at (at most a few hundred)."""
+    if pass_at is None:
+        return ""
+    start = pass_at - fleet_passes.SLOTS * fleet_passes.SLOT_MS
+    passes = []
+    for one in reversed(recent):
+        at = _ms(one.at - offset) or 0
+        if at < start:
+            break
+        until = None if one.backoff_until is None else _ms(one.backoff_until - offset)
+        passes.append(fleet_passes.Pass(at, one.outcome == "ok", until))
+    return fleet_passes.encode(passes, pass_at)

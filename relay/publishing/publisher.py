@@ -21,7 +21,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -208,30 +208,27 @@ class RelayPublisher:
         until = now_ms + self._leases.lease_ms
         self._fleet_row = FleetRow.started(self._leases.owner, now_ms, until)
         try:
-            await self._store.record_member(self._fleet_row.at(now_ms, until))
+            await self._store.record_member(
+                self._fleet_row.at(now_ms, until, offset_s=self._time.offset_s)
+            )
         except RelayError as error:
             self._report.warning(
                 f"[relay] could not record this replica in the fleet ({error}); its next pass will",
                 of_error("fleet_unrecorded", error),
             )
 
-    def _fleet_member(self, now_ms: int) -> FleetMember | None:
-        """This replica's fleet row now, with the loop's last pass and backoff."""
+    def _fleet_member(self, now_ms: int, until: int | None = None) -> FleetMember | None:
+        """This replica's fleet row now, with the loop's last pass and backoff, its clock offset
+        and its last hour of passes."""
         if self._fleet_row is None:
             return None
-        until = now_ms + self._leases.lease_ms
-        health = self._loop.health()
-        if offset := self._time.offset_s:
-            # The loop's times are this host's wall clock; the fleet compares on the store's.
-            def moved(at: float | None) -> float | None:
-                return None if at is None else at - offset
-
-            health = replace(
-                health,
-                last_pass=moved(health.last_pass),
-                backoff_until=moved(health.backoff_until),
-            )
-        return self._fleet_row.at(now_ms, until, health)
+        return self._fleet_row.at(
+            now_ms,
+            now_ms + self._leases.lease_ms if until is None else until,
+            self._loop.health(),
+            offset_s=self._time.offset_s,
+            recent=self._loop.recent(),
+        )
 
     def inherit(self, previous: RelayPublisher) -> None:
         """Carry unpublished terminal runs and queued views from the publisher being replaced."""
@@ -260,8 +257,10 @@ class RelayPublisher:
         if self._fleet_row is None:
             return
         now_ms = self._leases.now_ms()
+        member = self._fleet_member(now_ms, until=now_ms)
         with contextlib.suppress(RelayError):  # it stops counting when its lease ends anyway
-            await self._store.record_member(self._fleet_row.at(now_ms, now_ms, self._loop.health()))
+            if member is not None:
+                await self._store.record_member(member)
 
     def recent_passes(self) -> tuple[PassRecord, ...]:
         """This publisher's last passes, for the operator page's strip."""

@@ -7,8 +7,9 @@ live while `live_until` is ahead; a row unseen for `FORGET_MS` (a day) is delete
 records itself. `status` lists the live fleet; `migrate` refuses a contract migration while a
 live member's code would break on it.
 
-A row written by a newer release may carry fields this code does not know: they are not read. A
-row that does not make a `FleetMember` is a `CorruptStateError` naming it.
+A row written by a newer release may carry fields this code does not know: they are not read; a
+row from a release before 0009 has no clock offset (None) and no passes (""). A row that does not
+make a `FleetMember` is a `CorruptStateError` naming it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from relay.errors import InvalidInputError
-from relay.store import checks
+from relay.protocol import MAX_SAFE_INTEGER
+from relay.store import checks, fleet_passes
 from relay.store.records import OWNER_LIMIT
 
 # A dead service's row is kept this long after it was last seen, so `status` can still name it
@@ -37,7 +39,8 @@ class FleetMember:
     """One running service: who (`owner`: `name/incarnation`), what code (library `version`, the
     `schema_head` it was built for), where (`host`, `pid`), since when, when it was last seen and
     until when it counts as live, its last pass (when, `ok` or the failure's outcome) and its
-    backoff (until when, and the failure's class name: never a message or a secret)."""
+    backoff (until when, and the failure's class name: never a message or a secret), its clock's
+    offset to the store's and its passes over the last hour (`fleet_passes`; from 0009 on)."""
 
     owner: str
     version: str
@@ -51,6 +54,10 @@ class FleetMember:
     pass_outcome: str | None = None
     backoff_until: int | None = None
     backoff_class: str | None = None
+    # This replica's wall clock minus the store's (ms), when it has read the store's time.
+    clock_offset_ms: int | None = None
+    # Its passes over the last hour, a character a minute up to `pass_at`'s (`fleet_passes`).
+    passes: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -66,6 +73,10 @@ class FleetMember:
             checks.optional_text("pass_outcome", self.pass_outcome, OUTCOME_LIMIT)
             checks.optional_int("backoff_until", self.backoff_until)
             checks.optional_text("backoff_class", self.backoff_class, CLASS_LIMIT)
+            checks.optional_int("clock_offset_ms", self.clock_offset_ms, -MAX_SAFE_INTEGER)
+            if not isinstance(self.passes, str) or not fleet_passes.valid(self.passes):
+                marks = "".join(sorted(fleet_passes.MARKS))
+                raise InvalidInputError(f"passes must be at most {fleet_passes.SLOTS} of {marks!r}")
         except InvalidInputError as error:
             raise InvalidInputError(f"FleetMember({self.owner!r}): {error}") from None
 
@@ -88,11 +99,17 @@ class FleetMember:
         missing = [name for name in FIELDS[:8] if name not in found]
         if missing:
             raise InvalidInputError(f"a fleet row lacks {', '.join(missing)}")
-        return cls(**{name: found[name] for name in FIELDS if name in found})
+        known = {name: found[name] for name in FIELDS if name in found}
+        if known.get("passes", "") is None:
+            known["passes"] = ""
+        return cls(**known)
 
 
 # Every field of a row, in the order of the table's columns.
 FIELDS = tuple(field.name for field in fields(FleetMember))
+# The fields 0009 added: a database below it has no columns for them.
+RING_FIELDS = ("clock_offset_ms", "passes")
+BEFORE_RING = tuple(name for name in FIELDS if name not in RING_FIELDS)
 
 
 def this_process(owner: str, schema_head: str, now_ms: int, until: int) -> FleetMember:

@@ -12,6 +12,8 @@ import base64
 import hashlib
 import json
 import subprocess
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ from cryptography.hazmat.primitives.serialization import (
 from harness import PUBLISHER_ID, RELAY_URL
 
 from relay.store import ProfileGrant, StartedEntry, StartedScope, open_store
+from relay.store.fleet import FleetMember
 from relay.store.sql.migrate import head_revision
 
 SECRET = "s3cret-Pw-4c1f9e"  # noqa: S105 (a made-up password that must never be printed)
@@ -373,6 +376,28 @@ def test_status_of_a_fresh_store(home: Path, store_url: str, backend: str) -> No
     assert document["started"] == []
     assert document["deleted_outbox"] == 0
     assert document["presence_leases"] == 0
+
+
+@on(*REAL)
+async def test_status_shows_each_live_replicas_clock_offset(home: Path, store_url: str) -> None:
+    """Every live replica's offset, from its own fleet row, in the text and in --json; a row
+    from before 0009 (no offset) says nothing of its clock."""
+    now = int(time.time() * 1000)
+    behind = FleetMember("web-1/aaaaaaaaaaaa", "1.0", "0009", "h1", 1, now, now, now + 60_000)
+    async with open_store(store_url) as store:
+        await store.record_member(replace(behind, clock_offset_ms=-2500, passes="of"))
+        await store.record_member(replace(behind, owner="web-2/bbbbbbbbbbbb"))
+    text = expect(cli(home, "status", "--store", store_url, timeout=30), 0).stdout
+    (first, second) = [line for line in text.splitlines() if line.startswith("fleet ")]
+    assert "web-1/aaaaaaaaaaaa" in first
+    assert "clock 2.5 s behind the store" in first
+    assert "web-2/bbbbbbbbbbbb" in second
+    assert "clock" not in second
+    document = json.loads(expect(cli(home, "status", "--json", "--store", store_url), 0).stdout)
+    rows = {row["owner"]: row for row in document["fleet"]}
+    assert rows["web-1/aaaaaaaaaaaa"]["clock_offset_ms"] == -2500
+    assert rows["web-1/aaaaaaaaaaaa"]["passes"] == "of"
+    assert rows["web-2/bbbbbbbbbbbb"]["clock_offset_ms"] is None
 
 
 @on(*REAL)

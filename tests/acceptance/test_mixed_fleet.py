@@ -69,6 +69,7 @@ class Figures:
     deleted: dict[str, int]
     republish_s: float
     fleet_listed: bool
+    offsets_recorded: bool
     to_failed_s: list[float]
 
     def line(self) -> str:
@@ -136,10 +137,13 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
             await soak.settle()
         finally:
             watcher.cancel()
-        # The fleet lists the replicas of this code (the previous release records none).
+        # The fleet lists the replicas of this code (the previous release may record none), each
+        # with its clock offset to the store's, whatever rows the old replicas wrote beside them.
         async with open_store(url) as store:
-            live = {m.owner for m in await store.fleet() if m.live(int(time.time() * 1000))}
+            members = [m for m in await store.fleet() if m.live(int(time.time() * 1000))]
+        live = {m.owner for m in members}
         newer = {r.incarnation for n, r in enumerate(replicas) if n not in OLD}
+        offsets = {m.owner: m.clock_offset_ms for m in members if m.owner in newer}
         turns = soak.turns
         announced = Counter(event.session_id for event in relay.started_events)
         acks = Counter(ack.session_id for ack in relay.viewed)
@@ -154,6 +158,7 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
             deleted={sid: acks[sid] for sid in doomed},
             republish_s=republish,
             fleet_listed=newer <= live,
+            offsets_recorded=all(offset is not None for offset in offsets.values()),
             to_failed_s=sorted(soak.to_failed),
         )
 
@@ -192,6 +197,7 @@ def judge(figures: Figures) -> None:
     assert set(figures.deleted.values()) == {1}, figures.deleted
     assert figures.dead > 0
     assert figures.fleet_listed
+    assert figures.offsets_recorded
 
 
 async def test_mixed_fleet(pg_database: str) -> None:

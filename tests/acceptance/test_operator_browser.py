@@ -98,6 +98,17 @@ def test_the_page_shows_the_fleet_profiles_and_registration(
             assert "schema " in row
             assert "pid " in row
             assert "up " in row
+        # Every replica's last hour: web-1's from its memory, the others' from their fleet rows.
+        strips = page.locator("h2:has-text('Replicas') + table tbody tr svg.strip")
+        assert strips.count() == 3
+        assert " ok, " in fleet[1]
+        assert "with a failure" in fleet[1]
+        assert "with a failure" in fleet[2]
+        assert "on its own page" not in page.content()
+        if backend == "postgres":
+            # Each replica's offset to the store's clock, as its own row records it.
+            for row in fleet:
+                assert "clock " in row
         profiles = page.locator("h2:has-text('Profiles') + table tbody tr").all_inner_texts()
         assert len(profiles) == 2
         assert any(HOSTILE_PROFILE in row for row in profiles)

@@ -353,6 +353,8 @@ async def test_the_fleet_record_names_each_replica_and_the_recently_gone(
                 pass_outcome="backoff",  # noqa: S106 - an outcome, not a password
                 backoff_until=now + 30_000,
                 backoff_class="RelayUnreachableError",
+                clock_offset_ms=-4250,
+                passes="oo.fb",
             )
         )
         await store.record_member(member("web-3/bbbbbbbbbbbb", now - 600_000))
@@ -366,15 +368,25 @@ async def test_the_fleet_record_names_each_replica_and_the_recently_gone(
         backing = rows["web-2/aaaaaaaaaaaa"]
         assert (backing["release"], backing["host"], backing["alive"]) == ("9.9.9", "host-b", True)
         assert backing["backoff_failure"] == "RelayUnreachableError"
+        # Another replica's offset and passes come from its own fleet row.
+        assert backing["clock_offset_s"] == -4.25
+        # Its ring ends at its last pass's minute; the minutes since then are empty.
+        since = now // 60_000 - (now - 1_000) // 60_000
+        assert backing["passes"] == "." * (55 - since) + "oo.fb" + "." * since
+        assert rows["web-3/bbbbbbbbbbbb"]["passes"] is None
         assert rows["web-3/bbbbbbbbbbbb"]["alive"] is False
         assert rows[env.service.owner]["this_replica"] is True
         html = page.render(document)
         assert "The relay could not be reached" in html
         assert "1 gone more than an hour ago" in html
+        assert "clock 4.2 s behind the store" in html
+        assert "2 minutes ok, 1 with a failure" in html
+        assert "on its own page" not in html
         assert html.count('class="pill off">gone<') == 1
-        level, line, _ = page.verdict(document)
+        level, line, reasons = page.verdict(document)
         assert level == "warn"
         assert "2 replicas live (1 backing off)" in line
+        assert any("web-2/aaaaaaaaaaaa's clock is 4.2 s behind" in why for why in reasons)
 
 
 async def test_a_replica_clock_far_from_the_stores_is_named(store: RelayStore) -> None:

@@ -14,8 +14,10 @@ from test_store_contract import NOW, SECOND
 from test_store_runs import LEASE, RETENTION, A, B
 
 from relay.errors import CorruptStateError, InvalidInputError
-from relay.store import RelayStore
+from relay.store import RelayStore, open_store
 from relay.store.fleet import FORGET_MS, FleetMember
+from relay.store.sql import migrate
+from relay.store.url import resolve
 
 
 def member(owner: str = A, seen: int = NOW, **changes: object) -> FleetMember:
@@ -113,3 +115,83 @@ async def test_a_row_from_a_newer_release_is_read(store: RelayStore, store_url: 
     document["fleet"][B]["zone"] = "eu-west"
     path.write_text(json.dumps(document))
     assert await store.fleet() == [member(B)]
+
+
+async def test_the_clock_offset_and_the_passes_ride_on_every_write(store: RelayStore) -> None:
+    """`record_member` and `pass_write` store the offset (either sign) and the passes."""
+    first = member(clock_offset_ms=-1234, passes="o.fb")
+    await store.record_member(first)
+    assert await store.fleet() == [first]
+    later = member(seen=NOW + SECOND, pass_at=NOW, clock_offset_ms=15, passes="o" * 60)
+    await store.pass_write(
+        A, [], NOW + SECOND, lease_ms=LEASE, retention_ms=RETENTION, member=later
+    )
+    await store.keep_alive(A, NOW + 2 * SECOND, LEASE)
+    (found,) = await store.fleet()
+    assert (found.clock_offset_ms, found.passes) == (15, "o" * 60)
+
+
+@pytest.mark.parametrize("passes", ["o" * 61, "ok", "O"])
+def test_passes_are_bounded_and_of_four_marks(passes: str) -> None:
+    with pytest.raises(InvalidInputError, match="passes"):
+        member(passes=passes)
+
+
+@pytest.mark.backends("sqlite", "postgres", "json")
+async def test_a_row_from_before_0009_reads_without_offset_or_passes(
+    store: RelayStore, store_url: str
+) -> None:
+    """A row an older release wrote (no such fields, NULL columns): no offset, no passes."""
+    await store.record_member(member(B, clock_offset_ms=7, passes="o"))
+    if store_url.startswith("json"):
+        path = Path(store_url.removeprefix("json://")) / "talaria-relay-fleet.json"
+        document = json.loads(path.read_text())
+        del document["fleet"][B]["clock_offset_ms"], document["fleet"][B]["passes"]
+        path.write_text(json.dumps(document))
+    else:
+        await behind_the_store(
+            store_url,
+            text(
+                f"UPDATE relay_fleet SET clock_offset_ms = NULL, passes = NULL WHERE owner = '{B}'"
+            ),
+        )
+    assert await store.fleet() == [member(B)]
+
+
+@pytest.mark.backends("sqlite", "postgres", "json")
+async def test_corrupt_passes_are_named(store: RelayStore, store_url: str) -> None:
+    await store.record_member(member(B))
+    if store_url.startswith("json"):
+        path = Path(store_url.removeprefix("json://")) / "talaria-relay-fleet.json"
+        document = json.loads(path.read_text())
+        document["fleet"][B]["passes"] = "xyz"
+        path.write_text(json.dumps(document))
+    else:
+        await behind_the_store(
+            store_url, text(f"UPDATE relay_fleet SET passes = 'xyz' WHERE owner = '{B}'")
+        )
+    with pytest.raises(CorruptStateError, match=f"fleet row '{B}'.*passes"):
+        await store.fleet()
+
+
+@pytest.mark.postgres
+async def test_a_database_at_0008_gets_rows_without_offset_or_passes(pg_database: str) -> None:
+    """During a rollout this code runs on 0008: its rows go in (and out) without the columns."""
+    await migrate.upgrade(resolve(pg_database), "0008")
+    store = await open_store(pg_database)
+    try:
+        await store.record_member(member(clock_offset_ms=9, passes="of"))
+        row = member(seen=NOW + SECOND, pass_at=NOW, clock_offset_ms=9, passes="o")
+        await store.pass_write(
+            A, [], NOW + SECOND, lease_ms=LEASE, retention_ms=RETENTION, member=row
+        )
+        assert await store.fleet() == [replace(row, clock_offset_ms=None, passes="")]
+    finally:
+        await store.close()
+    await migrate.upgrade(resolve(pg_database))
+    store = await open_store(pg_database)
+    try:
+        (found,) = await store.fleet()
+        assert (found.clock_offset_ms, found.passes) == (None, "")
+    finally:
+        await store.close()

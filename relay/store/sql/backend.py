@@ -66,11 +66,15 @@ class SqlBackend:
 
     A `Backend` structurally (checked below), as `Store` is a `RelayStore`."""
 
-    def __init__(self, runner: Runner, display_url: str, *, has_fleet: bool = True) -> None:
+    def __init__(
+        self, runner: Runner, display_url: str, *, has_fleet: bool = True, has_ring: bool = True
+    ) -> None:
         self._db = runner
         self._display_url = display_url
         # Below 0007 (a deploy that has yet to migrate) there is no fleet table: record nothing.
         self._fleet = has_fleet
+        # Below 0009 the fleet's rows have no clock offset and passes: write and read them without.
+        self._ring = has_fleet and has_ring
 
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlBackend:
@@ -106,7 +110,12 @@ class SqlBackend:
         except BaseException:
             await runner.close()
             raise
-        return cls(runner, target.display, has_fleet=fleet.has_fleet(current))
+        return cls(
+            runner,
+            target.display,
+            has_fleet=fleet.has_fleet(current),
+            has_ring=fleet.has_ring(current),
+        )
 
     @property
     def name(self) -> str:
@@ -183,14 +192,14 @@ class SqlBackend:
     async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
         if not self._fleet:
             sync = replace(sync, member=None)
-        return await passes.pass_write(self._db, sync)
+        return await passes.pass_write(self._db, sync, ring=self._ring)
 
     async def record_member(self, member: FleetMember) -> None:
         if self._fleet:
-            await fleet.record_member(self._db, member)
+            await fleet.record_member(self._db, member, ring=self._ring)
 
     async def fleet(self) -> list[FleetMember]:
-        return await fleet.members(self._db) if self._fleet else []
+        return await fleet.members(self._db, ring=self._ring) if self._fleet else []
 
 
 # mypy proves here that `SqlBackend` is a `Backend`, hook by hook.

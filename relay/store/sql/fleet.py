@@ -3,7 +3,8 @@ that rides on `keep_alive`'s transaction, the row that rides on `pass_write`'s b
 
 Only the columns this code knows are read or written: a newer release's extra columns are left
 alone. A database below 0007 has no `relay_fleet`: the backend then records nothing
-(`has_fleet`).
+(`has_fleet`). One below 0009 has no `clock_offset_ms` and `passes`: the statements for it
+(`ring=False`) write and read the row without them (`has_ring`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select, update
 
 from relay.errors import CorruptStateError, InvalidInputError
-from relay.store.fleet import FIELDS, FORGET_MS, FleetMember
+from relay.store.fleet import BEFORE_RING, FIELDS, FORGET_MS, FleetMember
 from relay.store.sql import schema as t
 from relay.store.sql.compat import COMPAT_SINCE, later
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
@@ -29,17 +30,22 @@ class Statements:
     members: Compiled
 
 
+# The first revision whose `relay_fleet` has the clock offset and the passes.
+RING_SINCE = "0009"
+
+
 @functools.cache
-def statements(d: Dialect) -> Statements:
-    """The fleet's statements, compiled once for `d`."""
+def statements(d: Dialect, ring: bool = True) -> Statements:
+    """The fleet's statements, compiled once for `d`; with `ring`, the columns 0009 added too."""
     f = t.fleet.c
-    insert = d.insert(t.fleet).values({name: bind(f[name]) for name in FIELDS})
+    names = columns(ring)
+    insert = d.insert(t.fleet).values({name: bind(f[name]) for name in names})
     return Statements(
         prune=d.compile(delete(t.fleet).where(f.seen_at < bind(f.seen_at, "cutoff"))),
         upsert=d.compile(
             insert.on_conflict_do_update(
                 index_elements=[f.owner],
-                set_={name: insert.excluded[name] for name in FIELDS if name != "owner"},
+                set_={name: insert.excluded[name] for name in names if name != "owner"},
             )
         ),
         renew=d.compile(
@@ -47,8 +53,13 @@ def statements(d: Dialect) -> Statements:
             .where(f.owner == bind(f.owner))
             .values(seen_at=bind(f.seen_at, "now"), live_until=bind(f.live_until, "until"))
         ),
-        members=d.compile(select(*(f[name] for name in FIELDS)).order_by(f.owner)),
+        members=d.compile(select(*(f[name] for name in names)).order_by(f.owner)),
     )
+
+
+def columns(ring: bool) -> tuple[str, ...]:
+    """The row's columns, with or without those 0009 added."""
+    return FIELDS if ring else BEFORE_RING
 
 
 def has_fleet(revision: str | None) -> bool:
@@ -56,9 +67,15 @@ def has_fleet(revision: str | None) -> bool:
     return revision is not None and not later(COMPAT_SINCE, revision)
 
 
-async def upsert(tx: Tx, d: Dialect, member: FleetMember) -> None:
-    """Write `member`'s row inside a transaction the caller holds."""
-    await tx.run(statements(d).upsert, member.document())
+def has_ring(revision: str | None) -> bool:
+    """Whether a database at `revision` has the fleet's clock offset and passes (0009 on)."""
+    return revision is not None and not later(RING_SINCE, revision)
+
+
+def values(member: FleetMember, ring: bool = True) -> dict[str, object]:
+    """`member`'s row as the upsert binds it."""
+    document = member.document()
+    return {name: document[name] for name in columns(ring)}
 
 
 async def renew(tx: Tx, d: Dialect, owner: str, now_ms: int, until: int) -> None:
@@ -66,25 +83,29 @@ async def renew(tx: Tx, d: Dialect, owner: str, now_ms: int, until: int) -> None
     await tx.run(statements(d).renew, {"owner": owner, "now": now_ms, "until": until})
 
 
-async def record_member(db: Runner, member: FleetMember) -> None:
-    q = statements(db.dialect)
+async def record_member(db: Runner, member: FleetMember, *, ring: bool = True) -> None:
+    q = statements(db.dialect, ring)
 
     async def body(tx: Tx) -> None:
         await tx.run(q.prune, {"cutoff": member.seen_at - FORGET_MS})
-        await tx.run(q.upsert, member.document())
+        await tx.run(q.upsert, values(member, ring))
 
     await db.write(body)
 
 
-async def members(db: Runner) -> list[FleetMember]:
-    q = statements(db.dialect).members
+async def members(db: Runner, *, ring: bool = True) -> list[FleetMember]:
+    q = statements(db.dialect, ring).members
 
     return [member(row) for row in await db.read(lambda tx: tx.rows(q))]
 
 
 def member(row: Row) -> FleetMember:
-    """A stored row as a `FleetMember`; one that is not a `CorruptStateError` naming it."""
+    """A stored row as a `FleetMember`; one that is not a `CorruptStateError` naming it. A row
+    an older release wrote has no passes (NULL): none recorded."""
     try:
-        return FleetMember(*row)
+        found = dict(zip(FIELDS, row, strict=False))
+        if found.get("passes", "") is None:
+            found["passes"] = ""
+        return FleetMember(**found)
     except (InvalidInputError, TypeError) as error:
         raise CorruptStateError(f"fleet row {row[0]!r} is invalid: {error}") from None

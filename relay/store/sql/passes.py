@@ -169,8 +169,9 @@ async def pass_view(db: Runner, query: ViewQuery) -> Reading:
     return reading
 
 
-def write_steps(d: Dialect, sync: RunSync) -> list[Step]:
-    """A pass's write as straight-line statements: the run sync, the allocation, the rows."""
+def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True) -> list[Step]:
+    """A pass's write as straight-line statements: the run sync, the allocation, the rows (the
+    fleet row without the columns 0009 added unless `ring`)."""
     q, p = run_sql.statements(d), statements(d)
     owner, now_ms, until = sync.owner, sync.now_ms, sync.until
     mine = {"owner": owner, "now": now_ms, "until": until}
@@ -186,15 +187,21 @@ def write_steps(d: Dialect, sync: RunSync) -> list[Step]:
         (q.prune, {"cutoff": sync.cutoff}),
         (q.forget, {"forget_before": sync.forget_before}),
         (q.mark_sending, mine),
-        *([] if sync.member is None else [(fleet.statements(d).upsert, sync.member.document())]),
+        *(
+            []
+            if sync.member is None
+            else [(fleet.statements(d, ring).upsert, fleet.values(sync.member, ring))]
+        ),
         (p.allocate, {"owner": owner, "now": now_ms}),
         (p.owned, {"owner": owner}),
     ]
     return steps
 
 
-async def pass_write(db: Runner, sync: RunSync) -> tuple[list[RunState], int] | None:
-    steps = write_steps(db.dialect, sync)
+async def pass_write(
+    db: Runner, sync: RunSync, *, ring: bool = True
+) -> tuple[list[RunState], int] | None:
+    steps = write_steps(db.dialect, sync, ring=ring)
     try:
         rows = await db.batch(steps)
     except StoreError as error:

@@ -23,12 +23,13 @@ from sqlalchemy import (
 # Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.
 # The migration these tables are the result of; `alembic` reads the same from the scripts, and
 # tests/test_migrations.py holds the two equal, so reading a revision needs no Alembic.
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 # The revisions below head a store of this code opens (its replicas run while a deploy has yet
 # to migrate): 0006 added only Postgres' `relay_batch` function, which a store does without (its
 # write batches then run as transactions of their statements); 0007 the fleet and compatibility
-# tables, which it does without too (its replica records itself nowhere); 0008 only indexes.
-SAME_TABLES = ("0005", "0006", "0007")
+# tables, which it does without too (its replica records itself nowhere); 0008 only indexes;
+# 0009 the fleet's clock offset and passes, which it writes and reads only from 0009 on.
+SAME_TABLES = ("0005", "0006", "0007", "0008")
 
 metadata = MetaData(
     naming_convention={
@@ -226,5 +227,9 @@ fleet = Table(
     Column("pass_outcome", String(32)),
     Column("backoff_until", BigInteger),
     Column("backoff_class", String(64)),
+    # From 0009: the replica's wall clock minus the store's (ms), and its passes over the last
+    # hour, a character a minute (`relay.store.fleet_passes`; 60 wide, 64 for room).
+    Column("clock_offset_ms", BigInteger),
+    Column("passes", String(64)),
     Index("ix_relay_fleet_seen_at", "seen_at"),
 )
