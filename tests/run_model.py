@@ -100,7 +100,8 @@ class RunModel:
             if not e.sent and e.claimed_until is not None and e.claimed_by not in (None, owner)
         ]
         ends += [until for holder, until in claims if holder != owner]
-        return min((end for end in ends if end > now), default=None)
+        # Leases that ended within the last lease are still due (`Claim.watched_since`).
+        return min((end for end in ends if end > now - lease), default=None)
 
     def states(self) -> list[RunState]:
         return [self.rows[sid] for sid in sorted(self.rows)]

@@ -29,6 +29,13 @@ class Claim:
     until: int
     limit: int | None = None
 
+    @property
+    def watched_since(self) -> int:
+        """`keep_alive` still reports leases of others that ended after this: one lease back.
+        A replica whose clock runs a little behind the one that took a lease may find it not
+        yet ended at its end; it then takes it over at its next poll, not at the heartbeat."""
+        return 2 * self.now_ms - self.until
+
 
 @dataclass(frozen=True, slots=True)
 class StartedClaim:

@@ -280,8 +280,11 @@ class LeaseWatch(Protocol):
     async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:
         """Renew `owner`'s run leases; when the first lease another owner holds ends, if any.
 
-        Leases counted: runs, and claims on unsent announcements and queued deletions. The
-        owner's fleet row is renewed too (seen now, live until the leases' end).
+        Leases counted: runs, and claims on unsent announcements and queued deletions, that end
+        after `now_ms - lease_ms`: one that ended within the last lease is still reported (due
+        now), as a replica whose clock runs a little behind the taker's may have found it not
+        yet ended at its end. The owner's fleet row is renewed too (seen now, live until the
+        leases' end).
         """
         ...
 

@@ -268,7 +268,7 @@ class RulebookBackend:
             fleet.renew(s.get(FLEET), claim.owner, claim.now_ms, claim.until)
             unsent = ledger.unsent(s.get(STARTED))
             held = outbox.held(s.get(DELETED), s.get(CLAIMS))
-            return run_rules.next_lease_end(claim.owner, claim.now_ms, runs, unsent, held)
+            return run_rules.next_lease_end(claim.owner, claim.watched_since, runs, unsent, held)
 
         return await self._edit(work)
 

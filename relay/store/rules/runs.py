@@ -92,13 +92,13 @@ def prune(runs: Runs, forgotten: Forgotten, now_ms: int, cutoff: int, forget_bef
 
 def next_lease_end(
     owner: str,
-    now_ms: int,
+    since_ms: int,
     runs: Runs,
     started: Iterable[StartedEntry],
     claims: Iterable[tuple[str, int]],
 ) -> int | None:
-    """When the first lease another owner holds ends after now: a run, an unsent announcement's
-    claim, or a deletion's claim (`(owner, until)` pairs)."""
+    """When the first lease another owner holds ends after `since_ms` (`Claim.watched_since`):
+    a run, an unsent announcement's claim, or a deletion's claim (`(owner, until)` pairs)."""
     ends = [run.lease_until for run in runs.values() if run.owner != owner]
     ends += [
         e.claimed_until
@@ -106,7 +106,7 @@ def next_lease_end(
         if not e.sent and e.claimed_by not in (None, owner) and e.claimed_until
     ]
     ends += [until for holder, until in claims if holder != owner]
-    return min((end for end in ends if end > now_ms), default=None)
+    return min((end for end in ends if end > since_ms), default=None)
 
 
 def retire(runs: Runs, owner: str, now_ms: int) -> None:

@@ -115,15 +115,17 @@ def statements(d: Dialect) -> Statements:
             and_(kept.started_at == f.started_at, kept_stream >= memory_stream),
         ),
     )
+    # Leases that ended within the last lease count too (`LeaseWatch.keep_alive`).
+    since = bind(r.lease_until, "since")
     others = [
-        select(func.min(r.lease_until)).where(r.owner != owner, r.lease_until > now),
+        select(func.min(r.lease_until)).where(r.owner != owner, r.lease_until > since),
         select(func.min(t.started.c.claimed_until)).where(
             t.started.c.sent == false(),
             t.started.c.claimed_by != owner,
-            t.started.c.claimed_until > now,
+            t.started.c.claimed_until > since,
         ),
         select(func.min(t.deleted.c.claimed_until)).where(
-            t.deleted.c.claimed_by != owner, t.deleted.c.claimed_until > now
+            t.deleted.c.claimed_by != owner, t.deleted.c.claimed_until > since
         ),
     ]
     expiries = union_all(*others).subquery()
@@ -213,11 +215,12 @@ async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | 
     one batch: one round trip on Postgres (`relay_batch`), one transaction everywhere."""
     q = statements(db.dialect)
     mine = {"owner": claim.owner, "now": claim.now_ms, "until": claim.until}
+    since = {**mine, "since": claim.watched_since}
     steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
     steps.append((q.renew, mine))
     if fleet:
         steps.append((fleet_sql.statements(db.dialect).renew, mine))
-    steps.append((q.next_expiry, mine))
+    steps.append((q.next_expiry, since))
     rows = await db.batch(steps)
     expiry: int | None = rows[0][0] if rows else None
     return expiry
