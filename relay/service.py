@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from math import isfinite
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
@@ -32,6 +32,7 @@ from relay.errors import (
 from relay.health import Health, store_health
 from relay.host import Host
 from relay.logfields import fields, of_error
+from relay.operator.facts import Gatherer
 from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
@@ -42,9 +43,6 @@ from relay.publishing.publisher import RelayPublisher
 from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 from relay.store.records import OWNER_LIMIT
 from relay.unpairing import unpair
-
-if TYPE_CHECKING:
-    from relay.operator.facts import Gatherer
 
 logger = logging.getLogger("relay.service")
 RELAY_URL_ENV = "TALARIA_RELAY_URL"
@@ -125,9 +123,6 @@ class RelayService:
     async def operator_facts(self) -> dict[str, Any]:
         """The operator page's document (`relay.operator.facts`): one gather per few seconds."""
         if self._gatherer is None:
-            # Imported here: the facts read the CLI's status helpers, which import this module.
-            from relay.operator.facts import Gatherer
-
             # The store's clock: the leases, presence and queues it judges are stamped on it.
             self._gatherer = Gatherer(self, self.store_clock.time)
         return await self._gatherer()

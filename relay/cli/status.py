@@ -5,43 +5,14 @@ The JSON shape (`collect(...)`) is stable; docs/operating.md documents it.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import time
 from typing import Any
 
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
-from relay.errors import RelayError
-from relay.publishing.publisher import load_key
+from relay.publishing.fingerprint import key_state
 from relay.store import RelayStore, RunState, StoreTarget
-from relay.store.keys import pkcs8
 from relay.store.keys.keyring import PASSPHRASE_ENV
 from relay.store.sql import migrate
 from relay.store.sql.compat import Standing
-
-
-def fingerprint(pem: str) -> str:
-    """`SHA256:<base64>` of the raw public key, as ssh prints one; never the private key."""
-    public = load_key(pem).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-    digest = base64.b64encode(hashlib.sha256(public).digest()).decode().rstrip("=")
-    return f"SHA256:{digest}"
-
-
-async def key_state(store: RelayStore, ref: str) -> tuple[bool | None, str | None]:
-    """Whether the stored key is encrypted, and its fingerprint; None for what cannot be known.
-
-    Status still answers when the key is missing, unreadable, or encrypted without the
-    passphrase here: the problem shows as null.
-    """
-    try:
-        encrypted = pkcs8.is_encrypted(await store.stored_key(ref))
-    except RelayError:
-        return None, None
-    try:
-        return encrypted, fingerprint(await store.load_key(ref))
-    except RelayError:
-        return encrypted, None
 
 
 async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:

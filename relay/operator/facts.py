@@ -2,8 +2,9 @@
 
 The page (`relay.operator.page`) renders this document and `…/relay/operator.json` serves it as
 it is. Everything comes through the public `RelayStore` methods and the running publisher; the
-key is read only to compute its public fingerprint (`relay.cli.status.key_state`). The backlog
-is counted in the store (`RelayStore.backlog`), so 100,000 ledger entries cost what ten do.
+key is read only to compute its public fingerprint (`relay.publishing.fingerprint`). The
+backlog is counted in the store (`RelayStore.backlog`), so 100,000 ledger entries cost what ten
+do.
 
 A page left open, or many operators at once, must not load the database: one gather serves every
 request for `REFRESH_S` seconds, and requests that arrive while one runs wait for it instead of
@@ -17,8 +18,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from relay.cli.status import key_state
 from relay.errors import RelayError
+from relay.publishing.fingerprint import key_state
 from relay.store import RunState, Waiting, fleet_passes
 from relay.store.fleet import FleetMember
 from relay.store.sql import migrate

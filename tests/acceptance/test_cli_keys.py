@@ -26,7 +26,7 @@ from key_support import (
     use_passphrase,
 )
 
-from relay.cli.status import fingerprint
+from relay.publishing.fingerprint import fingerprint
 from relay.store import ProfileGrant, RelayConfig, open_store
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
 

@@ -1,0 +1,37 @@
+"""What may be shown of the stored publisher key: whether it is encrypted, and its public
+fingerprint. `talaria-relay status` and the operator page both show these; never the key."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from relay.errors import RelayError
+from relay.publishing.publisher import load_key
+from relay.store import RelayStore
+from relay.store.keys import pkcs8
+
+
+def fingerprint(pem: str) -> str:
+    """`SHA256:<base64>` of the raw public key, as ssh prints one; never the private key."""
+    public = load_key(pem).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    digest = base64.b64encode(hashlib.sha256(public).digest()).decode().rstrip("=")
+    return f"SHA256:{digest}"
+
+
+async def key_state(store: RelayStore, ref: str) -> tuple[bool | None, str | None]:
+    """Whether the stored key is encrypted, and its fingerprint; None for what cannot be known.
+
+    Both still answer when the key is missing, unreadable, or encrypted without the passphrase
+    here: the problem shows as null.
+    """
+    try:
+        encrypted = pkcs8.is_encrypted(await store.stored_key(ref))
+    except RelayError:
+        return None, None
+    try:
+        return encrypted, fingerprint(await store.load_key(ref))
+    except RelayError:
+        return encrypted, None
