@@ -115,7 +115,10 @@ class Scratch:
 
         await as_admin(f'CREATE DATABASE "{name}"')
         try:
-            address = url.set(database=name).render_as_string(hide_password=False)
+            # Written as users write it, so the progress lines show it so.
+            address = url.set(drivername="postgresql", database=name).render_as_string(
+                hide_password=False
+            )
             await migrate.upgrade(resolve(address))
             yield address
         finally:
