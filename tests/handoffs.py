@@ -160,6 +160,26 @@ class HandOffs:
             await again.call("session", id=sid, created_at=time.time())
         self.down.discard(victim)
 
+    async def for_a_while(self, duration: float) -> None:
+        """Hand turns off every 1 to 4 s for `duration`; replica 0 is killed at a third of it and
+        replica 1 at two thirds, each restarted under its name 3 s later; then settle."""
+        kills = [(duration / 3, 0), (2 * duration / 3, 1)]
+        restarts: list[tuple[float, int]] = []
+        began = time.monotonic()
+        while time.monotonic() - began < duration:
+            elapsed = time.monotonic() - began
+            if kills and elapsed >= kills[0][0]:
+                victim = kills.pop(0)[1]
+                await self.kill(victim)
+                restarts.append((elapsed + 3, victim))
+            if restarts and elapsed >= restarts[0][0]:
+                await self.restart(restarts.pop(0)[1])
+            await self.hand_off()
+            await asyncio.sleep(self.rng.uniform(1, 4))
+        for _, victim in restarts:
+            await self.restart(victim)
+        await self.settle()
+
     async def settle(self) -> None:
         # Judged after the numbers are printed: a dead turn that never ends is one of them.
         with contextlib.suppress(AssertionError):

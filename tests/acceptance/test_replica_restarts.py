@@ -104,23 +104,8 @@ async def test_three_minutes_of_hand_offs_with_restarts_under_the_same_names(
             await group.everywhere("session", id=sid, created_at=time.time())
         soak = HandOffs(group, sessions)
         watcher = asyncio.create_task(soak.watch())
-        kills = [(duration / 3, 0), (2 * duration / 3, 1)]
-        restarts: list[tuple[float, int]] = []
-        began = time.monotonic()
         try:
-            while time.monotonic() - began < duration:
-                elapsed = time.monotonic() - began
-                if kills and elapsed >= kills[0][0]:
-                    victim = kills.pop(0)[1]
-                    await soak.kill(victim)
-                    restarts.append((elapsed + 3, victim))
-                if restarts and elapsed >= restarts[0][0]:
-                    await soak.restart(restarts.pop(0)[1])
-                await soak.hand_off()
-                await asyncio.sleep(soak.rng.uniform(1, 4))
-            for _, victim in restarts:
-                await soak.restart(victim)
-            await soak.settle()
+            await soak.for_a_while(duration)
         finally:
             watcher.cancel()
         turns = soak.turns
