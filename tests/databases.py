@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import Connection, make_url
 
 from relay.store import resolve
@@ -32,6 +34,26 @@ async def admin_execute(url: str, *statements: str) -> None:
             await conn.execute(statement)
     finally:
         await conn.close()
+
+
+def execute(url: str, *statements: str) -> None:
+    """Run `statements` in one transaction on the SQLite file or Postgres database of `url`."""
+    if url.startswith("sqlite"):
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+        with conn:
+            for statement in statements:
+                conn.execute(statement)
+        conn.close()
+    else:
+        asyncio.run(admin_execute(url, *statements))
+
+
+def own_database(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> str:
+    """The URL of an empty database of the test's own on `backend` (never a shared clone)."""
+    if backend == "postgres":
+        url: str = request.getfixturevalue("pg_database")
+        return url
+    return f"sqlite:///{tmp_path / 'relay.db'}"
 
 
 async def set_read_only(url: str, read_only: bool) -> None:

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
 from cli_support import Result, populate, run
-from databases import admin_execute
+from databases import execute, own_database
 
 from relay.errors import SchemaError
 from relay.store import open_store
@@ -38,24 +37,13 @@ def advance(url: str, oldest_head: str) -> None:
         f"INSERT INTO relay_compat VALUES (1, '{oldest_head}', '9.9.0')",
         f"UPDATE alembic_version SET version_num = '{FUTURE}'",
     ]
-    if url.startswith("sqlite"):
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
-        with conn:
-            for statement in statements:
-                conn.execute(statement)
-        conn.close()
-    else:
-        asyncio.run(admin_execute(url, *statements))
+    execute(url, *statements)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def migrated(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A registered store at head, in a database of its own (never a shared clone)."""
-    url = (
-        request.getfixturevalue("pg_database")
-        if request.param == "postgres"
-        else f"sqlite:///{tmp_path / 'relay.db'}"
-    )
+    url = own_database(request, tmp_path, request.param)
 
     async def fill() -> None:
         await upgrade(resolve(url))
@@ -152,20 +140,11 @@ def test_incompatible_newer_database_every_command(home: Path, migrated: str) ->
 
 def test_newer_database_without_a_record_is_refused(home: Path, migrated: str) -> None:
     """A revision this code does not know and no compatibility record: refused, not a traceback."""
-    if migrated.startswith("sqlite"):
-        conn = sqlite3.connect(migrated.removeprefix("sqlite:///"))
-        with conn:
-            conn.execute("DROP TABLE IF EXISTS relay_compat")
-            conn.execute(f"UPDATE alembic_version SET version_num = '{FUTURE}'")
-        conn.close()
-    else:
-        asyncio.run(
-            admin_execute(
-                migrated,
-                "DROP TABLE IF EXISTS relay_compat",
-                f"UPDATE alembic_version SET version_num = '{FUTURE}'",
-            )
-        )
+    execute(
+        migrated,
+        "DROP TABLE IF EXISTS relay_compat",
+        f"UPDATE alembic_version SET version_num = '{FUTURE}'",
+    )
     found = cli(home, "migrate", "--store", migrated)
     assert found.code == 1, found.describe()
     assert f"{AHEAD}: not compatible" in found.stderr

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 from cli_support import Result, child_env, populate, run
-from databases import admin_execute
+from databases import execute, own_database
 from future_release import CONTRACT, EXPAND, command, scripts
 from replicas import cluster
 
@@ -29,11 +28,7 @@ from relay.store.url import resolve
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A registered store at this code's head, in a database of its own."""
-    url = (
-        request.getfixturevalue("pg_database")
-        if request.param == "postgres"
-        else f"sqlite:///{tmp_path / 'relay.db'}"
-    )
+    url = own_database(request, tmp_path, request.param)
 
     async def fill() -> None:
         await upgrade(resolve(url))
@@ -49,11 +44,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def bare(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty store at this code's head, in a database of its own."""
-    url = (
-        request.getfixturevalue("pg_database")
-        if request.param == "postgres"
-        else f"sqlite:///{tmp_path / 'relay.db'}"
-    )
+    url = own_database(request, tmp_path, request.param)
     asyncio.run(upgrade(resolve(url)))
     return url
 
@@ -73,17 +64,6 @@ def future(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
     return done
-
-
-def execute(url: str, *statements: str) -> None:
-    if url.startswith("sqlite"):
-        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
-        with conn:
-            for statement in statements:
-                conn.execute(statement)
-        conn.close()
-    else:
-        asyncio.run(admin_execute(url, *statements))
 
 
 def older_replica(url: str, owner: str = "web-old/0123456789ab") -> None:
