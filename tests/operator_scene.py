@@ -24,7 +24,7 @@ from hostile import HOSTILE_NAMES
 from starlette.applications import Starlette
 from starlette.requests import Request
 from threaded_support import RelayThread, relay_thread
-from werkzeug.serving import make_server
+from threaded_support import wsgi_served as serve_wsgi
 
 from examples.hermes import Sessions
 from relay import asgi, wsgi
@@ -133,15 +133,8 @@ class AsgiReplica:
 @contextmanager
 def wsgi_served(service: ThreadedRelayService) -> Iterator[str]:
     router = wsgi.Router(service, identify_wsgi, operator=is_operator)
-    server = make_server("127.0.0.1", 0, router, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with serve_wsgi(router) as url:
+        yield url
 
 
 @dataclass

@@ -11,9 +11,14 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from werkzeug.serving import make_server
 
 from relay.testing import DevRelay, serve
+
+if TYPE_CHECKING:
+    from _typeshed.wsgi import WSGIApplication
 
 T = TypeVar("T")
 PUBLISHER_ID = "https://hermes.example"
@@ -125,3 +130,17 @@ def fd_targets(fds: set[int]) -> dict[int, str]:
         except OSError:
             continue
     return targets
+
+
+@contextmanager
+def wsgi_served(app: WSGIApplication) -> Iterator[str]:
+    """`app` served over real HTTP on a loopback port by werkzeug's threaded server: its URL."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

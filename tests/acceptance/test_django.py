@@ -6,7 +6,6 @@ owner only."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from django_site import asgi as django_asgi
 from django_site import wsgi as django_wsgi
 from django_site.site import OnLoop, wire
 from threaded_support import RelayThread, relay_thread, until
-from werkzeug.serving import make_server
+from threaded_support import wsgi_served as serve_wsgi
 
 from examples.hermes import Sessions
 from relay.service import RelayService
@@ -40,15 +39,8 @@ def phases(dev: RelayThread, session_id: str) -> list[str]:
 
 @contextmanager
 def wsgi_served(relay: ThreadedRelayService) -> Iterator[str]:
-    server = make_server("127.0.0.1", 0, django_wsgi.application(lambda: relay), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with serve_wsgi(django_wsgi.application(lambda: relay)) as url:
+        yield url
 
 
 Call = Callable[..., httpx.Response]

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from backends import on
 from threaded_support import RelayThread, relay_thread, until
-from werkzeug.serving import make_server as werkzeug_server
+from threaded_support import wsgi_served as serve_wsgi
 
 from examples import flask_app, threading_server
 from examples.hermes import Sessions
@@ -38,15 +38,8 @@ def stdlib_app(relay: ThreadedRelayService, sessions: Sessions) -> Iterator[str]
 
 @contextmanager
 def flask_served(relay: ThreadedRelayService, sessions: Sessions) -> Iterator[str]:
-    server = werkzeug_server("127.0.0.1", 0, flask_app.create_app(relay, sessions), threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+    with serve_wsgi(flask_app.create_app(relay, sessions)) as url:
+        yield url
 
 
 Served = Callable[[ThreadedRelayService, Sessions], AbstractContextManager[str]]
