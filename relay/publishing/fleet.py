@@ -1,4 +1,5 @@
-"""This replica's row in the fleet: made once, then brought up to date for each write.
+"""This replica's row in the fleet: recorded when it starts, then brought up to date for each
+write, and no longer live once it stops.
 
 The row goes out whole with every pass's write (`pass_write`), so the store learns the last pass,
 the backoff, this replica's clock offset and its last hour of passes (`fleet_passes`) without a
@@ -7,12 +8,19 @@ call of its own; `keep_alive` renews its times between passes.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from relay.publishing.loop import LoopHealth, PassRecord
+from relay.errors import RelayError
+from relay.logfields import of_error
+from relay.publishing.clock import StoreClock
+from relay.publishing.leases import Leases
+from relay.publishing.logs import Reporter
+from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
 from relay.store import fleet_passes
+from relay.store.contract import Fleet
 from relay.store.fleet import FleetMember, this_process
 
 
@@ -82,3 +90,57 @@ def _ring(recent: Sequence[PassRecord], pass_at: int | None, offset: float) -> s
         until = None if one.backoff_until is None else _ms(one.backoff_until - offset)
         passes.append(fleet_passes.Pass(at, one.outcome == "ok", until))
     return fleet_passes.encode(passes, pass_at)
+
+
+class Membership:
+    """This replica in the fleet, for its publisher: `record` once started, `member` for each
+    write, `leave` when stopped. A failure never stops publishing: each write carries the row."""
+
+    def __init__(
+        self, store: Fleet, leases: Leases, time: StoreClock, loop: PassLoop, report: Reporter
+    ) -> None:
+        self._store = store
+        self._leases = leases
+        self._time = time
+        self._loop = loop
+        self._report = report
+        self._row: FleetRow | None = None
+
+    def inherit(self, previous: Membership) -> None:
+        """A swapped-in publisher keeps the row started when the service did."""
+        self._row = previous._row or self._row
+
+    async def record(self) -> None:
+        now_ms = self._leases.now_ms()
+        until = now_ms + self._leases.lease_ms
+        self._row = FleetRow.started(self._leases.owner, now_ms, until)
+        try:
+            await self._store.record_member(
+                self._row.at(now_ms, until, offset_s=self._time.offset_s)
+            )
+        except RelayError as error:
+            self._report.warning(
+                f"[relay] could not record this replica in the fleet ({error}); its next pass will",
+                of_error("fleet_unrecorded", error),
+            )
+
+    def member(self, now_ms: int, until: int | None = None) -> FleetMember | None:
+        """The row now, with the loop's last pass and backoff, the clock offset and the last
+        hour of passes; None before `record`."""
+        if self._row is None:
+            return None
+        return self._row.at(
+            now_ms,
+            now_ms + self._leases.lease_ms if until is None else until,
+            self._loop.health(),
+            offset_s=self._time.offset_s,
+            recent=self._loop.recent(),
+        )
+
+    async def leave(self) -> None:
+        """Stopped: the row stops counting as live now (kept a day for `status`)."""
+        now_ms = self._leases.now_ms()
+        member = self.member(now_ms, until=now_ms)
+        if member is not None:
+            with contextlib.suppress(RelayError):  # it stops counting when its lease ends anyway
+                await self._store.record_member(member)

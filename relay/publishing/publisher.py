@@ -31,14 +31,13 @@ from relay import metrics, tracing
 from relay.client import RelayClient
 from relay.errors import (
     CorruptStateError,
-    RelayError,
     RelayHttpError,
     RelayPairingError,
     RelayRequestError,
     StoreUnavailableError,
 )
 from relay.host import ActiveRun, Host
-from relay.logfields import fields, of_error
+from relay.logfields import fields
 from relay.presence import Presence
 from relay.protocol import (
     RelayState,
@@ -48,7 +47,7 @@ from relay.protocol import (
 from relay.publishing import fanout, states
 from relay.publishing.announcements import Announcements
 from relay.publishing.clock import StoreClock
-from relay.publishing.fleet import FleetRow
+from relay.publishing.fleet import Membership
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
 from relay.publishing.levels import Backlog, Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
@@ -67,7 +66,6 @@ from relay.store.contract import (
     RunStates,
     StartedLedger,
 )
-from relay.store.fleet import FleetMember
 from relay.store.records import PassRows, PassView
 
 # The name predates this module's move into `publishing/`; operators filter on it.
@@ -162,8 +160,8 @@ class RelayPublisher:
             heartbeat_s=heartbeat_s,
             clock=clock,
         )
-        self._fleet_row: FleetRow | None = None
-        self._runs.fleet_row = self._fleet_member
+        self._fleet = Membership(store, self._leases, self._time, self._loop, self._report)
+        self._runs.fleet_row = self._fleet.member
         self._outbox = Outbox(store, host, self._put, self._publishes, self._report, self._leases)
         self._announcements = Announcements(
             store,
@@ -199,41 +197,12 @@ class RelayPublisher:
                 # minutes ahead would hide the sessions started meanwhile.
                 await self._read_view(following=False)
             await self._announcements.track(self.config)
-        await self._record_in_fleet()
-
-    async def _record_in_fleet(self) -> None:
-        """This replica's row in the fleet (`status`, `migrate`); a failure never stops publishing:
-        every pass's write carries the row again."""
-        now_ms = self._leases.now_ms()
-        until = now_ms + self._leases.lease_ms
-        self._fleet_row = FleetRow.started(self._leases.owner, now_ms, until)
-        try:
-            await self._store.record_member(
-                self._fleet_row.at(now_ms, until, offset_s=self._time.offset_s)
-            )
-        except RelayError as error:
-            self._report.warning(
-                f"[relay] could not record this replica in the fleet ({error}); its next pass will",
-                of_error("fleet_unrecorded", error),
-            )
-
-    def _fleet_member(self, now_ms: int, until: int | None = None) -> FleetMember | None:
-        """This replica's fleet row now, with the loop's last pass and backoff, its clock offset
-        and its last hour of passes."""
-        if self._fleet_row is None:
-            return None
-        return self._fleet_row.at(
-            now_ms,
-            now_ms + self._leases.lease_ms if until is None else until,
-            self._loop.health(),
-            offset_s=self._time.offset_s,
-            recent=self._loop.recent(),
-        )
+        await self._fleet.record()
 
     def inherit(self, previous: RelayPublisher) -> None:
         """Carry unpublished terminal runs and queued views from the publisher being replaced."""
         self._runs.inherit(previous._runs)
-        self._fleet_row = previous._fleet_row or self._fleet_row  # started when the service did
+        self._fleet.inherit(previous._fleet)
         self.views.update(previous.views)
         self.accepted.update(previous.accepted)
 
@@ -250,17 +219,7 @@ class RelayPublisher:
     async def stop(self) -> None:
         await self._loop.stop()
         self._levels.clear()
-        await self._leave_fleet()
-
-    async def _leave_fleet(self) -> None:
-        """Stopped: this replica's row stops counting as live now (kept a day for `status`)."""
-        if self._fleet_row is None:
-            return
-        now_ms = self._leases.now_ms()
-        member = self._fleet_member(now_ms, until=now_ms)
-        with contextlib.suppress(RelayError):  # it stops counting when its lease ends anyway
-            if member is not None:
-                await self._store.record_member(member)
+        await self._fleet.leave()
 
     def recent_passes(self) -> tuple[PassRecord, ...]:
         """This publisher's last passes, for the operator page's strip."""
