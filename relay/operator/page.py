@@ -15,11 +15,10 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from relay.operator.strips import minutes, strip
 from relay.publishing.clock import WARN_S
 
 REFRESH_S = 30
-# The last hour of a replica's passes, in the strip.
-STRIP_S = 3600
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
@@ -352,69 +351,6 @@ def _backoff(row: Mapping[str, Any], now_ms: int) -> str:
 
 def _unknown(row: Mapping[str, Any]) -> str:
     return '<span class="muted nowrap">not recorded</span>'
-
-
-def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 240) -> str:
-    """The replica's passes over the last hour, now at the right: a tick per pass (green ok,
-    red failed) and an amber band over each backoff."""
-    start = now_ms - STRIP_S * 1000
-
-    def x(at: int) -> int:
-        return max(0, min((at - start) * width // (STRIP_S * 1000), width - 2))
-
-    bands, ticks = [], []
-    ok = failed = 0
-    for one in ring:
-        at, outcome, until = one.get("at"), one.get("outcome"), one.get("backoff_until")
-        if not isinstance(at, int) or at < start or outcome not in ("ok", "failed"):
-            continue
-        if outcome == "ok":
-            ok += 1
-        else:
-            failed += 1
-        if isinstance(until, int) and until > at:
-            left, right = x(at), x(min(until, now_ms))
-            bands.append(
-                f'<rect class="backoff" x="{left}" y="5" width="{max(right - left, 2)}" '
-                'height="10"></rect>'
-            )
-        ticks.append(f'<rect class="{outcome}" x="{x(at)}" y="2" width="2" height="16"></rect>')
-    label = f"last hour: {ok} passes ok, {failed} failed"
-    return (
-        f'<svg class="strip" width="{width}" height="20" viewBox="0 0 {width} 20" role="img">'
-        f'<title>{_t(label)}</title><rect class="bg" x="0" y="0" width="{width}" height="20">'
-        f"</rect>{''.join(bands)}{''.join(ticks)}</svg>"
-        f'<div class="muted small">{_t(label.removeprefix("last hour: "))}</div>'
-    )
-
-
-# What each mark of a fleet row's minutes (`relay.store.fleet_passes`) draws.
-_MARKS = {"o": "ok", "f": "failed", "b": "backoff"}
-
-
-def minutes(passes: str, width: int = 240) -> str:
-    """A replica's last hour from its fleet row, a minute a slot, now at the right: green if its
-    passes were ok, red if one failed, amber while it backed off without a pass."""
-    slots = max(len(passes), 1)
-    bars = []
-    for n, mark in enumerate(passes):
-        kind = _MARKS.get(mark)
-        if kind is None:
-            continue
-        left, right = n * width // slots, (n + 1) * width // slots
-        y, height = ("5", "10") if kind == "backoff" else ("2", "16")
-        bars.append(
-            f'<rect class="{kind}" x="{left}" y="{y}" width="{max(right - left - 1, 1)}" '
-            f'height="{height}"></rect>'
-        )
-    ok, failed = passes.count("o"), passes.count("f")
-    label = f"last hour: {ok} minute{'' if ok == 1 else 's'} ok, {failed} with a failure"
-    return (
-        f'<svg class="strip" width="{width}" height="20" viewBox="0 0 {width} 20" role="img">'
-        f'<title>{_t(label)}</title><rect class="bg" x="0" y="0" width="{width}" height="20">'
-        f"</rect>{''.join(bars)}</svg>"
-        f'<div class="muted small">{_t(label.removeprefix("last hour: "))}</div>'
-    )
 
 
 def _profiles(profiles: Sequence[Mapping[str, Any]]) -> str:

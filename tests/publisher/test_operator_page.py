@@ -19,7 +19,7 @@ from starlette.routing import Mount
 from threaded_support import RelayThread, relay_thread
 
 from relay import asgi, wsgi
-from relay.operator import facts, page
+from relay.operator import facts, page, strips
 from relay.routes import Caller, Operator
 from relay.store import RelayStore, open_store
 from relay.store.fleet import FleetMember
@@ -287,13 +287,13 @@ async def test_this_replicas_passes_feed_the_strip(store: RelayStore) -> None:
         ring = replica["ring"]
         assert [one["outcome"] for one in ring] == ["ok", "ok", "failed"]
         assert ring[-1]["backoff_until"] == ring[-1]["at"] + 5000
-        svg = page.strip(ring, document["generated_at"])
+        svg = strips.strip(ring, document["generated_at"])
         assert svg.count('class="ok"') == 2
         assert svg.count('class="failed"') == 1
         assert svg.count('class="backoff"') == 1
         assert "2 passes ok, 1 failed" in svg
-        old = [{"at": document["generated_at"] - 2 * page.STRIP_S * 1000, "outcome": "ok"}]
-        assert 'class="ok"' not in page.strip(old, document["generated_at"])
+        old = [{"at": document["generated_at"] - 2 * strips.STRIP_S * 1000, "outcome": "ok"}]
+        assert 'class="ok"' not in strips.strip(old, document["generated_at"])
 
 
 async def test_the_backlog_is_shown_per_profile_with_its_oldest_age(store: RelayStore) -> None:

@@ -1,0 +1,72 @@
+"""Each replica's last hour of passes as a small inline SVG strip, now at the right.
+
+`strip` draws the serving replica's own passes (a tick each, an amber band over each backoff);
+`minutes` draws another replica's from its fleet row, a minute a slot (`relay.store.fleet_passes`).
+Both are escaped text and shapes only: no script, no style attribute (the page's CSP).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# The last hour of a replica's passes, in the strip.
+STRIP_S = 3600
+# What each mark of a fleet row's minutes draws.
+_MARKS = {"o": "ok", "f": "failed", "b": "backoff"}
+
+
+def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 240) -> str:
+    """The replica's passes over the last hour: a tick per pass (green ok, red failed) and an
+    amber band over each backoff."""
+    start = now_ms - STRIP_S * 1000
+
+    def x(at: int) -> int:
+        return max(0, min((at - start) * width // (STRIP_S * 1000), width - 2))
+
+    bands, ticks = [], []
+    ok = failed = 0
+    for one in ring:
+        at, outcome, until = one.get("at"), one.get("outcome"), one.get("backoff_until")
+        if not isinstance(at, int) or at < start or outcome not in ("ok", "failed"):
+            continue
+        if outcome == "ok":
+            ok += 1
+        else:
+            failed += 1
+        if isinstance(until, int) and until > at:
+            left, right = x(at), x(min(until, now_ms))
+            bands.append(_bar("backoff", left, max(right - left, 2)))
+        ticks.append(_bar(outcome, x(at), 2))
+    return _svg(width, f"{ok} passes ok, {failed} failed", [*bands, *ticks])
+
+
+def minutes(passes: str, width: int = 240) -> str:
+    """A replica's last hour from its fleet row, a minute a slot: green if its passes were ok,
+    red if one failed, amber while it backed off without a pass."""
+    slots = max(len(passes), 1)
+    bars = []
+    for n, mark in enumerate(passes):
+        kind = _MARKS.get(mark)
+        if kind is not None:
+            left, right = n * width // slots, (n + 1) * width // slots
+            bars.append(_bar(kind, left, max(right - left - 1, 1)))
+    ok, failed = passes.count("o"), passes.count("f")
+    return _svg(width, f"{ok} minute{'' if ok == 1 else 's'} ok, {failed} with a failure", bars)
+
+
+def _bar(kind: str, left: int, width: int) -> str:
+    # A backoff is a band behind the passes; a pass a full-height mark.
+    y, height = (5, 10) if kind == "backoff" else (2, 16)
+    return f'<rect class="{kind}" x="{left}" y="{y}" width="{width}" height="{height}"></rect>'
+
+
+def _svg(width: int, summary: str, shapes: Iterable[str]) -> str:
+    """The strip with its shapes, titled and captioned with `summary` (escaped)."""
+    label = html.escape(summary, quote=True)
+    return (
+        f'<svg class="strip" width="{width}" height="20" viewBox="0 0 {width} 20" role="img">'
+        f'<title>last hour: {label}</title><rect class="bg" x="0" y="0" width="{width}" '
+        f'height="20"></rect>{"".join(shapes)}</svg><div class="muted small">{label}</div>'
+    )
