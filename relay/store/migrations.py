@@ -13,18 +13,9 @@ from __future__ import annotations
 
 from relay.store.sql import migrate
 from relay.store.sql.compat import Standing, later
-from relay.store.sql.drivers.pgbatch import ARGUMENTS as BATCH_ARGUMENTS
-from relay.store.sql.drivers.pgbatch import FUNCTION as BATCH_FUNCTION
-from relay.store.sql.migrate import (
-    LOCK_TIMEOUT_MS,
-    Revision,
-    downgrade,
-    offline_sql,
-    revisions,
-    upgrade,
-)
-from relay.store.sql.schema import HEAD_REVISION as HEAD
-from relay.store.sql.schema import metadata
+from relay.store.sql.drivers import pgbatch
+from relay.store.sql.migrate import Revision, downgrade, offline_sql, revisions, upgrade
+from relay.store.sql.schema import HEAD_REVISION, metadata
 from relay.store.url import StoreTarget, resolve
 
 __all__ = [
@@ -43,8 +34,16 @@ __all__ = [
     "upgrade",
 ]
 
-# The relay tables at HEAD, each after the tables it references (what a runtime role is granted).
-TABLES = tuple(table.name for table in metadata.sorted_tables)
+HEAD: str = HEAD_REVISION
+"""The schema head: the revision this code's migrations end at, and the one it runs on."""
+TABLES: tuple[str, ...] = tuple(table.name for table in metadata.sorted_tables)
+"""The relay tables at `HEAD`, each after those it references (a runtime role's DML grants)."""
+BATCH_FUNCTION: str = pgbatch.FUNCTION
+"""The Postgres function a store's write batches call (a runtime role's EXECUTE grant)."""
+BATCH_ARGUMENTS: tuple[str, ...] = pgbatch.ARGUMENTS
+"""Its argument types, as `GRANT EXECUTE ON FUNCTION` names them."""
+LOCK_TIMEOUT_MS: int = migrate.LOCK_TIMEOUT_MS
+"""How long a migration waits for a table lock before it gives up, changing nothing."""
 
 
 async def standing(store: str | StoreTarget | None = None) -> Standing:
