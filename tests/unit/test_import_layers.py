@@ -16,8 +16,9 @@ GROUND = {
     "relay.tracing",
     "relay.version",
 }
-# The operator gatherer names the service for its types while the service builds a gatherer:
-# that rework is under way elsewhere; drop this edge once it lands.
+# The one edge of a cycle not yet broken: the operator gatherer names the service for its types
+# while the service builds a gatherer (a type-only import; its rework is under way). The test
+# fails once the edge is gone, so that this line goes with it.
 PENDING = {("relay.operator.facts", "relay.service")}
 
 
@@ -31,11 +32,12 @@ def _reaching(where: str, *exempt: str) -> dict[str, set[str]]:
 
 
 def test_no_import_cycle() -> None:
-    """No two modules of `relay` reach each other through imports."""
+    """No two modules of `relay` reach each other through imports (but the `PENDING` edge)."""
     graph = {
         name: {t for t in targets if (name, t) not in PENDING} for name, targets in GRAPH.items()
     }
     assert cycles(graph) == []
+    assert all(target in GRAPH[name] for name, target in PENDING), "drop the edge from PENDING"
 
 
 def test_nothing_climbs_to_the_package_top() -> None:
