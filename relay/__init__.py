@@ -13,8 +13,6 @@ request) and by `wsgi` for WSGI apps; and `threaded`, the service behind blockin
 threaded servers.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
 from relay.errors import (
     CallTimeoutError,
     CorruptStateError,
@@ -40,11 +38,7 @@ from relay.health import Health
 from relay.host import ActiveRun, AgentSessionRow, Host, IndexRow, SessionMeta
 from relay.service import RelayService
 from relay.store import RelayStore, open_store
-
-try:
-    __version__ = version("talaria-relay")
-except PackageNotFoundError:  # a source tree on sys.path, not installed
-    __version__ = "0+unknown"
+from relay.version import __version__ as __version__
 
 __all__ = [
     "ActiveRun",

@@ -13,8 +13,7 @@ from typing import Any, Protocol
 from relay.errors import RelayError, StoreUnavailableError
 from relay.store import StoreTarget, open_store, resolve
 from relay.store.contract import Handle, Registration, Revisions
-from relay.store.sql import migrate
-from relay.store.sql.compat import Standing
+from relay.store.migrations import HEAD, Standing, standing
 
 # `talaria-relay check` exit codes, the CLI's own: ready, not ready, store unreachable.
 READY, NOT_READY, UNREACHABLE = 0, 1, 3
@@ -93,7 +92,7 @@ async def store_health(store: Probed) -> StoreHealth:
         try:
             revision = await store.schema_revision()
             # The store opened, so a database ahead of this code is one compatible with it.
-            at_head = revision == migrate.head_revision() or Standing(revision).ahead
+            at_head = revision == HEAD or Standing(revision).ahead
         except RelayError:
             return StoreHealth(reachable=False, schema_at_head=None, registered=registered)
     return StoreHealth(reachable=True, schema_at_head=at_head, registered=registered)
@@ -166,7 +165,7 @@ async def probe(url: str | None) -> Probe:
     schema = None
     try:
         if target.url is not None:
-            schema = await migrate.standing(target)
+            schema = await standing(target)
             below = StoreHealth(reachable=True, schema_at_head=False, registered=False)
             if schema.below:
                 problem = "below the schema head: run `talaria-relay migrate`"

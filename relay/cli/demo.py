@@ -25,8 +25,7 @@ from relay.client import UNREACHABLE, describe
 from relay.errors import InvalidInputError, RelayUnreachableError
 from relay.protocol import REQUEST_TIMEOUT_S, validated_origin
 from relay.service import RelayService
-from relay.store import RelayStore, StoreTarget, open_store, resolve
-from relay.store.sql import migrate
+from relay.store import RelayStore, StoreTarget, migrations, open_store, resolve
 from relay.store.url import default_sqlite_path
 from relay.testing import DevRelay, MemoryHost, serve
 
@@ -127,8 +126,8 @@ async def run(
             invitations = [await _mint(relay_url, user) for user in ("usr_owner", "usr_work")]
             say(f"minted {len(invitations)} invitations at {relay_url}/admin/invitations")
         if target.url is not None:
-            await migrate.upgrade(target)
-            say(f"store {target.display} migrated to {migrate.head_revision()}")
+            await migrations.upgrade(target)
+            say(f"store {target.display} migrated to {migrations.HEAD}")
         http = await stack.enter_async_context(
             httpx.AsyncClient(event_hooks={"response": [responses.record]})
         )
@@ -173,10 +172,10 @@ async def holdings(target: StoreTarget) -> str | None:
     if target.backend == "memory" or (target.path is not None and not target.path.exists()):
         return None
     if target.url is not None:
-        current = await migrate.current(target)
+        current = (await migrations.standing(target)).current
         if current is None:
             return None
-        if current != migrate.head_revision():
+        if current != migrations.HEAD:
             return f"a relay schema at revision {current}"
     async with open_store(_address(target)) as store:
         if (config := await store.load_config()) is not None:

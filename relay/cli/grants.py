@@ -20,9 +20,7 @@ from typing import Any
 from relay.cli.output import OK, say
 from relay.errors import InvalidInputError
 from relay.store import resolve
-from relay.store.sql import migrate
-from relay.store.sql.drivers.pgbatch import ARGUMENTS, FUNCTION
-from relay.store.sql.schema import metadata
+from relay.store.migrations import BATCH_ARGUMENTS, BATCH_FUNCTION, HEAD, TABLES
 
 DML = "SELECT, INSERT, UPDATE, DELETE"
 # Postgres truncates identifiers past 63 bytes: a longer name would quietly name another role.
@@ -45,15 +43,16 @@ def quoted(kind: str, name: str) -> str:
 def grants_sql(role: str, database: str, schema: str = "public", owner: str | None = None) -> str:
     """The statements, one a line, for `role` on `database`, tables in `schema`."""
     who, db, where = quoted("ROLE", role), quoted("database", database), quoted("schema", schema)
-    tables = ", ".join(f"{where}.{quoted('table', t.name)}" for t in metadata.sorted_tables)
+    tables = ", ".join(f"{where}.{quoted('table', name)}" for name in TABLES)
+    function = f'{where}."{BATCH_FUNCTION}"({", ".join(BATCH_ARGUMENTS)})'
     creator = f"FOR ROLE {quoted('owner', owner)} " if owner else ""
     lines = [
-        f"-- The runtime role {who} for the relay tables at {migrate.head_revision()}.",
+        f"-- The runtime role {who} for the relay tables at {HEAD}.",
         f"GRANT CONNECT ON DATABASE {db} TO {who};",
         f"GRANT USAGE ON SCHEMA {where} TO {who};",
         f"GRANT {DML} ON TABLE {tables} TO {who};",
         f'GRANT SELECT ON TABLE {where}."alembic_version" TO {who};',
-        f'GRANT EXECUTE ON FUNCTION {where}."{FUNCTION}"({", ".join(ARGUMENTS)}) TO {who};',
+        f"GRANT EXECUTE ON FUNCTION {function} TO {who};",
     ]
     if not owner:
         lines.append("-- Run this as the role that migrates: its future tables are the ones meant.")

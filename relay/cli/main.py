@@ -17,7 +17,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from relay import __version__
 from relay.cli.benching import add_parser as add_bench
 from relay.cli.grants import add_parser as add_grants
 from relay.cli.migrating import add_parser as add_migrate
@@ -35,6 +34,7 @@ from relay.errors import (
     TransferConflictError,
 )
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
+from relay.version import __version__
 
 # ── dev-relay and demo ────────────────────────────────────────────────────────
 

@@ -8,8 +8,8 @@ from typing import Any
 from relay.cli.output import FAILED, OK, fail, progress, say
 from relay.errors import InvalidInputError
 from relay.store import StoreTarget, resolve
-from relay.store.sql import migrate
-from relay.store.sql.compat import Standing, later
+from relay.store import migrations as migrate
+from relay.store.migrations import Standing, later
 
 
 async def cmd_migrate(args: argparse.Namespace) -> int:

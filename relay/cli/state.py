@@ -6,9 +6,8 @@ import argparse
 import json
 
 from relay.cli.output import FAILED, OK, fail, require_existing, say
-from relay.store import open_store, resolve
+from relay.store import open_store, resolve, standing
 from relay.store.keys.keyring import Passphrase, passphrase_from_env, passphrase_from_file
-from relay.store.sql import migrate
 
 # ── status ────────────────────────────────────────────────────────────────────
 
@@ -20,25 +19,15 @@ async def cmd_status(args: argparse.Namespace) -> int:
     require_existing(target)
     if target.url is not None:
         # Read the schema state first: opening an unmigrated store would refuse without saying it.
-        found = await migrate.standing(target)
+        found = await standing(target)
         if found.below or not found.runnable:
             status = unmigrated(target, found, args.store)
             say(json.dumps(status, indent=2) if args.json else render(status))
             fail(status["hint"])
             return FAILED
-    if target.backend == "sqlite":
-        from relay.store.sql.backend import SqlBackend
-        from relay.store.store import Store
-
-        # Read-only: status never writes, so it also reads a database it may not write.
-        read_only = Store(await SqlBackend.open(target, read_only=True))
-        try:
-            status = await collect(read_only, target)
-        finally:
-            await read_only.close()
-    else:
-        async with open_store(args.store) as store:
-            status = await collect(store, target)
+    # Read-only: status never writes, so it also reads a database it may not write.
+    async with open_store(args.store, read_only=True) as store:
+        status = await collect(store, target)
     say(json.dumps(status, indent=2) if args.json else render(status))
     return OK
 

@@ -11,8 +11,7 @@ from typing import Any
 from relay.publishing.fingerprint import key_state
 from relay.store import RelayStore, RunState, StoreTarget
 from relay.store.keys.keyring import PASSPHRASE_ENV
-from relay.store.sql import migrate
-from relay.store.sql.compat import Standing
+from relay.store.migrations import Standing, standing
 
 
 async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
@@ -24,7 +23,7 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
         now_ms = view.store_ms or now_ms
     schema: dict[str, Any] | None = None
     if target.url is not None:
-        schema = (await migrate.standing(target)).document()
+        schema = (await standing(target)).document()
     config = await store.load_config()
     registration = None
     profiles: list[dict[str, Any]] = []

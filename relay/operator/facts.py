@@ -22,7 +22,7 @@ from relay.errors import RelayError
 from relay.publishing.fingerprint import key_state
 from relay.store import RunState, Waiting, fleet_passes
 from relay.store.fleet import FleetMember
-from relay.store.sql import migrate
+from relay.store.migrations import HEAD
 
 if TYPE_CHECKING:
     from relay.service import RelayService
@@ -68,8 +68,7 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
     store = service.store
     if store.backend in ("sqlite", "postgres"):
         revision = await store.schema_revision()
-        head = migrate.head_revision()
-        document["schema"] = {"revision": revision, "head": head, "at_head": revision == head}
+        document["schema"] = {"revision": revision, "head": HEAD, "at_head": revision == HEAD}
     config = await store.load_config()
     publisher = service.current()
     # Counts, not rows: the ledger can hold 100,000 entries (`RelayStore.backlog`).

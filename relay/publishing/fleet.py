@@ -38,9 +38,9 @@ class FleetRow:
     def started(cls, owner: str, now_ms: int, until: int) -> FleetRow:
         # The code's schema head is a constant of the SQL schema; memory and JSON stores use it
         # too (a fleet row says what code runs, whatever the backend).
-        from relay.store.sql.schema import HEAD_REVISION
+        from relay.store.migrations import HEAD
 
-        return cls(this_process(owner, HEAD_REVISION, now_ms, until))
+        return cls(this_process(owner, HEAD, now_ms, until))
 
     def at(
         self,

@@ -3,7 +3,8 @@
     async with open_store("postgresql://relay@db/relay") as store:
         revisions = await store.allocate_revisions(3, now_ms)
 
-`await open_store(url)` works too; the caller then closes the store.
+`await open_store(url)` works too; the caller then closes the store. Where a SQL store's schema
+stands, and migrating it: `relay.store.migrations` (`standing(url)` is here too).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from relay.store.contract import RelayStore
+from relay.store.migrations import Standing, standing
 from relay.store.records import (
     Backlog,
     DeletedScope,
@@ -37,6 +39,7 @@ __all__ = [
     "RelayConfig",
     "RelayStore",
     "RunState",
+    "Standing",
     "StartedEntry",
     "StartedScope",
     "StateBatch",
@@ -44,12 +47,13 @@ __all__ = [
     "Waiting",
     "open_store",
     "resolve",
+    "standing",
 ]
 
 ProfileHome = Callable[[str], Path]
 
 
-async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore:
+async def _open(url: str | None, profile_home: ProfileHome | None, read_only: bool) -> RelayStore:
     target = resolve(url)
     require_directory(target)  # a mistyped directory is refused, not made
     if target.backend == "memory":
@@ -66,22 +70,23 @@ async def _open(url: str | None, profile_home: ProfileHome | None) -> RelayStore
     from relay.store.sql.backend import SqlBackend
     from relay.store.store import Store
 
-    return Store(await SqlBackend.open(target))
+    return Store(await SqlBackend.open(target, read_only=read_only))
 
 
 class _Opening:
     """What `open_store` returns: await it, or use it as an async context manager."""
 
-    def __init__(self, url: str | None, profile_home: ProfileHome | None) -> None:
+    def __init__(self, url: str | None, profile_home: ProfileHome | None, read_only: bool) -> None:
         self._url = url
         self._profile_home = profile_home
+        self._read_only = read_only
         self._store: RelayStore | None = None
 
     def __await__(self) -> Generator[Any, None, RelayStore]:
-        return _open(self._url, self._profile_home).__await__()
+        return _open(self._url, self._profile_home, self._read_only).__await__()
 
     async def __aenter__(self) -> RelayStore:
-        self._store = await _open(self._url, self._profile_home)
+        self._store = await _open(self._url, self._profile_home, self._read_only)
         return self._store
 
     async def __aexit__(self, *exc: object) -> None:
@@ -89,7 +94,9 @@ class _Opening:
             await self._store.close()
 
 
-def open_store(url: str | None = None, *, profile_home: ProfileHome | None = None) -> _Opening:
+def open_store(
+    url: str | None = None, *, profile_home: ProfileHome | None = None, read_only: bool = False
+) -> _Opening:
     """Open the store at `url`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite file.
 
     `memory://` opens a new, empty store that lives in this process only, until it is closed:
@@ -97,5 +104,9 @@ def open_store(url: str | None = None, *, profile_home: ProfileHome | None = Non
 
     `profile_home` maps a profile name to its home directory; a JSON store then keeps each
     profile's identity in `<home>/.talaria-relay-profile-id`, as the Python original did.
+
+    `read_only`: a SQL store is opened to be read only, creating, migrating and writing nothing
+    (SQLite opens the file read-only, so a file this process may not write can be read; a write
+    through it fails). JSON and memory stores open as without it.
     """
-    return _Opening(url, profile_home)
+    return _Opening(url, profile_home, read_only)

@@ -23,6 +23,7 @@ from relay.errors import InvalidInputError
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store import checks, fleet_passes
 from relay.store.records import OWNER_LIMIT
+from relay.version import __version__
 
 # A dead service's row is kept this long after it was last seen, so `status` can still name it
 # for a while after a crash; then the next service that records itself deletes it.
@@ -114,8 +115,6 @@ BEFORE_RING = tuple(name for name in FIELDS if name not in RING_FIELDS)
 
 def this_process(owner: str, schema_head: str, now_ms: int, until: int) -> FleetMember:
     """The row of the service running in this process, started now."""
-    from relay import __version__
-
     return FleetMember(
         owner=owner,
         version=__version__[:VERSION_LIMIT],

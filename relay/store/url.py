@@ -14,11 +14,10 @@ from pathlib import Path
 from typing import Literal
 
 from sqlalchemy import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import ArgumentError
 
-from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
-from relay.refused import nothing_listening
-from relay.store.sql.drivers import budget, hosts, sqlstate
+from relay.errors import InvalidInputError
+from relay.store.sql.drivers import budget, hosts
 
 ENV_VAR = "TALARIA_RELAY_STORE_URL"
 # A store in this process only: each open is a new, empty one.
@@ -364,27 +363,3 @@ def _connect_timeout(raw: str) -> float:
             f"connect_timeout must be a number of seconds in (0, {MAX_CONNECT_TIMEOUT_S:g}]"
         )
     return seconds
-
-
-def driver_error(exc: BaseException, target: StoreTarget) -> StoreError:
-    """A driver's exception as a `StoreError` that names the store but never its password."""
-    text = str(getattr(exc, "orig", None) or exc)
-    message = text.splitlines()[0] if text else type(exc).__name__
-    password = target.url.password if target.url is not None else None
-    if password:
-        message = message.replace(password, "***")
-    orig = getattr(exc, "orig", None)
-    state = getattr(orig, "sqlstate", None) or getattr(
-        orig.__cause__ if orig else None, "sqlstate", None
-    )
-    if isinstance(state, str):
-        message = sqlstate.described(state, message)
-    elif (refused := nothing_listening(exc)) is not None:
-        message = refused
-    if isinstance(state, str) and sqlstate.unavailable(state):
-        return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")
-    if isinstance(exc, DBAPIError) and not (
-        exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
-    ):
-        return StoreError(f"relay store {target.display} failed: {message}")
-    return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")

@@ -1,10 +1,13 @@
-"""The SQL store's layout holds: the bench runs the store's statements through `steps` only, and
-each aggregate's module reaches its driver through the `Runner` port alone."""
+"""The SQL store's layout holds: the bench runs the store's statements through `steps` only,
+each aggregate's module reaches its driver through the `Runner` port alone, and nothing outside
+the store imports `relay.store.sql` (its door is `relay.store.migrations`)."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+from import_graph import GRAPH
 
 import relay
 
@@ -53,3 +56,17 @@ def test_an_aggregate_uses_its_driver_through_the_runner_port_only() -> None:
             if module.startswith("relay.store.sql.drivers.")
         }
         assert drivers <= {"relay.store.sql.drivers.runner"}, name
+
+
+def _in(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_nothing_outside_the_store_imports_its_sql() -> None:
+    """Every module outside `relay/store` (but the bench, which leaves the package) reaches the
+    schema through `relay.store.migrations`: no `import relay.store.sql…`, no `from
+    relay.store.sql… import`, no `from relay.store import sql`, no relative form, even lazily."""
+    for name, targets in GRAPH.items():
+        if _in(name, "relay.store") or _in(name, "relay.cli.bench"):
+            continue
+        assert not [t for t in targets if _in(t, "relay.store.sql")], name

@@ -24,6 +24,7 @@ from sqlalchemy import (
 from relay.errors import SchemaError
 from relay.store.sql import schema
 from relay.store.sql.schema import HEAD_REVISION, SAME_TABLES
+from relay.version import __version__
 
 if TYPE_CHECKING:
     from alembic.script import Script, ScriptDirectory
@@ -173,8 +174,6 @@ def pending(scripts: ScriptDirectory, current: str | None, target: str) -> list[
 def record(scripts: ScriptDirectory, revision: str, *, upgraded: bool) -> list[Executable]:
     """The statements that write the compatibility record of a database now at `revision`: who
     may use it, and (after an upgrade) the release that migrated it."""
-    from relay import __version__
-
     return [
         delete(compat_table),
         insert(compat_table).values(

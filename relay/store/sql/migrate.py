@@ -22,8 +22,9 @@ from relay.store.sql import compat, guard
 from relay.store.sql.compat import Standing, compat_table
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.drivers.sqlite import connect_read_only
+from relay.store.sql.drivers.sqlstate import driver_error
 from relay.store.sql.schema import HEAD_REVISION
-from relay.store.url import StoreTarget, driver_error, resolve
+from relay.store.url import StoreTarget, resolve
 
 if TYPE_CHECKING:
     from alembic.config import Config
