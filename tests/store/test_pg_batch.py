@@ -17,7 +17,7 @@ from databases import set_read_only
 from sql_support import sql_backend
 from sqlalchemy import delete, func, insert, literal, make_url, select, update
 
-from relay.cli.bench.proxy import latency_proxy
+from benchmarks.proxy import latency_proxy
 from relay.errors import StoreError, StoreUnavailableError
 from relay.health import NOT_READY, probe
 from relay.store import open_store, resolve

@@ -18,7 +18,7 @@ from pgbouncer_proc import Bouncers
 from sqlalchemy import make_url
 from test_pg_batch import loop_rows, postgres_runner, ten_steps, typed
 
-from relay.cli.bench.proxy import latency_proxy
+from benchmarks.proxy import latency_proxy
 from relay.store import open_store
 from relay.store.sql.schema import metadata
 
