@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from benchmarks.proxy import Counts, latency_proxy
+from relay import PublisherOptions
 from relay.publishing.announcements import STARTED_BATCH
 from relay.service import RelayService
 from relay.store import RelayStore
@@ -99,7 +100,7 @@ class Publishing:
             http=http,
             clock=self.clock,
             log=lambda _line: None,
-            publisher_options={"background": False, "uniform": lambda low, high: 1.0},
+            publishing=PublisherOptions(background=False, uniform=lambda low, high: 1.0),
         )
         self._stack.push_async_callback(self.service.stop)
         await self.service.start()

@@ -38,6 +38,7 @@ from relay.errors import (
 )
 from relay.health import Health
 from relay.host import ActiveRun, AgentSessionRow, Host, IndexRow, SessionMeta
+from relay.publishing.options import PublisherOptions
 from relay.service import RelayService
 from relay.store import RelayStore, open_store
 
@@ -56,6 +57,7 @@ __all__ = [
     "IndexRow",
     "InvalidInputError",
     "KeyPassphraseError",
+    "PublisherOptions",
     "RelayError",
     "RelayHttpError",
     "RelayPairingError",
