@@ -26,11 +26,11 @@ from relay.store.backend import (
     Claim,
     Deletion,
     PresenceUpdate,
-    Reading,
     RunSync,
     Sightings,
     StartedClaim,
     ViewQuery,
+    ViewReading,
 )
 from relay.store.checks import read
 from relay.store.contract import RelayStore
@@ -358,7 +358,7 @@ class Store:
         return await read("pass view", self._view(query))
 
     async def _view(self, query: ViewQuery) -> PassView:
-        got: Reading = await self._backend.pass_view(query)
+        got: ViewReading = await self._backend.pass_view(query)
         # An invalid stored identity is no identity, as a pass reads it: the profile is not
         # published (`profile_identity` would raise for it).
         identities = {p: got.identities.get(p) for p in query.profiles}

@@ -19,12 +19,12 @@ from relay.store.backend import (
     Claim,
     Deletion,
     PresenceUpdate,
-    Reading,
     Rekeyed,
     RunSync,
     Sightings,
     StartedClaim,
     ViewQuery,
+    ViewReading,
 )
 from relay.store.fleet import FleetMember
 from relay.store.rules import backlog as backlogs
@@ -290,8 +290,8 @@ class RulebookBackend:
 
         return await self._read(work)
 
-    async def pass_view(self, query: ViewQuery) -> Reading:
-        def work(s: Session) -> Reading:
+    async def pass_view(self, query: ViewQuery) -> ViewReading:
+        def work(s: Session) -> ViewReading:
             reading = passes.read(
                 query.owner,
                 query.now_ms,
