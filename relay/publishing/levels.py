@@ -17,14 +17,14 @@ from relay.store.contract import Backlogs
 SAMPLE_S = 10.0
 
 
-class Backlog(Backlogs, Protocol):
+class BacklogStore(Backlogs, Protocol):
     """The store read the backlog is sampled with."""
 
 
 class Levels:
     """One publisher's view of the backlog, added to `relay.outbox.depth`/`relay.ledger.unsent`."""
 
-    def __init__(self, store: Backlog) -> None:
+    def __init__(self, store: BacklogStore) -> None:
         self._store = store
         self._outbox = metrics.Gauge("outbox_depth")
         self._unsent = metrics.Gauge("ledger_unsent")
