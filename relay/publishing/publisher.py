@@ -47,7 +47,7 @@ from relay.publishing.announcements import Announcements
 from relay.publishing.clock import StoreClock
 from relay.publishing.fleet import Membership
 from relay.publishing.leases import Leases
-from relay.publishing.levels import BacklogStore, Levels
+from relay.publishing.levels import Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
 from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
 from relay.publishing.options import PublisherOptions
@@ -56,6 +56,7 @@ from relay.publishing.runs import HostedRuns
 from relay.publishing.states import Terminal
 from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import (
+    Backlogs,
     DeletedOutbox,
     Fleet,
     LeaseWatch,
@@ -89,7 +90,7 @@ class PublisherStore(
     LeaseWatch,
     Passes,
     Fleet,
-    BacklogStore,
+    Backlogs,
     Protocol,
 ):
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
