@@ -62,7 +62,7 @@ PAST_THE_CAP = "the revision counter would pass 2^53-1; nothing was handed out"
 
 
 @metrics.timed_methods(
-    RelayStore, skip=("close", "display_url", "backend", "schema_revision", "unwritable")
+    RelayStore, skip=("close", "display_url", "backend_name", "schema_revision", "unwritable")
 )
 class Store:
     """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL.
@@ -81,7 +81,7 @@ class Store:
         return self._backend.display_url
 
     @property
-    def backend(self) -> str:
+    def backend_name(self) -> str:
         return self._backend.name
 
     @property

@@ -53,7 +53,7 @@ async def test_the_view_carries_the_clock_of_a_store_on_a_server_of_its_own(
     before = time.time()
     seen = await view(store)
     after = time.time()
-    if store.backend == "postgres":
+    if store.backend_name == "postgres":
         assert seen.store_ms is not None
         # The test's server is on this host: one clock, to within the read.
         assert before * 1000 - 1 <= seen.store_ms <= after * 1000 + 1
