@@ -85,7 +85,7 @@ class Store:
         return self._backend.name
 
     @property
-    def engine(self) -> Backend:
+    def backend(self) -> Backend:
         """The backend itself, for what only one kind offers (a SQL store's `stats`)."""
         return self._backend
 

@@ -52,5 +52,5 @@ __all__ = [
 
 def sent(store: object) -> Stats | None:
     """What the SQL backend under `store` has sent so far; None for a store on another one."""
-    backend = getattr(store, "engine", None)
+    backend = getattr(store, "backend", None)
     return backend.stats if isinstance(backend, SqlBackend) else None
