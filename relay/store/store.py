@@ -206,7 +206,9 @@ class Store:
         floor = await self._backend.revision_floor()
         if type(floor) is not int or floor > MAX_SAFE_INTEGER:
             raise CorruptStateError(f"stored revision floor {floor!r} is invalid")
-        # Harmless: allocation starts from now. Past 2^53-1, no revision would be exact.
+        # A negative floor reads as 0 rather than failing the pass: allocation starts at
+        # max(floor + 1, now), so it cannot repeat a revision. One past 2^53-1 is refused above:
+        # no revision after it would be exact in the viewer's JavaScript.
         return max(floor, 0)
 
     # ── started ledger ────────────────────────────────────────────────────────
