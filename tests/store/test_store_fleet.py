@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from databases import behind_the_store
 from sqlalchemy import text
-from test_store_contract import NOW, SECOND
-from test_store_runs import LEASE, RETENTION, A, B
+from store_support import LEASE, NOW, RETENTION, SECOND, A, B
 
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.store import RelayStore, open_store

@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 from ledger_calls import mark_sent
-from test_store_contract import IDENTITY_RE, NOW, SECOND, saved_config
-from test_store_runs import LEASE, RETENTION, A, B, run, shown
+from store_support import IDENTITY_RE, LEASE, NOW, RETENTION, SECOND, A, B, run, saved_config, shown
 
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.protocol import MAX_SAFE_INTEGER

@@ -8,33 +8,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_store_contract import NOW, SECOND, ed25519_pem, make_config
+from key_support import ed25519_pem
+from store_support import LEASE, NOW, RETENTION, SECOND, A, B, C, make_config, run, shown, sync
 
 from relay.errors import InvalidInputError
 from relay.store import RelayStore, RunState
-
-LEASE = 20 * SECOND
-RETENTION = 15 * 60 * SECOND
-A, B, C = "replica-a", "replica-b", "replica-c"
-
-
-def run(
-    session: str = "s1",
-    *,
-    stream: str | None = "t1",
-    phase: str = "running",
-    started: int = NOW,
-    updated: int = NOW,
-    owner: str = A,
-    title: str = "Title",
-) -> RunState:
-    return RunState(session, stream, "default", title, phase, started, updated, owner)
-
-
-async def sync(store: RelayStore, owner: str, *live: RunState, now: int = NOW) -> list[RunState]:
-    """A pass's write of `owner` hosting `live`: the rows it publishes."""
-    written = await store.pass_write(owner, live, now, lease_ms=LEASE, retention_ms=RETENTION)
-    return list(written.runs)
 
 
 async def save(store: RelayStore, turn: RunState, now: int) -> bool:
@@ -51,10 +29,6 @@ async def enqueue(store: RelayStore, session: str, at: int) -> str:
         session, "default", at, session_live=False, identity=None, scope=None
     )
     return view.id
-
-
-def shown(runs: list[RunState]) -> list[tuple[str, str | None, str, str]]:
-    return [(r.session_id, r.stream_id, r.phase, r.owner) for r in runs]
 
 
 # ── run state ─────────────────────────────────────────────────────────────────
