@@ -18,7 +18,7 @@ _CHECKOUT = Path(relay.__file__).resolve().parents[1]
 
 async def cmd_bench(args: argparse.Namespace) -> int:
     """Hand the words after `bench` to the checkout's bench."""
-    if not (_CHECKOUT / "benchmarks" / "cli.py").is_file():
+    if not all((_CHECKOUT / name).is_file() for name in ("Makefile", "benchmarks/cli.py")):
         raise InvalidInputError(
             "the bench is not installed with talaria-relay: it runs from a checkout of the "
             "repository, as `make bench` (or `make bench STORE=postgresql://…`)"
