@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test lint migrate docs
+.PHONY: venv demo test lint migrate docs bench
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,13 @@ test: venv
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict relay tests
+	$(BIN)/mypy --strict relay tests benchmarks
+
+# The bench (benchmarks/, docs/performance.md): a checkout's tool, never in the wheel. STORE is a
+# store URL to measure (a Postgres server gets scratch databases); ARGS go to the bench as they are:
+#   make bench STORE=postgresql://postgres@127.0.0.1:5432/postgres ARGS='--quick --json'
+bench: venv
+	$(BIN)/python -m benchmarks $(if $(STORE),--store '$(STORE)') $(ARGS)
 
 migrate: venv
 	$(BIN)/talaria-relay migrate

@@ -88,7 +88,7 @@ async def store_health(store: Probed) -> StoreHealth:
     except RelayError:
         registered = False  # unreadable registration: the publisher would not start either
     at_head = None
-    if store.backend in ("sqlite", "postgres"):  # only SQL stores have a schema
+    if store.backend_name in ("sqlite", "postgres"):  # only SQL stores have a schema
         try:
             revision = await store.schema_revision()
             # The store opened, so a database ahead of this code is one compatible with it.

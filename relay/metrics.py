@@ -127,11 +127,11 @@ def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Await
         try:
             if tracer is None:
                 return await method(store, *args, **kwargs)
-            with tracing.store_span(tracer, name, store.backend):
+            with tracing.store_span(tracer, name, store.backend_name):
                 return await method(store, *args, **kwargs)
         finally:
             if found is not None:
-                attributes = {"method": name, "backend": store.backend}
+                attributes = {"method": name, "backend": store.backend_name}
                 found.store_duration.record(time.perf_counter() - start, attributes)
 
     @wraps(method)

@@ -13,8 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from math import isfinite
-from typing import Any
+from typing import Any, TypedDict
 
 import httpx
 
@@ -37,8 +36,9 @@ from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
 from relay.publishing.clock import StoreClock
-from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, incarnation
+from relay.publishing.leases import incarnation
 from relay.publishing.logs import Log, Reporter
+from relay.publishing.options import PublisherOptions
 from relay.publishing.publisher import RelayPublisher
 from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 from relay.store.records import OWNER_LIMIT
@@ -46,6 +46,19 @@ from relay.unpairing import unpair
 
 logger = logging.getLogger("relay.service")
 RELAY_URL_ENV = "TALARIA_RELAY_URL"
+
+
+class ServiceOptions(TypedDict, total=False):
+    """`RelayService`'s keywords, as `ThreadedRelayService` passes them on (so mypy checks them)."""
+
+    relay_url: str | None
+    allow_insecure_loopback: bool
+    http: httpx.AsyncClient | None
+    clock: Callable[[], float]
+    log: Log | None
+    owner: str | None
+    publishing: PublisherOptions | None
+    store_time: bool
 
 
 class RelayService:
@@ -62,30 +75,23 @@ class RelayService:
         clock: Callable[[], float] = time.time,
         log: Log | None = None,
         owner: str | None = None,
-        lease_s: float = DEFAULT_LEASE_S,
-        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
-        publisher_options: dict[str, Any] | None = None,
+        publishing: PublisherOptions | None = None,
         store_time: bool = True,
     ) -> None:
         """`owner` names this replica in the store (a fresh id by default; a name gets a suffix
-        unique to this process, see `incarnation`); `lease_s` is how long its claims and runs
-        outlive it; `heartbeat_s` how often it republishes when idle. Replicas compare leases on
-        the store's clock (Postgres's; docs/clock.md); `store_time=False` keeps `clock` as the
-        time base instead: for a test that moves `clock` by hand (`relay.testing.Clock`)."""
+        unique to this process, see `incarnation`); `publishing` is how its publishers pace
+        themselves (`PublisherOptions`: `lease_s`, how long its claims and runs outlive it;
+        `heartbeat_s`, how often it republishes when idle). Replicas compare leases on the
+        store's clock (Postgres's; docs/clock.md); `store_time=False` keeps `clock` as the time
+        base instead: for a test that moves `clock` by hand (`relay.testing.Clock`)."""
         self.store = store
         self.host = host
         self._http = http
         self._clock = clock
         self._log = log
-        if not isfinite(lease_s) or not 1 <= lease_s <= 3600:
-            raise InvalidInputError("lease_s must be a number of seconds in 1..3600")
-        if not isfinite(heartbeat_s) or not 1 <= heartbeat_s <= 3600:
-            raise InvalidInputError("heartbeat_s must be a number of seconds in 1..3600")
-        self._publisher_options = {
-            "lease_s": lease_s,
-            "heartbeat_s": heartbeat_s,
-            **(publisher_options or {}),
-        }
+        if publishing is not None and not isinstance(publishing, PublisherOptions):
+            raise InvalidInputError("publishing takes a PublisherOptions(lease_s=…, heartbeat_s=…)")
+        self.publishing = publishing or PublisherOptions()
         # One owner of claims and runs across this service's publishers: this process's id.
         self.owner_name = None if owner is None else checks.text("owner", owner, OWNER_LIMIT)
         self.owner = uuid.uuid4().hex if owner is None else incarnation(owner)
@@ -93,7 +99,7 @@ class RelayService:
         # The time base shared with the other replicas (the store's clock): one for every
         # publisher of this service, so a swap keeps what it measured.
         self.store_clock = StoreClock(
-            clock, lease_s=lease_s, report=self._report, follow=store_time
+            clock, lease_s=self.publishing.lease_s, report=self._report, follow=store_time
         )
         self.presence = Presence(store, self.store_clock.time)
         self._publisher: RelayPublisher | None = None
@@ -394,7 +400,7 @@ class RelayService:
             clock=self._clock,
             log=self._log,
             store_clock=self.store_clock,
-            **self._publisher_options,
+            options=self.publishing,
         )
         await publisher.initialize()
         return publisher

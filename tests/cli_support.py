@@ -32,9 +32,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+import pytest
 from harness import relay_env
+from key_support import ed25519_pem
 from sqlalchemy import make_url
 
 from relay.store import RelayStore, open_store
@@ -69,6 +69,37 @@ class Result:
             f"talaria-relay {' '.join(self.args)} exited {self.code} after {self.seconds:.1f}s\n"
             f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
         )
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """The XDG_STATE_HOME of every child of one test."""
+    path = tmp_path / "xdg"
+    path.mkdir()
+    return path
+
+
+def cli(home: Path, *args: str, **options: Any) -> Result:
+    """`run`, and no traceback in what it printed."""
+    result = run(home, *args, **options)
+    assert "Traceback" not in result.output, result.describe()
+    return result
+
+
+def expect(result: Result, code: int) -> Result:
+    """`result`, once its exit code is `code`."""
+    assert result.code == code, result.describe()
+    return result
+
+
+def sqlite_url(path: Path) -> str:
+    """The SQLite store URL of the file at `path`."""
+    return f"sqlite:///{path}"
+
+
+def json_url(path: Path) -> str:
+    """The JSON store URL of the directory at `path`."""
+    return f"json://{path}"
 
 
 def child_env(state_home: Path, **extra: str) -> dict[str, str]:
@@ -332,11 +363,6 @@ async def pg_tables(url: str) -> list[str]:
 
 
 # ── state ─────────────────────────────────────────────────────────────────────
-
-
-def ed25519_pem() -> str:
-    key = Ed25519PrivateKey.generate()
-    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
 
 
 async def populate(store: RelayStore) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from relay import PublisherOptions
 from relay.client import RelayClient
 from relay.publishing.publisher import RelayPublisher
 from relay.service import RelayService
@@ -178,8 +179,7 @@ class Env:
             owner=owner,
             clock=self.clock,
             log=self.logs.append,
-            uniform=lambda _low, _high: 1.0,
-            background=False,
+            options=PublisherOptions(background=False, uniform=lambda _low, _high: 1.0),
         )
         await publisher.initialize()
         return publisher
@@ -234,10 +234,10 @@ def make_service(
     clock: Callable[[], float] | None = None,
     host: MemoryHost | None = None,
     owner: str | None = None,
-    **options: Any,
+    uniform: Callable[[float, float], float] = lambda _low, _high: 1.0,
 ) -> RelayService:
     """A service like the env's; `clock` (say, a skewed one), `host` (another replica's web app)
-    and `owner` (a replica's name) instead of the env's."""
+    and `owner` (a replica's name) instead of the env's; `uniform`, its retry jitter (none)."""
     return RelayService(
         env.store,
         host or env.host,
@@ -246,7 +246,7 @@ def make_service(
         clock=clock or env.clock,
         log=env.logs.append,
         owner=owner,
-        publisher_options={"background": False, "uniform": lambda low, high: 1.0, **options},
+        publishing=PublisherOptions(background=False, uniform=uniform),
         # The test moves its clock by hand: that clock decides, on Postgres too.
         store_time=False,
     )

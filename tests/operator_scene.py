@@ -27,7 +27,7 @@ from threaded_support import RelayThread, relay_thread
 from threaded_support import wsgi_served as serve_wsgi
 
 from examples.hermes import Sessions
-from relay import asgi, wsgi
+from relay import PublisherOptions, asgi, wsgi
 from relay.routes import Caller
 from relay.service import RelayService
 from relay.store import open_store
@@ -52,7 +52,7 @@ OWNER = {"authorization": "Bearer owner-token"}
 MEMBER = {"authorization": "Bearer member-token"}
 PAGE = "/api/talaria/relay/operator"
 # Replicas that do not back off stay quiet: no heartbeat pass during the test.
-QUIET = {"heartbeat_s": 3600, "allow_insecure_loopback": True}
+QUIET = PublisherOptions(heartbeat_s=3600)
 
 
 def caller(authorization: str | None) -> Caller | None:
@@ -175,7 +175,8 @@ def scene(store_url: str) -> Iterator[Scene]:
                 running("a chat", session_id),
                 relay_url=dev.url,
                 owner=owner,
-                **QUIET,
+                allow_insecure_loopback=True,
+                publishing=QUIET,
             )
             stack.enter_context(found)
             found.flush()

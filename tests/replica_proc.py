@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
+from relay import PublisherOptions
 from relay.service import RelayService
 from relay.store import RelayStore, open_store
 from relay.testing import MemoryHost
@@ -175,8 +176,7 @@ async def main(store_url: str, relay_url: str, owner: str, lease_s: float, beat_
             relay_url=relay_url,
             allow_insecure_loopback=True,
             owner=owner,
-            lease_s=lease_s,
-            heartbeat_s=beat_s,
+            publishing=PublisherOptions(lease_s=lease_s, heartbeat_s=beat_s),
             clock=clock,
             # A test that moves every replica's clock by hand (`advance`) keeps each on its own.
             store_time=not os.environ.get(LOCAL_CLOCK_ENV),

@@ -10,6 +10,6 @@ from relay.store.store import Store
 def sql_backend(store: RelayStore) -> SqlBackend:
     """The `SqlBackend` a store opened on a SQL URL holds."""
     assert isinstance(store, Store), f"{store!r} is not a composed Store"
-    backend = store.engine
+    backend = store.backend
     assert isinstance(backend, SqlBackend), f"{store.display_url} is not a SQL store"
     return backend

@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from examples.hermes import Sessions
+from relay import PublisherOptions
 from relay.threaded import ThreadedRelayService
 
 
@@ -60,8 +61,7 @@ def main(store_url: str, relay_url: str, lease_s: float, beat_s: float) -> None:
         host,
         relay_url=relay_url,
         allow_insecure_loopback=True,
-        lease_s=lease_s,
-        heartbeat_s=beat_s,
+        publishing=PublisherOptions(lease_s=lease_s, heartbeat_s=beat_s),
     )
     relay.health()  # open the store before saying ready
     print(json.dumps({"ok": True, "ready": True}), flush=True)

@@ -24,6 +24,7 @@ from relay.cli.status import collect, render
 from relay.client import UNREACHABLE, describe
 from relay.errors import InvalidInputError, RelayUnreachableError
 from relay.protocol import REQUEST_TIMEOUT_S, validated_origin
+from relay.publishing.options import PublisherOptions
 from relay.service import RelayService
 from relay.store import RelayStore, StoreTarget, migrations, open_store, resolve
 from relay.store.url import default_sqlite_path
@@ -71,7 +72,7 @@ class Demo:
             allow_insecure_loopback=self.insecure,
             http=self.http,
             log=lambda line: self.say(f"    {line}"),
-            publisher_options={"background": False},
+            publishing=PublisherOptions(background=False),
         )
         return self.service
 

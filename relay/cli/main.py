@@ -299,7 +299,12 @@ def _glued(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parser().parse_args(_glued(sys.argv[1:] if argv is None else argv))
+    root = parser()
+    args, rest = root.parse_known_args(_glued(sys.argv[1:] if argv is None else argv))
+    if args.command == "bench":
+        args.bench_args = rest  # the bench's own options, read by the bench
+    elif rest:
+        root.error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         code: int = asyncio.run(args.run(args))
     except KeyboardInterrupt:

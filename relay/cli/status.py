@@ -17,7 +17,7 @@ from relay.store.migrations import Standing, standing
 async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     """The status document of the store at `target`."""
     now_ms = int(time.time() * 1000)
-    if store.backend == "postgres":
+    if store.backend_name == "postgres":
         # Leases are on the server's clock: judged against it, not this host's (docs/clock.md).
         view = await store.pass_view("talaria-relay status", [], [], now_ms)
         now_ms = view.store_ms or now_ms

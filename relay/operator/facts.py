@@ -49,7 +49,7 @@ async def gather(service: RelayService, now: float | None = None) -> dict[str, A
     document: dict[str, Any] = {
         "version": VERSION,
         "generated_at": now_ms,
-        "store": {"backend": store.backend, "url": store.display_url},
+        "store": {"backend": store.backend_name, "url": store.display_url},
         "problems": [],
         "registration": None,
         "schema": None,
@@ -66,7 +66,7 @@ async def gather(service: RelayService, now: float | None = None) -> dict[str, A
 
 async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) -> None:
     store = service.store
-    if store.backend in ("sqlite", "postgres"):
+    if store.backend_name in ("sqlite", "postgres"):
         revision = await store.schema_revision()
         document["schema"] = {"revision": revision, "head": HEAD, "at_head": revision == HEAD}
     config = await store.load_config()

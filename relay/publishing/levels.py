@@ -8,7 +8,6 @@ pays nothing for them without one, and a large ledger costs no more than a small
 from __future__ import annotations
 
 import time
-from typing import Protocol
 
 from relay import metrics
 from relay.errors import RelayError
@@ -17,14 +16,10 @@ from relay.store.contract import Backlogs
 SAMPLE_S = 10.0
 
 
-class Backlog(Backlogs, Protocol):
-    """The store read the backlog is sampled with."""
-
-
 class Levels:
     """One publisher's view of the backlog, added to `relay.outbox.depth`/`relay.ledger.unsent`."""
 
-    def __init__(self, store: Backlog) -> None:
+    def __init__(self, store: Backlogs) -> None:
         self._store = store
         self._outbox = metrics.Gauge("outbox_depth")
         self._unsent = metrics.Gauge("ledger_unsent")

@@ -17,9 +17,7 @@ import functools
 import itertools
 import logging
 import math
-import random
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -48,15 +46,17 @@ from relay.publishing import fanout, states
 from relay.publishing.announcements import Announcements
 from relay.publishing.clock import StoreClock
 from relay.publishing.fleet import Membership
-from relay.publishing.leases import DEFAULT_HEARTBEAT_S, DEFAULT_LEASE_S, Leases
-from relay.publishing.levels import Backlog, Levels
+from relay.publishing.leases import Leases
+from relay.publishing.levels import Levels
 from relay.publishing.logs import Log, Reporter, Swallowed
 from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
+from relay.publishing.options import PublisherOptions
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
 from relay.publishing.states import Terminal
 from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import (
+    Backlogs,
     DeletedOutbox,
     Fleet,
     LeaseWatch,
@@ -90,7 +90,7 @@ class PublisherStore(
     LeaseWatch,
     Passes,
     Fleet,
-    Backlog,
+    Backlogs,
     Protocol,
 ):
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
@@ -118,15 +118,14 @@ class RelayPublisher:
         owner: str,
         clock: Callable[[], float] = time.time,
         log: Log | None = None,
-        uniform: Callable[[float, float], float] = random.uniform,
-        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
-        background: bool = True,
-        lease_s: float = DEFAULT_LEASE_S,
-        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+        options: PublisherOptions | None = None,
         store_clock: StoreClock | None = None,
     ) -> None:
         """`clock` is this process's wall clock; `store_clock` the time base shared with the
-        other replicas (a service's publishers share one; by default one of its own on `clock`)."""
+        other replicas (a service's publishers share one; by default one of its own on `clock`);
+        `options` its lease, heartbeat and pacing (`PublisherOptions`)."""
+        options = options or PublisherOptions()
+        lease_s = options.lease_s
         self.config = config
         self._store = store
         self._host = host
@@ -134,8 +133,8 @@ class RelayPublisher:
         self._presence = presence
         self._clock = clock
         self._report = Reporter(log, logger, owner)
-        self._new_id = new_id
-        self._background = background
+        self._new_id = options.new_id
+        self._background = options.background
         self._key: Ed25519PrivateKey | None = None
         self._following = asyncio.Lock()
         self._disabled: set[str] = set()
@@ -154,10 +153,10 @@ class RelayPublisher:
         self._loop = PassLoop(
             self._pass,
             report=self._report,
-            uniform=uniform,
+            uniform=options.uniform,
             poll=self._runs.keep_alive,
             poll_s=self._leases.poll_s,
-            heartbeat_s=heartbeat_s,
+            heartbeat_s=options.heartbeat_s,
             clock=clock,
         )
         self._fleet = Membership(store, self._leases, self._time, self._loop, self._report)

@@ -114,7 +114,7 @@ class ViewQuery:
 
 
 @dataclass(slots=True)
-class Reading:
+class ViewReading:
     """What a backend reads for a pass's view; `Store` narrows it to what was asked.
 
     A backend may report more than was asked (every stored identity, every tracked scope).
@@ -252,7 +252,7 @@ class Backend(Protocol):
 
     async def run_states(self) -> list[records.RunState]: ...
 
-    async def pass_view(self, query: ViewQuery) -> Reading: ...
+    async def pass_view(self, query: ViewQuery) -> ViewReading: ...
 
     async def pass_write(self, sync: RunSync) -> tuple[list[records.RunState], int] | None:
         """The sync, then raise the revision floor as `allocate_revisions(len(rows))` would (not

@@ -35,7 +35,7 @@ class Handle(Protocol):
         ...
 
     @property
-    def backend(self) -> str:
+    def backend_name(self) -> str:
         """`memory`, `json`, `sqlite` or `postgres`."""
         ...
 

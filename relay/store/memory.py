@@ -22,7 +22,7 @@ from relay.store.rules.documents import (
     IDENTITIES,
     Doc,
     IdentityTable,
-    Registration,
+    StoredRegistration,
 )
 from relay.store.url import MEMORY
 
@@ -31,7 +31,7 @@ R = TypeVar("R")
 
 # What a document holds before anything is stored; the others start as empty dicts.
 _EMPTY: dict[str, Callable[[], Any]] = {
-    CONFIG.name: Registration,
+    CONFIG.name: StoredRegistration,
     FLOOR.name: int,
     IDENTITIES.name: IdentityTable,
 }

@@ -160,7 +160,8 @@ class DeletedView:
 
 @dataclass(frozen=True, slots=True)
 class RunState:
-    """A session's newest turn, as the replica hosting it (`owner`) last described it.
+    """A session's newest turn, as the replica hosting it (`owner`, its claim-owner id) last
+    described it.
 
     `started_at` orders a session's turns: a newer turn replaces an older one wherever it runs.
     `updated_at` is when a finished turn ended; a live one is published as of now.
@@ -173,7 +174,7 @@ class RunState:
     phase: str
     started_at: int
     updated_at: int
-    owner: str = "-"
+    owner: str
     lease_until: int = 0
     sending_by: str | None = None
     sending_until: int = 0

@@ -26,11 +26,11 @@ from relay.store.backend import (
     Claim,
     Deletion,
     PresenceUpdate,
-    Reading,
     RunSync,
     Sightings,
     StartedClaim,
     ViewQuery,
+    ViewReading,
 )
 from relay.store.checks import read
 from relay.store.contract import RelayStore
@@ -62,7 +62,7 @@ PAST_THE_CAP = "the revision counter would pass 2^53-1; nothing was handed out"
 
 
 @metrics.timed_methods(
-    RelayStore, skip=("close", "display_url", "backend", "schema_revision", "unwritable")
+    RelayStore, skip=("close", "display_url", "backend_name", "schema_revision", "unwritable")
 )
 class Store:
     """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL.
@@ -81,11 +81,11 @@ class Store:
         return self._backend.display_url
 
     @property
-    def backend(self) -> str:
+    def backend_name(self) -> str:
         return self._backend.name
 
     @property
-    def engine(self) -> Backend:
+    def backend(self) -> Backend:
         """The backend itself, for what only one kind offers (a SQL store's `stats`)."""
         return self._backend
 
@@ -206,7 +206,9 @@ class Store:
         floor = await self._backend.revision_floor()
         if type(floor) is not int or floor > MAX_SAFE_INTEGER:
             raise CorruptStateError(f"stored revision floor {floor!r} is invalid")
-        # Harmless: allocation starts from now. Past 2^53-1, no revision would be exact.
+        # A negative floor reads as 0 rather than failing the pass: allocation starts at
+        # max(floor + 1, now), so it cannot repeat a revision. One past 2^53-1 is refused above:
+        # no revision after it would be exact in the viewer's JavaScript.
         return max(floor, 0)
 
     # ── started ledger ────────────────────────────────────────────────────────
@@ -358,7 +360,7 @@ class Store:
         return await read("pass view", self._view(query))
 
     async def _view(self, query: ViewQuery) -> PassView:
-        got: Reading = await self._backend.pass_view(query)
+        got: ViewReading = await self._backend.pass_view(query)
         # An invalid stored identity is no identity, as a pass reads it: the profile is not
         # published (`profile_identity` would raise for it).
         identities = {p: got.identities.get(p) for p in query.profiles}

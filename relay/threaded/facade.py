@@ -32,13 +32,13 @@ import weakref
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from math import isfinite
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from relay.errors import InvalidInputError, RelayError, ServiceStoppedError
 from relay.health import Health
 from relay.host import Host
 from relay.logfields import fields, of_error
-from relay.service import RelayService
+from relay.service import RelayService, ServiceOptions
 from relay.threaded.host import SyncHost
 from relay.threaded.runtime import Runtime
 
@@ -65,10 +65,11 @@ class ThreadedRelayService:
         *,
         timeout: float = DEFAULT_TIMEOUT_S,
         host_threads: int = 4,
-        **options: Any,
+        **options: Unpack[ServiceOptions],
     ) -> None:
         """`store_url` as `open_store` takes it (None: `TALARIA_RELAY_STORE_URL`, else the
-        embedded SQLite file); `options` are `RelayService`'s (`relay_url`, `lease_s`, …)."""
+        embedded SQLite file); `options` are `RelayService`'s (`relay_url`, `owner`,
+        `publishing=PublisherOptions(lease_s=…)`, …)."""
         if not isinstance(timeout, int | float) or not isfinite(timeout) or timeout <= 0:
             raise InvalidInputError("timeout must be a positive number of seconds")
         if type(host_threads) is not int or not 1 <= host_threads <= 64:
@@ -191,7 +192,7 @@ class ThreadedRelayService:
             if self._runtime is None or self._runtime.pid != os.getpid():
                 if self._runtime is not None:  # forked without our hook (it always runs)
                     _ABANDONED.append(self._runtime)
-                options = dict(self._options)
+                options = self._options.copy()
                 self._runtime = Runtime(self._url, self._host, self._host_threads, options)
                 # The app may forget to stop it; a daemon thread would die mid-transaction.
                 atexit.register(self.stop)

@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 from relay.errors import CallTimeoutError, RelayError, ServiceStoppedError
 from relay.host import Host
 from relay.logfields import fields, of_error
-from relay.service import RelayService
+from relay.service import RelayService, ServiceOptions
 from relay.store import RelayStore, open_store
 from relay.threaded.host import OffLoopHost, SyncHost, is_async_host
 
@@ -33,7 +33,7 @@ class Runtime:
     """The loop thread, the host's thread pool, and the service, opened on first use."""
 
     def __init__(
-        self, url: str | None, host: SyncHost | Host, host_threads: int, options: dict[str, Any]
+        self, url: str | None, host: SyncHost | Host, host_threads: int, options: ServiceOptions
     ) -> None:
         self.pid = os.getpid()
         self._url = url

@@ -15,7 +15,6 @@ import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -28,14 +27,18 @@ from cli_support import (
     ROOT,
     Result,
     child_env,
+    cli,
     command,
     dev_relay,
+    expect,
     files_of,
     free_port,
+    home,
+    json_url,
     pg_tables,
     populate,
-    run,
     snapshot,
+    sqlite_url,
     write_legacy_state,
 )
 from cryptography.hazmat.primitives.serialization import (
@@ -48,6 +51,8 @@ from harness import PUBLISHER_ID, RELAY_URL
 from relay.store import ProfileGrant, StartedEntry, StartedScope, open_store
 from relay.store.fleet import FleetMember
 from relay.store.sql.migrate import head_revision
+
+__all__ = ["home"]  # the fixture, imported for the tests below
 
 SECRET = "s3cret-Pw-4c1f9e"  # noqa: S105 (a made-up password that must never be printed)
 TRUNCATED_CONFIG = '{\n  "key_id": "key-1",\n  "private_key_path": "/x.pem",\n  "prof'
@@ -63,33 +68,6 @@ STATUS_KEYS = {
     "presence_leases",
     "replicas",
 }
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    """The XDG_STATE_HOME of every child of one test."""
-    path = tmp_path / "xdg"
-    path.mkdir()
-    return path
-
-
-def cli(home: Path, *args: str, **options: Any) -> Result:
-    result = run(home, *args, **options)
-    assert "Traceback" not in result.output, result.describe()
-    return result
-
-
-def expect(result: Result, code: int) -> Result:
-    assert result.code == code, result.describe()
-    return result
-
-
-def sqlite_url(path: Path) -> str:
-    return f"sqlite:///{path}"
-
-
-def json_url(path: Path) -> str:
-    return f"json://{path}"
 
 
 async def create(url: str) -> None:

@@ -1,6 +1,7 @@
 """The command never does the wrong thing quietly: each mistake is one clear line and an exit code.
 
-Acceptance tests in subprocesses, like tests/test_cli.py, whose helpers they share.
+Acceptance tests of the command, like tests/acceptance/test_cli.py; their helpers are in
+tests/cli_support.py.
 """
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import ROOT, write_legacy_state
-from test_cli import cli, expect, home, json_url, sqlite_url
+from cli_support import ROOT, cli, expect, home, json_url, sqlite_url, write_legacy_state
 
 import relay
 

@@ -98,6 +98,8 @@ class Churn:
 async def test_state_and_memory_stay_bounded_under_churn(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Under churn and clock jumps past a ledger window, tables shrink back and replica memory stays
+    flat."""
     duration = float(os.environ.get("TALARIA_RELAY_SOAK_S", "120"))
     # The clocks jump by hand: each replica's wall clock is its time base, not Postgres's.
     monkeypatch.setenv("TALARIA_RELAY_TEST_LOCAL_CLOCK", "1")

@@ -21,6 +21,7 @@ from backends import MEMORY, on
 from databases import admin_execute, set_read_only
 from harness import PUBLISHER_ID, RELAY_URL, Env, relay_env
 
+from relay import PublisherOptions
 from relay.errors import RelayError, RelayHttpError, StoreUnavailableError
 from relay.publishing.logs import Reporter
 from relay.publishing.loop import PassLoop, backoff_delay
@@ -148,7 +149,7 @@ class Watched:
             http=env.http,
             clock=env.clock,
             log=self._log,
-            publisher_options={"uniform": scaled},
+            publishing=PublisherOptions(uniform=scaled),
         )
 
     def _log(self, line: str) -> None:

@@ -14,7 +14,7 @@ from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from faultserver import answer, fault_server
 
-from relay.cli.bench.publisher import PUBLISHER_ID, Publishing
+from benchmarks.publisher import PUBLISHER_ID, Publishing
 from relay.client import RelayClient
 from relay.errors import RelayHttpError, RelayPairingError
 from relay.protocol import compact

@@ -10,6 +10,7 @@ from backends import REAL, on
 from harness import RELAY_URL, Env, relay_env
 from key_support import ENCRYPTED, PASSPHRASE, WRONG, pem_body, raw_keys, use_passphrase
 
+from relay import PublisherOptions
 from relay.service import RelayService
 from relay.store import RelayStore, open_store
 from relay.store.keys.keyring import PASSPHRASE_ENV
@@ -26,7 +27,7 @@ def service_on(env: Env, store: RelayStore) -> RelayService:
         relay_url=RELAY_URL,
         http=env.http,
         clock=env.clock,
-        publisher_options={"background": False},
+        publishing=PublisherOptions(background=False),
     )
 
 

@@ -17,6 +17,7 @@ from backends import MEMORY, on
 from harness import RELAY_URL, Env, relay_env
 from pythonjsonlogger.json import JsonFormatter
 
+from relay import PublisherOptions
 from relay.errors import StoreUnavailableError
 from relay.routes import status_of
 from relay.service import RelayService
@@ -68,7 +69,7 @@ async def env(store: RelayStore) -> AsyncIterator[Env]:
             http=found.http,
             clock=found.clock,
             owner="web-1",
-            publisher_options={"background": False, "uniform": lambda low, high: 1.0},
+            publishing=PublisherOptions(background=False, uniform=lambda low, high: 1.0),
         )
         await found.service.start()  # a service is started before use (ServiceNotStartedError)
         yield found

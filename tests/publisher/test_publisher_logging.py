@@ -15,6 +15,7 @@ import pytest
 from backends import MEMORY, on
 from harness import RELAY_URL, Env, relay_env
 
+from relay import PublisherOptions
 from relay.host import ActiveRun
 from relay.publishing.logs import Reporter, Swallowed
 from relay.service import RelayService
@@ -152,7 +153,7 @@ async def test_the_background_loop_outlives_a_bug(
             http=env.http,
             clock=env.clock,
             log=log,
-            publisher_options={"uniform": lambda _low, _high: 0.001},
+            publishing=PublisherOptions(uniform=lambda _low, _high: 0.001),
         )
         assert await service.start()
         try:

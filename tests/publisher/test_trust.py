@@ -15,6 +15,7 @@ import pytest
 from backends import MEMORY, on
 from harness import RELAY_URL, Env, relay_env
 
+from relay import PublisherOptions
 from relay.client import RelayClient
 from relay.errors import RelayHttpError, RelayPairingError
 from relay.protocol import compact, snapshot_path
@@ -70,7 +71,7 @@ async def test_a_registration_with_another_relay_is_never_published_to(
             http=env.http,
             clock=env.clock,
             log=logs.append,
-            publisher_options={"background": False},
+            publishing=PublisherOptions(background=False),
         )
         assert await service.start() is False
         service.changed()

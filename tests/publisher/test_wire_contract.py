@@ -10,6 +10,7 @@ from backends import MEMORY, on
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 
+from relay import PublisherOptions
 from relay.client import RelayClient
 from relay.presence import Presence
 from relay.protocol import PRESENCE_FENCE_MS, PRESENCE_LEASE_MS, PRESENCE_MAX_TABS
@@ -57,8 +58,9 @@ async def contract_publisher(
         presence=Presence(store, lambda: NOW),
         owner="contract",
         clock=lambda: NOW,
-        new_id=lambda: "00000000000000000000000000000001",
-        background=False,
+        options=PublisherOptions(
+            new_id=lambda: "00000000000000000000000000000001", background=False
+        ),
     )
     await publisher.initialize()
     return publisher

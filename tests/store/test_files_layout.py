@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from key_support import ed25519_pem
 from ledger_calls import mark_sent
 
 from relay.errors import CorruptStateError, StoreError
@@ -33,11 +32,6 @@ pytestmark = pytest.mark.json
 NOW = 1_800_000_000_000
 IDENTITY_A = "pfi_" + "a" * 32
 IDENTITY_B = "pfi_" + "b" * 32
-
-
-def ed25519_pem() -> str:
-    key = Ed25519PrivateKey.generate()
-    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
 
 
 def config_for(key_ref: str) -> RelayConfig:

@@ -117,6 +117,8 @@ def test_a_child_refuses_the_sqlite_files_its_parent_has_open(tmp_path: Path) ->
 
 
 def test_a_fork_waits_for_the_state_dir_lock(tmp_path: Path, held: Held) -> None:
+    """A child forked while another thread holds the JSON state dir's lock waits for it, then
+    writes."""
     documents = asyncio.run(JsonDocuments.open(tmp_path))
 
     def lock() -> None:

@@ -7,139 +7,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Any
 
 import asyncpg
 import pytest
 from backends import on
 from databases import set_read_only
-from sql_support import sql_backend
-from sqlalchemy import delete, func, insert, literal, make_url, select, update
+from pg_batch_support import (
+    ALLOCATE,
+    BIG,
+    INSERT_RUN,
+    READ_BACK,
+    RENEW,
+    loop_rows,
+    postgres_runner,
+    run_row,
+    ten_steps,
+    typed,
+)
+from sqlalchemy import make_url
 
-from relay.cli.bench.proxy import latency_proxy
+from benchmarks.proxy import latency_proxy
 from relay.errors import StoreError, StoreUnavailableError
 from relay.health import NOT_READY, probe
 from relay.store import open_store, resolve
 from relay.store.sql import migrate
-from relay.store.sql import schema as t
-from relay.store.sql.dialect import POSTGRES, Row, bind
 from relay.store.sql.drivers import pgbatch
 from relay.store.sql.drivers.postgres import PostgresRunner
-from relay.store.sql.drivers.runner import Step, Tx, run_steps
+from relay.store.sql.drivers.runner import Step, run_steps
 
 pytestmark = on("postgres")
-BIG = 2**53 + 1  # past what a JSON double holds exactly
-TITLES = ["", 'q\'uote "double" back\\slash', "ünïcødé 😀 中文 \t\n", "%s $1 :name ?"]
-
-INSERT_RUN = POSTGRES.compile(
-    insert(t.runs).values(
-        {c: bind(c) for c in t.runs.c if c.key not in ("sending_by", "sending_until")}
-    )
-)
-INSERT_LEASE = POSTGRES.compile(insert(t.presence).values({c: bind(c) for c in t.presence.c}))
-RENEW = POSTGRES.compile(
-    update(t.runs)
-    .where(t.runs.c.owner == bind(t.runs.c.owner))
-    .values(lease_until=t.runs.c.lease_until + 1)
-)
-TOUCH_ALL = POSTGRES.compile(update(t.runs).values(updated_at=t.runs.c.updated_at + 1))
-FORGET = POSTGRES.compile(
-    delete(t.turns).where(t.turns.c.forgotten_at < bind(t.turns.c.forgotten_at))
-)
-ALLOCATE = POSTGRES.compile(
-    insert(t.revision)
-    .values(id=1, floor=bind(t.revision.c.floor))
-    .returning(t.revision.c.floor, literal(True), t.revision.c.floor > 0)
-)
-READ_BACK = POSTGRES.compile(
-    select(
-        *t.runs.c,
-        t.presence.c.active,
-        t.presence.c.seq,
-        (t.runs.c.started_at > 0).label("positive"),
-        func.char_length(t.runs.c.title),
-    )
-    .select_from(t.runs.outerjoin(t.presence, t.presence.c.tab_id == t.runs.c.session_id))
-    .order_by(t.runs.c.started_at.desc(), t.runs.c.session_id)
-)
-
-
-def run_row(n: int, **values: Any) -> dict[str, Any]:
-    row = {
-        "session_id": f"s{n}",
-        "stream_id": None,
-        "profile": None,
-        "title": TITLES[n % len(TITLES)],
-        "phase": "running",
-        "started_at": [BIG, 2**63 - 1, -1, 0][n % 4] - n,
-        "updated_at": 0,
-        "owner": "web-1/abc",
-        "lease_until": 2**62,
-    }
-    return {**row, **values}
-
-
-def lease(n: int, active: bool) -> dict[str, Any]:
-    return {
-        "profile": TITLES[n % len(TITLES)],
-        "tab_id": f"s{n}",
-        "seq": BIG * (n + 1),
-        "active": active,
-        "expires_at": 1,
-        "updated_at": 2,
-    }
-
-
-def ten_steps(first: int = 0) -> list[Step]:
-    """Ten straight-line steps over every kind of value the store sends, the last answering."""
-    n = first
-    return [
-        (INSERT_RUN, run_row(n, stream_id="t0", profile="default")),
-        (INSERT_RUN, [run_row(n + 1), run_row(n + 2, title=TITLES[1] * 3)]),
-        (INSERT_RUN, []),
-        (INSERT_LEASE, lease(n, True)),
-        (INSERT_LEASE, [lease(n + 1, False), lease(n + 2, True)]),
-        (RENEW, {"owner": "web-1/abc"}),
-        (RENEW, {"owner": "nobody's"}),
-        (TOUCH_ALL, {}),
-        (FORGET, {"forgotten_at": BIG}),
-        (READ_BACK, {}),
-    ]
-
-
-def typed(rows: Sequence[Row]) -> list[list[tuple[type, Any]]]:
-    """Rows with each value's type: True == 1 in Python, not in a row."""
-    return [[(type(value), value) for value in row] for row in rows]
-
-
-def postgres_runner(store: Any) -> PostgresRunner:
-    found = sql_backend(store).runner
-    assert isinstance(found, PostgresRunner)
-    return found
 
 
 @pytest.fixture
 async def db(store_url: str) -> AsyncIterator[PostgresRunner]:
     async with open_store(store_url) as store:
         yield postgres_runner(store)
-
-
-class _Undo(Exception):
-    """Ends a loop-path transaction after its rows were read, so the batch starts alike."""
-
-
-async def loop_rows(db: PostgresRunner, steps: Sequence[Step]) -> list[Row]:
-    """What the steps answer run one by one in a transaction, which is then rolled back."""
-    seen: list[Row] = []
-
-    async def body(tx: Tx) -> None:
-        seen.extend(await run_steps(tx, steps))
-        raise _Undo
-
-    with pytest.raises(_Undo):
-        await db.write(body)
-    return seen
 
 
 async def test_a_batch_answers_what_its_statements_answer_one_by_one(db: PostgresRunner) -> None:

@@ -15,7 +15,7 @@ from backends import on
 from harness import PUBLISHER_ID, Env, relay_env
 from sql_support import sql_backend
 
-from relay.cli.bench.proxy import latency_proxy
+from benchmarks.proxy import latency_proxy
 from relay.store import RelayStore, open_store, resolve
 from relay.store.sql.backend import SqlBackend
 from relay.store.sql.dialect import Compiled

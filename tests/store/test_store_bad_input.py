@@ -14,9 +14,8 @@ from typing import Any
 
 import pytest
 from backends import on
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from databases import behind_the_store
+from key_support import ed25519_pem
 from sqlalchemy import Table, delete, insert, select, update
 
 from relay.errors import CorruptStateError, InvalidInputError, SchemaError, StoreUnavailableError
@@ -49,11 +48,6 @@ IDENTITY_FILE = ".talaria-relay-profile-id"
 ON_SQL = on("sqlite", "postgres")
 
 # ── helpers ───────────────────────────────────────────────────────────────────
-
-
-def ed25519_pem() -> str:
-    key = Ed25519PrivateKey.generate()
-    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
 
 
 async def save_config(store: RelayStore) -> RelayConfig:

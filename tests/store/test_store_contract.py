@@ -9,16 +9,23 @@ one, holds on the real backends only: each open of `memory://` is a new store (`
 from __future__ import annotations
 
 import dataclasses
-import re
-import uuid
-from collections.abc import Iterable
 from typing import Any
 
 import pytest
 from backends import REAL, on
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from key_support import ed25519_pem
 from ledger_calls import mark_sent
+from store_support import (
+    IDENTITY_RE,
+    KEY_ID,
+    NOW,
+    PUBLISHER,
+    RELAY,
+    SECOND,
+    grant,
+    make_config,
+    saved_config,
+)
 
 from relay.errors import CorruptStateError, InvalidInputError, StaleConfigError
 from relay.store import (
@@ -26,7 +33,6 @@ from relay.store import (
     DeletedView,
     PresenceLease,
     ProfileGrant,
-    RelayConfig,
     RelayStore,
     StartedEntry,
     StartedScope,
@@ -34,13 +40,8 @@ from relay.store import (
     resolve,
 )
 
-NOW = 1_800_000_000_000
-SECOND = 1000
 DAY = 24 * 60 * 60 * SECOND
 
-RELAY = "https://relay.example"
-PUBLISHER = "https://hermes.example"
-KEY_ID = "key-1"
 
 IDENTITY_A = "pfi_" + "a" * 32
 IDENTITY_B = "pfi_" + "b" * 32
@@ -51,43 +52,12 @@ LEASE = 90 * SECOND
 FENCE = 15 * 60 * SECOND
 MAX_TABS = 256
 
-IDENTITY_RE = re.compile(r"^pfi_[0-9a-f]{32}$")
 
 # Reopening a store, or opening it twice: only a store kept outside the process can.
 PERSISTENT = on(*REAL)
 
 
 # ── helpers ───────────────────────────────────────────────────────────────────
-
-
-def ed25519_pem() -> str:
-    """A fresh Ed25519 private key as PKCS#8 PEM, the only kind of key the relay uses."""
-    key = Ed25519PrivateKey.generate()
-    return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
-
-
-def grant(name: str) -> ProfileGrant:
-    """A deterministic, valid grant for profile `name`."""
-    return ProfileGrant(
-        identity=f"pfi_{uuid.uuid5(uuid.NAMESPACE_URL, name).hex}", profile_id=f"prf_{name}"
-    )
-
-
-def make_config(key_ref: str, profiles: Iterable[str] = ("alpha",)) -> RelayConfig:
-    return RelayConfig(
-        url=RELAY,
-        publisher_id=PUBLISHER,
-        key_id=KEY_ID,
-        key_ref=key_ref,
-        profiles={name: grant(name) for name in profiles},
-    )
-
-
-async def saved_config(store: RelayStore, profiles: Iterable[str] = ("alpha",)) -> RelayConfig:
-    """Save a key and a config naming it; return the config as saved."""
-    config = make_config(await store.save_key(KEY_ID, ed25519_pem()), profiles)
-    await store.save_config(config)
-    return config
 
 
 async def entries(store: RelayStore, profile_id: str) -> list[tuple[str, int, bool]]:

@@ -45,5 +45,5 @@ async def test_the_embedded_default_makes_its_own_directory(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.delenv("TALARIA_RELAY_STORE_URL", raising=False)
     async with open_store() as store:
-        assert store.backend == "sqlite"
+        assert store.backend_name == "sqlite"
     assert (tmp_path / "state" / "talaria-relay" / "relay.db").is_file()

@@ -310,8 +310,8 @@ async def test_a_json_state_dir_locked_past_the_timeout_backs_off_until_released
     state = tmp_path / "state"
     async with open_store(f"json://{state}") as store, relay_env(store) as env:
         assert isinstance(store, Store)
-        assert isinstance(store.engine, RulebookBackend)
-        documents = store.engine.documents
+        assert isinstance(store.backend, RulebookBackend)
+        documents = store.backend.documents
         assert isinstance(documents, JsonDocuments)
         documents.lock.timeout_s = BUSY_TIMEOUT_S
         before = await prepared(env)

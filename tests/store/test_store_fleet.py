@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 from databases import behind_the_store
 from sqlalchemy import text
-from test_store_contract import NOW, SECOND
-from test_store_runs import LEASE, RETENTION, A, B
+from store_support import LEASE, NOW, RETENTION, SECOND, A, B
 
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.store import RelayStore, open_store
@@ -28,10 +27,12 @@ def member(owner: str = A, seen: int = NOW, **changes: object) -> FleetMember:
 
 
 async def test_an_empty_fleet(store: RelayStore) -> None:
+    """A store without members lists an empty fleet."""
     assert await store.fleet() == []
 
 
 async def test_a_recorded_member_is_listed_and_replaced_by_its_next_row(store: RelayStore) -> None:
+    """A recorded member is listed by owner, and its next row replaces the first."""
     await store.record_member(member())
     await store.record_member(member(B))
     again = member(seen=NOW + SECOND, pass_at=NOW, pass_outcome="ok")  # noqa: S106
@@ -40,6 +41,7 @@ async def test_a_recorded_member_is_listed_and_replaced_by_its_next_row(store: R
 
 
 async def test_keep_alive_renews_the_owners_row(store: RelayStore) -> None:
+    """`keep_alive` moves the owner's `seen_at` and `live_until`, and no one else's."""
     await store.record_member(member())
     await store.record_member(member(B))
     await store.keep_alive(A, NOW + 5 * SECOND, LEASE)
@@ -49,6 +51,7 @@ async def test_keep_alive_renews_the_owners_row(store: RelayStore) -> None:
 
 
 async def test_a_pass_write_carries_the_whole_row(store: RelayStore) -> None:
+    """A pass's write stores the whole fleet row it carries, backoff included."""
     await store.record_member(member())
     row = member(
         seen=NOW + SECOND,
@@ -62,12 +65,14 @@ async def test_a_pass_write_carries_the_whole_row(store: RelayStore) -> None:
 
 
 async def test_a_pass_write_refuses_another_owners_row(store: RelayStore) -> None:
+    """A pass's write carrying another owner's fleet row is refused, and nothing is stored."""
     with pytest.raises(InvalidInputError, match="fleet row"):
         await store.pass_write(A, [], NOW, lease_ms=LEASE, retention_ms=RETENTION, member=member(B))
     assert await store.fleet() == []
 
 
 async def test_rows_unseen_for_a_day_go_when_a_member_records_itself(store: RelayStore) -> None:
+    """Rows unseen for `FORGET_MS` are dropped when a member records itself."""
     await store.record_member(member(B, seen=NOW))
     await store.record_member(member("c/0123456789ab", seen=NOW + 1))
     await store.record_member(member(seen=NOW + FORGET_MS + 1))
@@ -75,6 +80,7 @@ async def test_rows_unseen_for_a_day_go_when_a_member_records_itself(store: Rela
 
 
 async def test_a_member_is_live_until_its_lease_ends(store: RelayStore) -> None:
+    """A member is live until `live_until`, not at it."""
     await store.record_member(member())
     (found,) = await store.fleet()
     assert found.live(NOW + LEASE - 1)
@@ -133,6 +139,7 @@ async def test_the_clock_offset_and_the_passes_ride_on_every_write(store: RelayS
 
 @pytest.mark.parametrize("passes", ["o" * 61, "ok", "O"])
 def test_passes_are_bounded_and_of_four_marks(passes: str) -> None:
+    """A passes ring longer than an hour or with marks other than `o`, `f`, `b`, `.` is refused."""
     with pytest.raises(InvalidInputError, match="passes"):
         member(passes=passes)
 
@@ -160,6 +167,7 @@ async def test_a_row_from_before_0009_reads_without_offset_or_passes(
 
 @pytest.mark.backends("sqlite", "postgres", "json")
 async def test_corrupt_passes_are_named(store: RelayStore, store_url: str) -> None:
+    """A stored passes ring that is not one is a `CorruptStateError` naming row and field."""
     await store.record_member(member(B))
     if store_url.startswith("json"):
         path = Path(store_url.removeprefix("json://")) / "talaria-relay-fleet.json"

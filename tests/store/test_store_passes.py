@@ -12,8 +12,7 @@ from typing import Any
 
 import pytest
 from ledger_calls import mark_sent
-from test_store_contract import IDENTITY_RE, NOW, SECOND, saved_config
-from test_store_runs import LEASE, RETENTION, A, B, run, shown
+from store_support import IDENTITY_RE, LEASE, NOW, RETENTION, SECOND, A, B, run, saved_config, shown
 
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.protocol import MAX_SAFE_INTEGER
@@ -36,6 +35,7 @@ async def write(store: RelayStore, owner: str, *live: Any, now: int = NOW) -> An
 
 
 async def test_the_view_of_an_empty_store(store: RelayStore) -> None:
+    """An empty store's view: no generation, no identities, no presence, every scope untracked."""
     seen = await view(store)
     assert seen.generation is None
     assert dict(seen.identities) == {"alpha": None, "beta": None}
@@ -53,7 +53,7 @@ async def test_the_view_carries_the_clock_of_a_store_on_a_server_of_its_own(
     before = time.time()
     seen = await view(store)
     after = time.time()
-    if store.backend == "postgres":
+    if store.backend_name == "postgres":
         assert seen.store_ms is not None
         # The test's server is on this host: one clock, to within the read.
         assert before * 1000 - 1 <= seen.store_ms <= after * 1000 + 1
@@ -62,6 +62,7 @@ async def test_the_view_carries_the_clock_of_a_store_on_a_server_of_its_own(
 
 
 async def test_the_view_shows_the_registrations_generation(store: RelayStore) -> None:
+    """The view carries the stored registration's generation, and a new one after a save."""
     config = await saved_config(store)
     loaded = await store.load_config()
     assert loaded is not None
@@ -74,6 +75,7 @@ async def test_the_view_shows_the_registrations_generation(store: RelayStore) ->
 
 
 async def test_the_view_shows_stored_identities_and_mints_none(store: RelayStore) -> None:
+    """The view shows stored identities and mints none for profiles without one."""
     identity = await store.profile_identity("alpha")
     seen = await view(store)
     assert dict(seen.identities) == {"alpha": identity, "beta": None}
@@ -82,6 +84,7 @@ async def test_the_view_shows_stored_identities_and_mints_none(store: RelayStore
 
 
 async def test_the_view_shows_presence_as_presence_active(store: RelayStore) -> None:
+    """The view's presence is what `presence_active` says, lease end and revoke included."""
     await store.apply_presence(
         "beta", TAB, 1, True, NOW, lease_ms=90 * SECOND, fence_ms=0, max_tabs=8
     )
@@ -96,6 +99,8 @@ async def test_the_view_shows_presence_as_presence_active(store: RelayStore) -> 
 
 
 async def test_the_view_shows_deletions_the_owner_would_claim(store: RelayStore) -> None:
+    """`deleted` is whether this owner would claim a queued deletion now (not while another holds
+    it)."""
     queued = await store.enqueue_deleted(
         "gone", "alpha", NOW, session_live=False, identity=None, scope=None
     )
@@ -112,6 +117,8 @@ async def test_the_view_shows_deletions_the_owner_would_claim(store: RelayStore)
 async def test_the_view_shows_scopes_with_announcements_the_owner_would_claim(
     store: RelayStore,
 ) -> None:
+    """`unsent` names scopes with entries this owner would claim; `untracked`, scopes without a
+    ledger."""
     await store.track_started(["prf_a"], NOW)
     seen = await view(store)
     assert seen.untracked == frozenset({"prf_b"})
@@ -127,6 +134,7 @@ async def test_the_view_shows_scopes_with_announcements_the_owner_would_claim(
 
 
 async def test_the_view_answers_only_what_it_was_asked(store: RelayStore) -> None:
+    """Profiles and scopes not asked about are left out of the view."""
     await store.profile_identity("gamma")
     await store.track_started(["prf_c"], NOW)
     await store.record_started_scopes({"prf_c": [("s1", NOW + 1)]}, NOW + 2)
@@ -138,6 +146,7 @@ async def test_the_view_answers_only_what_it_was_asked(store: RelayStore) -> Non
 
 
 async def test_the_view_changes_nothing(store: RelayStore) -> None:
+    """Reading the view claims, mints and tracks nothing."""
     await store.track_started(["prf_a"], NOW)
     await store.record_started_scopes({"prf_a": [("s1", NOW + 1)]}, NOW + 2)
     await store.enqueue_deleted("gone", "alpha", NOW, session_live=False, identity=None, scope=None)
@@ -156,6 +165,7 @@ async def test_the_view_changes_nothing(store: RelayStore) -> None:
 async def test_the_write_syncs_and_allocates_one_revision_per_owned_row(
     store: RelayStore,
 ) -> None:
+    """The write syncs the turns and allocates one revision per owned row, marked as sending."""
     written = await write(store, A, run("s2", started=NOW + 1), run("s1"), now=NOW + 5)
     assert shown(list(written.runs)) == [("s1", "t1", "running", A), ("s2", "t1", "running", A)]
     assert list(written.revisions) == [NOW + 5, NOW + 6]
@@ -167,6 +177,8 @@ async def test_the_write_syncs_and_allocates_one_revision_per_owned_row(
 async def test_the_write_ends_dropped_turns_and_takes_over_dead_owners_rows(
     store: RelayStore,
 ) -> None:
+    """A turn the owner drops ends `failed`; a dead owner's rows are taken over with newer
+    revisions."""
     await write(store, A, run("s1"), run("s2", started=NOW + 1))
     # A drops s2 without an outcome; B's lease on nothing; then B takes A's rows over.
     written = await write(store, A, run("s1"), now=NOW + 1)
@@ -178,6 +190,7 @@ async def test_the_write_ends_dropped_turns_and_takes_over_dead_owners_rows(
 
 
 async def test_the_write_continues_from_a_floor_ahead_of_the_clock(store: RelayStore) -> None:
+    """Revisions continue from a floor ahead of the clock, never below it."""
     await store.allocate_revisions(3, NOW + 100)
     written = await write(store, A, run("s1"), now=NOW)
     assert list(written.revisions) == [NOW + 103]
@@ -185,6 +198,7 @@ async def test_the_write_continues_from_a_floor_ahead_of_the_clock(store: RelayS
 
 
 async def test_the_write_without_rows_allocates_nothing(store: RelayStore) -> None:
+    """A write without rows leaves the floor where it was."""
     await store.allocate_revisions(1, NOW)
     written = await write(store, A, now=NOW + 50)
     assert written.runs == ()
@@ -193,6 +207,7 @@ async def test_the_write_without_rows_allocates_nothing(store: RelayStore) -> No
 
 
 async def test_the_write_past_the_cap_changes_nothing(store: RelayStore) -> None:
+    """A write whose revisions would pass 2^53-1 is refused whole; one that fits still goes in."""
     await write(store, A, run("s1"))
     before = await store.run_states()
     await store.merge_state(StateBatch(revision_floor=MAX_SAFE_INTEGER - 1))
@@ -240,6 +255,7 @@ BAD_WRITES = {
     ],
 )
 async def test_bad_input_is_refused_and_nothing_changes(store: RelayStore, call: Any) -> None:
+    """Each bad view or write argument is an `InvalidInputError`, and the rows and floor stay."""
     await write(store, A, run("s1"))
     before = (await store.run_states(), await store.revision_floor())
     with pytest.raises(InvalidInputError):

@@ -3,8 +3,7 @@ live rows keep their lease, its sending marks go."""
 
 from __future__ import annotations
 
-from test_store_contract import NOW, SECOND
-from test_store_runs import LEASE, A, B, run, sync
+from store_support import LEASE, NOW, SECOND, A, B, run, sync
 
 from relay.store import RelayStore
 

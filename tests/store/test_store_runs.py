@@ -8,33 +8,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from test_store_contract import NOW, SECOND, ed25519_pem, make_config
+from key_support import ed25519_pem
+from store_support import LEASE, NOW, RETENTION, SECOND, A, B, C, make_config, run, shown, sync
 
 from relay.errors import InvalidInputError
 from relay.store import RelayStore, RunState
-
-LEASE = 20 * SECOND
-RETENTION = 15 * 60 * SECOND
-A, B, C = "replica-a", "replica-b", "replica-c"
-
-
-def run(
-    session: str = "s1",
-    *,
-    stream: str | None = "t1",
-    phase: str = "running",
-    started: int = NOW,
-    updated: int = NOW,
-    owner: str = A,
-    title: str = "Title",
-) -> RunState:
-    return RunState(session, stream, "default", title, phase, started, updated, owner)
-
-
-async def sync(store: RelayStore, owner: str, *live: RunState, now: int = NOW) -> list[RunState]:
-    """A pass's write of `owner` hosting `live`: the rows it publishes."""
-    written = await store.pass_write(owner, live, now, lease_ms=LEASE, retention_ms=RETENTION)
-    return list(written.runs)
 
 
 async def save(store: RelayStore, turn: RunState, now: int) -> bool:
@@ -53,14 +31,11 @@ async def enqueue(store: RelayStore, session: str, at: int) -> str:
     return view.id
 
 
-def shown(runs: list[RunState]) -> list[tuple[str, str | None, str, str]]:
-    return [(r.session_id, r.stream_id, r.phase, r.owner) for r in runs]
-
-
 # ── run state ─────────────────────────────────────────────────────────────────
 
 
 async def test_sync_stores_the_hosted_turns_and_returns_the_owned_rows(store: RelayStore) -> None:
+    """A pass's write stores the owner's turns, leased for `LEASE`; it returns its own rows."""
     owned = await sync(store, A, run("s2", started=NOW + 1), run("s1"))
     assert shown(owned) == [("s1", "t1", "running", A), ("s2", "t1", "running", A)]
     assert all(r.lease_until == NOW + LEASE for r in owned)
@@ -69,6 +44,8 @@ async def test_sync_stores_the_hosted_turns_and_returns_the_owned_rows(store: Re
 
 
 async def test_a_newer_turn_replaces_the_row_wherever_it_runs(store: RelayStore) -> None:
+    """A session's newer turn, hosted by another replica, replaces the row; the older never comes
+    back."""
     await sync(store, A, run(stream="t1", started=NOW))
     owned_b = await sync(store, B, run(stream="t2", started=NOW + 5, owner=B), now=NOW + 10)
     assert shown(owned_b) == [("s1", "t2", "running", B)]
@@ -78,6 +55,7 @@ async def test_a_newer_turn_replaces_the_row_wherever_it_runs(store: RelayStore)
 
 
 async def test_a_finished_turn_stays_finished(store: RelayStore) -> None:
+    """An outcome is kept over a later live listing of the same turn; a new turn replaces it."""
     done = run(phase="completed", updated=NOW + 7)
     assert await save(store, done, NOW + 7)
     # The turn is still listed live until its teardown: the outcome wins.
@@ -90,6 +68,7 @@ async def test_a_finished_turn_stays_finished(store: RelayStore) -> None:
 
 
 async def test_a_live_turn_updates_its_phase_and_title(store: RelayStore) -> None:
+    """The owner's next write changes a live turn's phase and title."""
     await sync(store, A, run())
     owned = await sync(store, A, run(phase="waiting_for_approval", title="New"), now=NOW + 1)
     assert (owned[0].phase, owned[0].title) == ("waiting_for_approval", "New")
@@ -113,6 +92,7 @@ async def test_a_turn_its_host_drops_without_an_outcome_ends_failed(store: Relay
 
 
 async def test_leases_are_renewed_while_the_owner_syncs(store: RelayStore) -> None:
+    """Each write of the owner renews its leases, so another replica takes nothing over."""
     await sync(store, A, run())
     owned = await sync(store, A, run(), now=NOW + LEASE - 1)
     assert owned[0].lease_until == NOW + 2 * LEASE - 1
@@ -120,6 +100,7 @@ async def test_leases_are_renewed_while_the_owner_syncs(store: RelayStore) -> No
 
 
 async def test_a_dead_owners_live_turn_is_taken_over_and_ends_failed(store: RelayStore) -> None:
+    """Once the owner's lease ends, one replica takes its rows: a live turn as `failed`, once."""
     await sync(store, A, run("s1"), run("s2", phase="completed", updated=NOW + 3), now=NOW + 3)
     assert await sync(store, B, now=NOW + LEASE - 1) == []
     at = NOW + LEASE + 3
@@ -132,6 +113,7 @@ async def test_a_dead_owners_live_turn_is_taken_over_and_ends_failed(store: Rela
 
 
 async def test_finished_turns_are_forgotten_after_the_retention(store: RelayStore) -> None:
+    """A finished turn is kept for the retention, then dropped."""
     await sync(store, A, run(phase="completed", updated=NOW))
     assert await sync(store, A, now=NOW + RETENTION) != []
     assert await sync(store, A, now=NOW + RETENTION + 1) == []
@@ -210,6 +192,7 @@ async def test_a_pruned_turn_is_remembered_for_a_day(store: RelayStore) -> None:
 
 
 async def test_keep_alive_renews_and_tells_when_another_lease_ends(store: RelayStore) -> None:
+    """`keep_alive` renews the owner's leases and returns when another owner's next lease ends."""
     assert await store.keep_alive(A, NOW, LEASE) is None
     await sync(store, A, run())
     assert await store.keep_alive(A, NOW + 5, LEASE) is None
@@ -244,6 +227,7 @@ async def test_an_acknowledged_deletion_leaves_no_claim_to_wait_for(store: Relay
 
 
 async def test_run_records_check_themselves() -> None:
+    """A `RunState` with a bad phase, an overlong id or an overlong owner is refused when made."""
     with pytest.raises(InvalidInputError, match="phase"):
         run(phase="done")
     with pytest.raises(InvalidInputError, match="session_id"):
@@ -253,6 +237,8 @@ async def test_run_records_check_themselves() -> None:
 
 
 async def test_sync_refuses_what_it_cannot_store(store: RelayStore) -> None:
+    """Another owner's row, a session twice, a non-list or a zero lease is refused; nothing is
+    stored."""
     with pytest.raises(InvalidInputError, match="not owned"):
         await sync(store, A, run(owner=B))
     with pytest.raises(InvalidInputError, match="twice"):
@@ -268,6 +254,7 @@ async def test_sync_refuses_what_it_cannot_store(store: RelayStore) -> None:
 
 
 async def test_a_claimed_deletion_is_delivered_by_one_owner_at_a_time(store: RelayStore) -> None:
+    """A claimed deletion goes to one owner until its lease ends; it renews, an ack ends it."""
     first = await enqueue(store, "d1", NOW)
     second = await enqueue(store, "d2", NOW + 1)
     assert [v.id for v in await store.claim_deleted(A, NOW, LEASE, 1)] == [first]
@@ -282,6 +269,7 @@ async def test_a_claimed_deletion_is_delivered_by_one_owner_at_a_time(store: Rel
 
 
 async def test_claim_deleted_checks_its_arguments(store: RelayStore) -> None:
+    """Bad limits, leases and owners are refused; the deletion stays claimable."""
     await enqueue(store, "d1", NOW)
     for bad in ({"limit": 0}, {"limit": True}, {"lease_ms": -1}, {"owner": ""}):
         args = {"owner": A, "now_ms": NOW, "lease_ms": LEASE} | bad
@@ -294,6 +282,7 @@ async def test_claim_deleted_checks_its_arguments(store: RelayStore) -> None:
 
 
 async def test_delete_key_removes_only_a_key_no_registration_names(store: RelayStore) -> None:
+    """Only an orphan key is deleted; the registration's key and config stay as they were."""
     named = await store.save_key("key-1", ed25519_pem())
     await store.save_config(make_config(named))
     orphan = await store.save_key("key-2", ed25519_pem())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from relay.cli.bench.proxy import latency_proxy
+from benchmarks.proxy import latency_proxy
 
 
 async def test_the_proxy_delays_each_round_trip_and_counts_it() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relay.cli.bench.report import _shape
+from benchmarks.report import _shape
 from relay.publishing.announcements import STARTED_BATCH
 
 

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 
+from relay import PublisherOptions
 from relay.cli.main import refusal
 from relay.client import RelayClient
 from relay.errors import (
+    InvalidInputError,
     RelayHttpError,
     RelayPairingError,
     RelayUnreachableError,
     StoreUnavailableError,
 )
 from relay.pairing import Pairing
+from relay.service import RelayService
 from relay.store import open_store
 from relay.testing import MemoryHost
 
@@ -93,3 +97,26 @@ def test_a_refused_invitation_prints_its_own_status() -> None:
         "Could not reach Talaria Relay: nothing is listening at 127.0.0.1:9"
     )
     assert refusal(unreachable).endswith("nothing is listening at 127.0.0.1:9")
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [({"lease_s": 0}, "lease_s"), ({"heartbeat_s": float("nan")}, "heartbeat_s"),
+     ({"lease_s": "20"}, "lease_s"), ({"background": 1}, "background")],
+)  # fmt: skip
+def test_a_bad_publisher_option_is_refused_naming_it_and_a_good_value(
+    given: dict[str, Any], named: str
+) -> None:
+    """`PublisherOptions` checks its values when made: the error names the option and how to
+    set it, before any service or publisher exists."""
+    with pytest.raises(InvalidInputError) as caught:
+        PublisherOptions(**given)
+    assert named in str(caught.value)
+
+
+async def test_publishing_as_a_dict_is_refused_naming_publisher_options() -> None:
+    """The untyped form of 0.1 (`publisher_options={...}`, now `publishing=`) is refused, not
+    splatted: the error names `PublisherOptions`."""
+    async with open_store("memory://") as store:
+        with pytest.raises(InvalidInputError, match="PublisherOptions"):
+            RelayService(store, MemoryHost(), publishing=cast(Any, {"lease_s": 30}))

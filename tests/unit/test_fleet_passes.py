@@ -10,11 +10,13 @@ T = 1_000 * SLOT_MS  # a minute's start
 
 
 def test_each_minute_keeps_its_worst_pass() -> None:
+    """A minute with a failed pass is `f` whatever else it held."""
     ring = encode([Pass(T, True), Pass(T + 1, False), Pass(T + SLOT_MS, True)], T + SLOT_MS)
     assert ring == "fo"
 
 
 def test_a_backoff_fills_the_minutes_without_a_pass() -> None:
+    """Minutes a backoff spans without a pass are `b`."""
     ring = encode(
         [Pass(T, False, T + 3 * SLOT_MS), Pass(T + 3 * SLOT_MS + 5, True)], T + 3 * SLOT_MS
     )
@@ -22,6 +24,7 @@ def test_a_backoff_fills_the_minutes_without_a_pass() -> None:
 
 
 def test_the_ring_holds_an_hour_at_most_and_nothing_without_a_pass() -> None:
+    """The ring keeps the last 60 minutes, none without a pass; bad rings are not valid."""
     passes = [Pass(T + minute * SLOT_MS, True) for minute in range(90)]
     ring = encode(passes, T + 89 * SLOT_MS)
     assert (len(ring), valid(ring)) == (SLOTS, True)
@@ -31,6 +34,7 @@ def test_the_ring_holds_an_hour_at_most_and_nothing_without_a_pass() -> None:
 
 
 def test_the_hour_up_to_now_pads_the_minutes_since_the_last_pass() -> None:
+    """`hour` pads the minutes since the last pass with `.`, and hides a minute ahead of now."""
     shown = hour("of", T + SLOT_MS, T + 3 * SLOT_MS + 10)
     assert shown == "." * (SLOTS - 4) + "of.."
     assert hour("", None, T) == "." * SLOTS
@@ -39,6 +43,8 @@ def test_the_hour_up_to_now_pads_the_minutes_since_the_last_pass() -> None:
 
 
 def test_the_publishers_row_carries_its_offset_and_ring_on_the_stores_clock() -> None:
+    """A publisher's fleet row carries its clock offset and its passes as minutes of the store's
+    clock."""
     row = FleetRow.started("w/0123456789ab", T, T + 20_000)
     wall = (T + 2 * SLOT_MS) / 1000 + 2.0  # this host is 2 s ahead of the store
     health = LoopHealth(

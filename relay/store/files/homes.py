@@ -12,7 +12,7 @@ from pathlib import Path
 from relay.errors import StoreError
 from relay.store.files.documents import PROFILE_ID, PROFILE_ID_DOC
 from relay.store.files.io import Write, read, remove_stale
-from relay.store.rules.documents import Registration
+from relay.store.rules.documents import StoredRegistration
 
 ProfileHome = Callable[[str], Path]
 
@@ -20,7 +20,7 @@ ProfileHome = Callable[[str], Path]
 class HomeIdentities:
     """The `Identities` of a JSON store with profile homes, read as asked, written on commit."""
 
-    def __init__(self, home: ProfileHome, registration: Callable[[], Registration]) -> None:
+    def __init__(self, home: ProfileHome, registration: Callable[[], StoredRegistration]) -> None:
         self._home = home
         self._registration = registration
         self._changed: dict[str, str | None] = {}  # profile -> identity; None: forgotten

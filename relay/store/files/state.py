@@ -26,7 +26,7 @@ from relay.store.files.io import JOURNAL, Write, commit, read, remove_stale, sta
 from relay.store.files.keys import key_files, key_path, named
 from relay.store.files.lock import DirLock
 from relay.store.rules import documents as docs
-from relay.store.rules.documents import Doc, IdentityTable, Registration
+from relay.store.rules.documents import Doc, IdentityTable, StoredRegistration
 
 D = TypeVar("D")
 R = TypeVar("R")
@@ -113,18 +113,18 @@ class JsonDocuments:
     def key_named(self, ref: str) -> str | None:
         return named(self.directory, ref)
 
-    def registration(self) -> Registration:
+    def registration(self) -> StoredRegistration:
         """The config file; its generation is its mtime (0 for none, or an older version)."""
         path = self.directory / files.CONFIG
         raw = read(path)
         if raw is None:
-            return Registration()
+            return StoredRegistration()
         mtime = path.stat().st_mtime_ns
         try:
             config = files.parse_config(raw, mtime)
         except CorruptStateError as error:
-            return Registration(None, mtime, f"{path}: {error}")
-        return Registration(config, mtime if config else 0)
+            return StoredRegistration(None, mtime, f"{path}: {error}")
+        return StoredRegistration(config, mtime if config else 0)
 
     def _create_dir(self) -> None:
         try:

@@ -19,12 +19,12 @@ from relay.store.backend import (
     Claim,
     Deletion,
     PresenceUpdate,
-    Reading,
     Rekeyed,
     RunSync,
     Sightings,
     StartedClaim,
     ViewQuery,
+    ViewReading,
 )
 from relay.store.fleet import FleetMember
 from relay.store.rules import backlog as backlogs
@@ -43,8 +43,8 @@ from relay.store.rules.documents import (
     RUNS,
     STARTED,
     Documents,
-    Registration,
     Session,
+    StoredRegistration,
     readable,
 )
 
@@ -100,7 +100,7 @@ class RulebookBackend:
                 raise StaleConfigError("the relay registration changed since it was read")
             # A layout may keep a generation of its own (a file's mtime), rising as this does.
             generation = stored.generation + 1
-            s.put(CONFIG, Registration(replace(config, generation=generation), generation))
+            s.put(CONFIG, StoredRegistration(replace(config, generation=generation), generation))
 
         await self._edit(work)
 
@@ -111,7 +111,7 @@ class RulebookBackend:
                 raise StaleConfigError("the relay registration changed since it was read")
             if stored.config is not None or stored.problem is not None:
                 # None stored, its generation kept: the next registration's rises past it.
-                s.put(CONFIG, Registration(None, stored.generation))
+                s.put(CONFIG, StoredRegistration(None, stored.generation))
 
         await self._edit(work)
 
@@ -290,8 +290,8 @@ class RulebookBackend:
 
         return await self._read(work)
 
-    async def pass_view(self, query: ViewQuery) -> Reading:
-        def work(s: Session) -> Reading:
+    async def pass_view(self, query: ViewQuery) -> ViewReading:
+        def work(s: Session) -> ViewReading:
             reading = passes.read(
                 query.owner,
                 query.now_ms,
@@ -354,7 +354,7 @@ def _text(ref: str, pem: str | None) -> str:
     return pem
 
 
-def _shown(stored: Registration) -> int:
+def _shown(stored: StoredRegistration) -> int:
     """The generation `load_config` shows: 0 while no registration is stored (a forgotten one
     keeps its generation, so the next one's rises past it)."""
     return stored.generation if stored.config is not None or stored.problem is not None else 0

@@ -30,7 +30,7 @@ class Doc(Generic[D]):
 
 
 @dataclass(slots=True)
-class Registration:
+class StoredRegistration:
     """The stored registration and its generation (0 while none is stored)."""
 
     config: RelayConfig | None = None
@@ -93,7 +93,7 @@ def readable(identities: Identities, profiles: Iterable[str]) -> dict[str, str]:
 Keys = dict[str, str | None]  # reference -> stored PEM; None: a key that is not text
 
 
-CONFIG: Doc[Registration] = Doc("config")
+CONFIG: Doc[StoredRegistration] = Doc("config")
 KEYS: Doc[Keys] = Doc("keys")
 IDENTITIES: Doc[Identities] = Doc("identities")
 FLOOR: Doc[int] = Doc("revision floor")

@@ -5,12 +5,12 @@ The SQL store states the same as one SELECT and one batch of statements (`relay.
 
 from __future__ import annotations
 
-from relay.store.backend import Reading, RunSync
+from relay.store.backend import RunSync, ViewReading
 from relay.store.records import RunState
 from relay.store.rules import ledger, outbox, presence, revisions
 from relay.store.rules import runs as run_rules
 
-__all__ = ["Reading", "read", "write"]
+__all__ = ["ViewReading", "read", "write"]
 
 
 def read(
@@ -20,9 +20,9 @@ def read(
     deleted: outbox.Outbox,
     claims: outbox.Claims,
     leases: presence.Leases,
-) -> Reading:
+) -> ViewReading:
     """The work-related parts of a pass's view (registration and identities are the caller's)."""
-    return Reading(
+    return ViewReading(
         active=presence.active_profiles(leases, now_ms),
         deleted=outbox.any_claimable(deleted, claims, owner, now_ms),
         unsent=ledger.with_claimable(started, owner, now_ms),

@@ -55,12 +55,6 @@ def hook(function: Callable[Concatenate[Runner, P], Coroutine[Any, Any, T]]) -> 
     return method
 
 
-def stats_of(store: object) -> Stats | None:
-    """What the SQL backend under `store` has sent so far; None for a store on another one."""
-    backend = getattr(store, "engine", None)
-    return backend.stats if isinstance(backend, SqlBackend) else None
-
-
 class SqlBackend:
     """Relay state in SQL tables; open with `await SqlBackend.open(target)`.
 

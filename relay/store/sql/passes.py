@@ -38,7 +38,7 @@ from sqlalchemy import (
 
 from relay.errors import StoreError
 from relay.protocol import MAX_SAFE_INTEGER
-from relay.store.backend import Reading, RunSync, ViewQuery
+from relay.store.backend import RunSync, ViewQuery, ViewReading
 from relay.store.records import CONFIG_VERSION, RunState
 from relay.store.sql import fleet
 from relay.store.sql import runs as run_sql
@@ -144,13 +144,13 @@ def past_the_cap(error: StoreError) -> bool:
     return f"NOT NULL constraint failed: {t.revision.name}.floor" in str(cause)
 
 
-async def pass_view(db: Runner, query: ViewQuery) -> Reading:
+async def pass_view(db: Runner, query: ViewQuery) -> ViewReading:
     q = statements(db.dialect).view
 
     async def body(tx: Tx) -> list[Row]:
         return await tx.rows(q, {"owner": query.owner, "now": query.now_ms})
 
-    reading = Reading()
+    reading = ViewReading()
     for tag, name, text, number in await db.read(body):
         if tag == "generation":
             reading.generation = number

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relay.cli.bench import pgbench, publisher, targets, workloads
-from relay.cli.bench.distance import RELAY_RTTS_MS, STORE_RTTS_MS, relay_distance, store_distance
-from relay.cli.bench.raw import PostgresRaw, Raw, SqliteRaw
-from relay.cli.bench.rounds import Rounds
+from benchmarks import pgbench, publisher, targets, workloads
+from benchmarks.distance import RELAY_RTTS_MS, STORE_RTTS_MS, relay_distance, store_distance
+from benchmarks.raw import PostgresRaw, Raw, SqliteRaw
+from benchmarks.rounds import Rounds
 from relay.store import StoreTarget, open_store, resolve
-from relay.store.sql import migrate
+from relay.store.testing_hooks import upgrade
 
 PG_ENV = "TALARIA_RELAY_TEST_POSTGRES_URL"
 STORE_RTTS = ", ".join(f"{rtt:g}" for rtt in STORE_RTTS_MS) + " ms"
@@ -119,7 +119,7 @@ class Scratch:
             address = url.set(drivername="postgresql", database=name).render_as_string(
                 hide_password=False
             )
-            await migrate.upgrade(resolve(address))
+            await upgrade(resolve(address))
             yield address
         finally:
             await as_admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

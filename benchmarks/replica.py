@@ -1,6 +1,6 @@
 """One bench replica in its own process, driven by JSON lines on stdin.
 
-    python -m relay.cli.bench.replica STORE_URL RELAY_URL OWNER PROFILES SESSIONS
+    python -m benchmarks.replica STORE_URL RELAY_URL OWNER PROFILES SESSIONS
 
 Every replica hosts the same S sessions (the web app's sessions are shared); a turn runs on the
 one the bench starts it on. Commands: `start` (session, stream), `end` (stream), `flush` (answers

@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from relay.cli.bench.raw import Raw
-from relay.cli.bench.rounds import Rounds, Side, compare, figures, interleave
+from benchmarks.raw import Raw
+from benchmarks.rounds import Rounds, Side, compare, figures, interleave
 from relay.store import RelayStore, StartedEntry, StartedScope, StateBatch
 
 T0 = 1_800_000_000_000

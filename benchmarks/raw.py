@@ -1,7 +1,7 @@
 """The raw drivers running the store's own statements, with nothing of the store around them.
 
-The statements and their parameters come from `relay.store.sql.steps`, built by the functions the
-store's hooks build them with, so the two sides cannot drift apart; the raw side makes the same
+The statements and their parameters come from `relay.store.testing_hooks`, built by the functions
+the store's hooks build them with, so the two sides cannot drift apart; the raw side makes the same
 transactions and round trips, on one connection, without the store's checks, the pool, the
 runner or the records read back. SQLite runs on the calling thread, on a connection the store's
 own `connect` opened (WAL, synchronous=FULL, busy timeout); Postgres on one asyncpg connection,
@@ -14,11 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from relay.store.backend import Claim, Deletion
-from relay.store.records import DeletedView, StartedEntry, StartedScope
-from relay.store.sql import steps
-from relay.store.sql.dialect import POSTGRES, SQLITE, Dialect
-from relay.store.sql.drivers.sqlite import BUSY_TIMEOUT_S, connect
+from relay.store import DeletedView, StartedEntry, StartedScope
+from relay.store import testing_hooks as steps
+from relay.store.testing_hooks import POSTGRES, SQLITE, Claim, Deletion, Dialect
 
 Call = steps.Call
 
@@ -63,7 +61,7 @@ class SqliteRaw:
 
     def __init__(self, path: Path) -> None:
         self.d = SQLITE
-        self.conn = connect(path, busy_timeout_s=BUSY_TIMEOUT_S)
+        self.conn = steps.connect_sqlite(path, busy_timeout_s=steps.BUSY_TIMEOUT_S)
 
     def _write(self, *calls: Call) -> list[list[Any]]:
         self.conn.execute("BEGIN IMMEDIATE")

@@ -11,10 +11,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from relay.cli.bench.proxy import Counts, latency_proxy
-from relay.cli.bench.publisher import Publishing, timed_pass
+from benchmarks.proxy import Counts, latency_proxy
+from benchmarks.publisher import Publishing, timed_pass
 from relay.store import open_store, resolve
-from relay.store.sql.backend import stats_of
+from relay.store.testing_hooks import sent
 
 STORE_RTTS_MS = (0.0, 1.0, 5.0, 20.0)
 RELAY_RTTS_MS = (0.0, 50.0)
@@ -42,7 +42,7 @@ async def _steady(bench: Publishing, rounds: int, counts: Counts | None) -> dict
 
 
 def _writes(bench: Publishing) -> int | None:
-    stats = stats_of(bench.store)
+    stats = sent(bench.store)
     return None if stats is None else int(stats.writes)
 
 

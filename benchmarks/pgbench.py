@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import make_url
 
-from relay.store.sql import steps
-from relay.store.sql.dialect import POSTGRES
+from relay.store import testing_hooks as steps
+from relay.store.testing_hooks import POSTGRES
 
 PROCESSES = 8
 NOW_SQL = "(extract(epoch from clock_timestamp()) * 1000)::bigint"
@@ -39,7 +39,7 @@ async def _allocate_for(kind: str, store_url: str, seconds: float, barrier: Any)
                 return store.allocate_revisions(1, int(time.time() * 1000))
 
             return await _loop(allocate, seconds)
-    from relay.cli.bench.raw import PostgresRaw
+    from benchmarks.raw import PostgresRaw
 
     raw = await PostgresRaw.connect(libpq_dsn(store_url))
     try:

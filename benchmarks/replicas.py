@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from relay.cli.bench.replica import profile_names, session_ids
+from benchmarks.replica import profile_names, session_ids
 from relay.protocol import TERMINAL_PHASES
 from relay.service import RelayService
 from relay.store import open_store, resolve
@@ -54,7 +54,7 @@ class Events:
 
 async def _spawn(args: list[str]) -> asyncio.subprocess.Process:
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "relay.cli.bench.replica", *args,
+        sys.executable, "-m", "benchmarks.replica", *args,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert child.stdout is not None
@@ -86,7 +86,7 @@ async def _pair(store_url: str, relay: DevRelay, relay_url: str, names: tuple[st
 async def _server(store_url: str, sql: str) -> Any:
     import asyncpg
 
-    from relay.cli.bench.pgbench import libpq_dsn
+    from benchmarks.pgbench import libpq_dsn
 
     conn = await asyncpg.connect(libpq_dsn(store_url))
     try:

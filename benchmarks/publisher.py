@@ -9,11 +9,12 @@ from typing import Any
 
 import httpx
 
-from relay.cli.bench.proxy import Counts, latency_proxy
+from benchmarks.proxy import Counts, latency_proxy
+from relay import PublisherOptions
 from relay.publishing.announcements import STARTED_BATCH
 from relay.service import RelayService
 from relay.store import RelayStore
-from relay.store.sql.backend import stats_of
+from relay.store.testing_hooks import sent
 from relay.testing import Clock, DevRelay, MemoryHost, serve
 
 RELAY_URL = "https://relay.example"
@@ -23,7 +24,7 @@ PROFILES = ("default", "work", "home")
 
 def sql_counters(store: RelayStore) -> tuple[int | None, int | None]:
     """The SQL store's (transactions, statements) so far; None where the store keeps no count."""
-    stats = stats_of(store)
+    stats = sent(store)
     if stats is None:
         return None, None
     return int(stats.transactions), int(stats.statements)
@@ -54,7 +55,7 @@ class Publishing:
     """One store, a dev relay and a host whose P profiles are paired; `async with` it.
 
     The relay is called in process, or with `relay_rtt_ms` served over loopback HTTP behind a
-    proxy that adds that round-trip time (`relay.cli.bench.proxy`).
+    proxy that adds that round-trip time (`benchmarks.proxy`).
     """
 
     def __init__(
@@ -99,7 +100,7 @@ class Publishing:
             http=http,
             clock=self.clock,
             log=lambda _line: None,
-            publisher_options={"background": False, "uniform": lambda low, high: 1.0},
+            publishing=PublisherOptions(background=False, uniform=lambda low, high: 1.0),
         )
         self._stack.push_async_callback(self.service.stop)
         await self.service.start()
