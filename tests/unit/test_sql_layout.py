@@ -61,8 +61,9 @@ def _in(name: str, package: str) -> bool:
 
 
 def test_nothing_outside_the_store_imports_its_sql() -> None:
-    """Every module outside `relay/store` reaches the schema through `relay.store.migrations`: no `import relay.store.sql…`, no `from
-    relay.store.sql… import`, no `from relay.store import sql`, no relative form, even lazily."""
+    """Every module outside `relay/store` reaches the schema through `relay.store.migrations`:
+    no `import relay.store.sql…`, no `from relay.store.sql… import`, no `from relay.store import
+    sql`, no relative form, even lazily."""
     for name, targets in GRAPH.items():
         if _in(name, "relay.store"):
             continue
