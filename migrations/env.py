@@ -9,6 +9,12 @@ On Postgres every run holds the migration advisory lock, then waits at most
 a migration never queues behind a long transaction while every replica queues behind it. After
 the last step, the compatibility record (`relay_compat`, from 0007 on) is written in the same
 transaction: the oldest schema head whose code may still use the database.
+
+The relay keeps its revision in its own table, `relay_alembic_version`, never in the host
+application's `alembic_version` (`relay.store.sql.version_table`): before the steps, a relay
+revision that an older release left in `alembic_version` moves there in the same transaction; after
+a downgrade below 0010 it moves back. On Postgres the relay's schema (`?schema=` in the URL) is
+created first when missing (`relay.store.sql.namespace`).
 """
 
 from __future__ import annotations
@@ -22,10 +28,10 @@ from alembic.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 
-from relay.store.sql import compat, migrate
+from relay.store.sql import compat, migrate, namespace, version_table
 from relay.store.sql.migrate import ADVISORY_LOCK_KEY, LOCK_TIMEOUT_MS
 from relay.store.sql.schema import metadata
-from relay.store.url import StoreTarget, resolve
+from relay.store.url import StoreTarget, resolve, schema_name
 
 config = context.config
 
@@ -37,6 +43,14 @@ def _target() -> StoreTarget:
 
 def _url() -> str:
     return _target().sqlalchemy_url.render_as_string(hide_password=False)
+
+
+def _schema() -> str | None:
+    if "schema" in config.attributes:  # set by relay.store.sql.migrate, with the connection
+        found: str | None = config.attributes["schema"]
+        return found
+    target = _target()
+    return schema_name(target.url) if target.url is not None else None
 
 
 def _lock(dialect: str) -> None:
@@ -56,6 +70,37 @@ def _applied(
     ctx: MigrationContext, step: MigrationInfo, heads: Collection[Any], run_args: Mapping[str, Any]
 ) -> None:
     _reached[:] = [(next(iter(heads), None), bool(step.is_upgrade))]
+
+
+def _prepare(connection: Connection) -> None:
+    """Before the steps: the relay's schema, and its revision in its own version table."""
+    namespace.ensure(connection, _schema())
+    version_table.adopt(connection)
+
+
+def _prepare_sql(postgres: bool) -> None:
+    """`_prepare` for a DBA (`migrate --sql`): from `starting_rev`, what the database holds."""
+    name = _schema()
+    if postgres and name is not None:
+        context.execute(namespace.create_sql(name))
+    since = config.attributes.get("since")
+    if since in version_table.LEGACY:
+        for statement in version_table.adopt_sql(since, postgres):
+            context.execute(statement)
+        if not postgres:
+            context.get_context().impl.static_output(
+                f"-- then DROP TABLE {version_table.SHARED} if no row is left in it;"
+            )
+
+
+def _restore(connection: Connection) -> None:
+    """Steps that end below 0010 (a rollback, `migrate --to 0009`): the revision where code of
+    0009 and older reads it, as those releases left it."""
+    if not _reached:
+        return
+    revision, upgraded = _reached[0]
+    if revision in version_table.LEGACY or (revision is None and not upgraded):
+        version_table.restore(connection, revision)
 
 
 def _record() -> None:
@@ -80,9 +125,12 @@ def run_migrations_offline() -> None:
         dialect_opts={"paramstyle": "named"},
         render_as_batch=dialect == "sqlite",
         on_version_apply=_applied,
+        version_table=version_table.NAME,
     )
+    postgres = dialect.startswith("postgres")
     with context.begin_transaction():
-        _lock("postgresql" if dialect.startswith("postgres") else dialect)
+        _lock("postgresql" if postgres else dialect)
+        _prepare_sql(postgres)
         context.run_migrations()
         _record()
 
@@ -93,10 +141,13 @@ def do_run_migrations(connection: Connection) -> None:
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         on_version_apply=_applied,
+        version_table=version_table.NAME,
     )
     with context.begin_transaction():
         _lock(connection.dialect.name)
+        _prepare(connection)
         context.run_migrations()
+        _restore(connection)
         _record()
 
 

@@ -126,7 +126,7 @@ SELECT md5(string_agg(part, '|' ORDER BY part)) FROM (
     WHERE datname = current_database()
   UNION ALL SELECT format('s %s', setconfig) FROM pg_db_role_setting
     WHERE setdatabase = (SELECT oid FROM pg_database WHERE datname = current_database())
-  UNION ALL SELECT format('v %s', version_num) FROM alembic_version
+  UNION ALL SELECT format('v %s', version_num) FROM relay_alembic_version
 ) AS parts(part)
 """
 

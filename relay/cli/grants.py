@@ -2,13 +2,14 @@
 
 Deploys run `migrate` as an owner role (it creates and alters the tables); the replicas connect
 as a runtime role that may only read and write rows: CONNECT on the database, USAGE on the
-schema, SELECT/INSERT/UPDATE/DELETE on every relay table at head, SELECT on `alembic_version` (a
-store checks the schema is at head when it opens), EXECUTE on `relay_batch` (its write batches;
-PUBLIC may run a new function unless the owner's default privileges revoke that, so it is
-granted by name), and the same on tables and functions the owner creates later (default
-privileges). The function runs as its caller (SECURITY INVOKER): it gives the role nothing the
-table grants do not. No sequence exists, so none needs a grant. Nothing is contacted: an
-operator (or `psql -v ON_ERROR_STOP=1`) runs what it prints, as the owner.
+schema, SELECT/INSERT/UPDATE/DELETE on every relay table at head, SELECT on
+`relay_alembic_version` (a store checks the schema is at head when it opens), EXECUTE on
+`relay_batch` (its write batches; PUBLIC may run a new function unless the owner's default
+privileges revoke that, so it is granted by name), and the same on tables and functions the
+owner creates later (default privileges). A schema of the relay's own comes first (CREATE
+SCHEMA, owned by the owner). The function runs as its caller (SECURITY INVOKER): it gives the
+role nothing the table grants do not. No sequence exists, so none needs a grant. Nothing is
+contacted: an operator (or `psql -v ON_ERROR_STOP=1`) runs what it prints, as the owner.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 from relay.cli.output import OK, say
 from relay.errors import InvalidInputError
 from relay.store import resolve
-from relay.store.migrations import BATCH_ARGUMENTS, BATCH_FUNCTION, HEAD, TABLES
+from relay.store.migrations import BATCH_ARGUMENTS, BATCH_FUNCTION, HEAD, TABLES, VERSION_TABLE
+from relay.store.url import schema_name
 
 DML = "SELECT, INSERT, UPDATE, DELETE"
 # Postgres truncates identifiers past 63 bytes: a longer name would quietly name another role.
@@ -46,12 +48,16 @@ def grants_sql(role: str, database: str, schema: str = "public", owner: str | No
     tables = ", ".join(f"{where}.{quoted('table', name)}" for name in TABLES)
     function = f'{where}."{BATCH_FUNCTION}"({", ".join(BATCH_ARGUMENTS)})'
     creator = f"FOR ROLE {quoted('owner', owner)} " if owner else ""
-    lines = [
-        f"-- The runtime role {who} for the relay tables at {HEAD}.",
+    lines = [f"-- The runtime role {who} for the relay tables at {HEAD}."]
+    if schema != "public":
+        # `migrate` makes it when its role may (CREATE on the database); else the owner runs this.
+        of = f" AUTHORIZATION {quoted('owner', owner)}" if owner else ""
+        lines.append(f"CREATE SCHEMA IF NOT EXISTS {where}{of};")
+    lines += [
         f"GRANT CONNECT ON DATABASE {db} TO {who};",
         f"GRANT USAGE ON SCHEMA {where} TO {who};",
         f"GRANT {DML} ON TABLE {tables} TO {who};",
-        f'GRANT SELECT ON TABLE {where}."alembic_version" TO {who};',
+        f'GRANT SELECT ON TABLE {where}."{VERSION_TABLE}" TO {who};',
         f"GRANT EXECUTE ON FUNCTION {function} TO {who};",
     ]
     if not owner:
@@ -68,7 +74,8 @@ async def cmd_grants(args: argparse.Namespace) -> int:
         raise InvalidInputError(
             f"grants are for Postgres stores, not {target.name}: give --store postgresql://…"
         )
-    say(grants_sql(args.role, target.url.database, args.schema, args.owner))
+    schema = args.schema or schema_name(target.url) or "public"
+    say(grants_sql(args.role, target.url.database, schema, args.owner))
     return OK
 
 
@@ -85,7 +92,10 @@ def add_parser(commands: Any, store: argparse.ArgumentParser) -> None:
     )
     sub.set_defaults(run=cmd_grants)
     sub.add_argument("role", metavar="ROLE", help="the runtime role, exactly as created")
-    sub.add_argument("--schema", default="public", help="the tables' schema (default public)")
+    sub.add_argument(
+        "--schema",
+        help="the tables' schema (default: the store URL's `schema=`, else public)",
+    )
     sub.add_argument(
         "--owner",
         metavar="ROLE",

@@ -16,6 +16,7 @@ from relay.store.sql.compat import Standing, later
 from relay.store.sql.drivers import pgbatch
 from relay.store.sql.migrate import Revision, downgrade, offline_sql, revisions, upgrade
 from relay.store.sql.schema import HEAD_REVISION, metadata
+from relay.store.sql.version_table import NAME as VERSION_TABLE_NAME
 from relay.store.url import StoreTarget, resolve
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "HEAD",
     "LOCK_TIMEOUT_MS",
     "TABLES",
+    "VERSION_TABLE",
     "Revision",
     "Standing",
     "downgrade",
@@ -38,6 +40,8 @@ HEAD: str = HEAD_REVISION
 """The schema head: the revision this code's migrations end at, and the one it runs on."""
 TABLES: tuple[str, ...] = tuple(table.name for table in metadata.sorted_tables)
 """The relay tables at `HEAD`, each after those it references (a runtime role's DML grants)."""
+VERSION_TABLE: str = VERSION_TABLE_NAME
+"""The relay's own Alembic version table (never the application's `alembic_version`)."""
 BATCH_FUNCTION: str = pgbatch.FUNCTION
 """The Postgres function a store's write batches call (a runtime role's EXECUTE grant)."""
 BATCH_ARGUMENTS: tuple[str, ...] = pgbatch.ARGUMENTS

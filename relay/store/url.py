@@ -52,6 +52,7 @@ POSTGRES_PARAMETERS = (
     "pool_size",
     "port",
     "prepared_statement_cache_size",
+    "schema",
     "ssl",
     "sslcert",
     "sslkey",
@@ -68,6 +69,11 @@ _USERINFO = re.compile(r"(?:[^:/]*(?::[^@]*)?@)?")
 SSL_BOOLEANS = {"true": "require", "1": "require", "false": "disable", "0": "disable"}
 TARGET_SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
 SSL_FILES = ("sslcert", "sslkey", "sslrootcert")
+# A Postgres schema the URL may name (`?schema=`): an unquoted identifier, so a search_path entry
+# and a name in SQL are the same string.
+_SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+# `options=-c search_path=NAME` as libpq takes it (`-csearch_path=`, `--search_path=` too).
+_SEARCH_PATH = re.compile(r"(?:-c\s*|--)search_path=([^\s,]+)")
 # An hour: past that, a "timeout" is a typo, not a wait anyone means.
 MAX_CONNECT_TIMEOUT_S = 3600.0
 MAX_STATEMENT_CACHE = 100_000
@@ -322,6 +328,7 @@ def _postgres_checked(url: URL) -> URL:
                 f"store URL parameter sslmode={mode!r}: use one of {', '.join(SSLMODES)}"
             )
     _session_attrs(query.get("target_session_attrs"))
+    _schema_option(query)
     budget.budget(query)
     for name in SSL_FILES:
         # A missing file would surface as an unexplained TLS failure at connect time.
@@ -363,3 +370,28 @@ def _connect_timeout(raw: str) -> float:
             f"connect_timeout must be a number of seconds in (0, {MAX_CONNECT_TIMEOUT_S:g}]"
         )
     return seconds
+
+
+def _schema_option(query: dict[str, str]) -> None:
+    """`schema=NAME` becomes `options=-csearch_path=NAME`: every relay object lands in it."""
+    name = query.pop("schema", None)
+    if name is None:
+        return
+    if not _SCHEMA.fullmatch(name):
+        raise InvalidInputError(
+            f"store URL parameter schema={name!r}: use a lowercase name of letters, digits and _"
+        )
+    options = query.get("options", "")
+    if _SEARCH_PATH.search(options):
+        raise InvalidInputError("postgres store URL gives both schema and a search_path option")
+    query["options"] = f"{options} -csearch_path={name}".strip()
+
+
+def schema_name(url: URL) -> str | None:
+    """The Postgres schema a store URL puts the relay in (`?schema=`, or the first entry of a
+    `search_path` option); None: the server's default (`public`)."""
+    found = _SEARCH_PATH.search(str(url.query.get("options", "")))
+    if found is None:
+        return None
+    first = found.group(1).strip('"')
+    return None if first in ("", "public", "$user") else first

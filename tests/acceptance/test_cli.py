@@ -185,7 +185,8 @@ async def test_migrate_empty_postgres_then_check_passes(home: Path, pg_database:
     assert f"at head {head_revision()}" in result.stdout
     expect(cli(home, "migrate", "--check", "--store", pg_database, timeout=30), 0)
     tables = await pg_tables(pg_database)
-    assert {"alembic_version", "relay_config"} <= set(tables)
+    assert {"relay_alembic_version", "relay_config"} <= set(tables)
+    assert "alembic_version" not in tables  # the application's, never the relay's
 
 
 @pytest.mark.postgres

@@ -35,7 +35,7 @@ def advance(url: str, oldest_head: str) -> None:
         RECORD,
         "DELETE FROM relay_compat",
         f"INSERT INTO relay_compat VALUES (1, '{oldest_head}', '9.9.0')",
-        f"UPDATE alembic_version SET version_num = '{FUTURE}'",
+        f"UPDATE relay_alembic_version SET version_num = '{FUTURE}'",
     ]
     execute(url, *statements)
 
@@ -143,7 +143,7 @@ def test_newer_database_without_a_record_is_refused(home: Path, migrated: str) -
     execute(
         migrated,
         "DROP TABLE IF EXISTS relay_compat",
-        f"UPDATE alembic_version SET version_num = '{FUTURE}'",
+        f"UPDATE relay_alembic_version SET version_num = '{FUTURE}'",
     )
     found = cli(home, "migrate", "--store", migrated)
     assert found.code == 1, found.describe()

@@ -103,10 +103,10 @@ async def test_migrations_write_the_compatibility_record(tmp_path: Path) -> None
     found = await migrate.standing(target)
     assert (found.current, found.oldest_head, found.migrated_by) == (
         migrate.head_revision(),
-        "0005",
+        "0010",
         __version__,
     )
     await migrate.downgrade(target, "0006")
     assert (await migrate.standing(target)).oldest_head is None
     await migrate.upgrade(target)
-    assert (await migrate.standing(target)).oldest_head == "0005"
+    assert (await migrate.standing(target)).oldest_head == "0010"

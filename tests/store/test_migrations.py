@@ -18,7 +18,7 @@ from alembic.script import ScriptDirectory
 from processes import run_processes
 from sqlalchemy import Connection, inspect
 
-from relay.store.sql import migrate
+from relay.store.sql import migrate, version_table
 from relay.store.sql.drivers.engines import postgres_engine, sqlite_engine
 from relay.store.sql.schema import metadata
 from relay.store.url import resolve
@@ -59,7 +59,9 @@ async def _inspect(url: str, look: Any) -> Any:
 
 
 def _differences(conn: Connection) -> list[Any]:
-    return list(compare_metadata(MigrationContext.configure(conn), metadata))
+    # The relay's own version table is Alembic's to keep, as `alembic_version` would be.
+    context = MigrationContext.configure(conn, opts={"version_table": version_table.NAME})
+    return list(compare_metadata(context, metadata))
 
 
 def _relay_tables(conn: Connection) -> set[str]:

@@ -18,13 +18,13 @@ from sqlalchemy.exc import DBAPIError
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
-from relay.store.sql import compat, guard
+from relay.store.sql import compat, guard, version_table
 from relay.store.sql.compat import Standing, compat_table
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.drivers.sqlite import connect_read_only
 from relay.store.sql.drivers.sqlstate import driver_error
 from relay.store.sql.schema import HEAD_REVISION
-from relay.store.url import StoreTarget, resolve
+from relay.store.url import StoreTarget, resolve, schema_name
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -60,8 +60,10 @@ def alembic_config(
     connection: Connection | None = None,
     *,
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
+    schema: str | None = None,
 ) -> Config:
-    """An Alembic config for our scripts, on `url` or on a connection the caller holds."""
+    """An Alembic config for our scripts, on `url` or on a connection the caller holds (whose
+    Postgres schema, if any, is `schema`)."""
     from alembic.config import Config
 
     config = Config()
@@ -70,6 +72,7 @@ def alembic_config(
         config.attributes["url"] = url
     if connection is not None:
         config.attributes["connection"] = connection
+        config.attributes["schema"] = schema
     config.attributes["lock_timeout_ms"] = lock_timeout_ms
     return config
 
@@ -80,9 +83,13 @@ def head_revision() -> str:
 
 
 def current_revision(connection: Connection) -> str | None:
+    """The relay's revision: in its own version table, else (below 0010) in `alembic_version`
+    when the relay's is there; None when the database holds no relay schema."""
     from alembic.runtime.migration import MigrationContext
 
-    return MigrationContext.configure(connection).get_current_revision()
+    opts = {"version_table": version_table.NAME}
+    found = MigrationContext.configure(connection, opts=opts).get_current_revision()
+    return found if found is not None else version_table.legacy_revision(connection)
 
 
 def revisions(after: str | None = None) -> list[Revision]:
@@ -108,6 +115,7 @@ def upgrade_locked(
     *,
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     force: bool = False,
+    schema: str | None = None,
 ) -> None:
     """Upgrade on a connection whose open transaction already excludes other migrators (SQLite)
     or takes the advisory lock that does (Postgres). A database already ahead of this code is
@@ -115,7 +123,7 @@ def upgrade_locked(
     from alembic import command
     from alembic.script import ScriptDirectory
 
-    config = alembic_config(connection=connection, lock_timeout_ms=lock_timeout_ms)
+    config = alembic_config(connection=connection, lock_timeout_ms=lock_timeout_ms, schema=schema)
     if connection.dialect.name == "postgresql":
         # Taken here (env.py takes it again) so the checks below see what the upgrade will do.
         connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
@@ -168,7 +176,13 @@ async def upgrade(
         if connection.dialect.name == "postgresql":
             connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
         before = current_revision(connection)
-        upgrade_locked(connection, revision, lock_timeout_ms=lock_timeout_ms, force=force)
+        upgrade_locked(
+            connection,
+            revision,
+            lock_timeout_ms=lock_timeout_ms,
+            force=force,
+            schema=schema_name(target.sqlalchemy_url),
+        )
         return before
 
     before = await run(target, step)
@@ -218,17 +232,23 @@ async def standing(target: StoreTarget) -> Standing:
 
 def sqlite_standing(conn: sqlite3.Connection) -> Standing:
     """`Standing` read on a raw sqlite3 connection."""
+    vt = version_table
+    wanted = (vt.NAME, vt.SHARED, vt.MARKER, "relay_compat")
     names = {
         str(row[0])
         for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' "
-            "AND name IN ('alembic_version', 'relay_compat')"
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?)", wanted
         )
     }
-    if "alembic_version" not in names:
+    if vt.NAME in names:
+        row = conn.execute(f"SELECT version_num FROM {vt.NAME}").fetchone()
+        revision = None if row is None else str(row[0])
+    elif vt.SHARED in names and vt.MARKER in names:
+        revision = vt.pick(str(r[0]) for r in conn.execute(f"SELECT version_num FROM {vt.SHARED}"))
+    else:
+        revision = None
+    if revision is None:
         return Standing(None, head=head_revision())
-    row = conn.execute("SELECT version_num FROM alembic_version").fetchone()
-    revision = None if row is None else str(row[0])
     if "relay_compat" not in names:
         return Standing(revision, head=head_revision())
     record = "SELECT oldest_head, migrated_by FROM relay_compat WHERE id = 1"
@@ -263,6 +283,8 @@ def offline_sql(
 
     address = target.sqlalchemy_url.render_as_string(hide_password=False)
     config = alembic_config(address, lock_timeout_ms=lock_timeout_ms)
+    # The relay's revision moves out of `alembic_version` first (migrations/env.py).
+    config.attributes["since"] = since
     command.upgrade(config, "head" if since is None else f"{since}:head", sql=True)
 
 

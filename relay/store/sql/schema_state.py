@@ -5,52 +5,39 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from sqlalchemy import Column, MetaData, String, Table, func, select, text
+from sqlalchemy import func, select, text
 
 from relay.store.forkgate import GATE as FORK_GATE
-from relay.store.sql import migrate
+from relay.store.sql import migrate, version_table
 from relay.store.sql.compat import Standing, compat_table
 from relay.store.sql.drivers.engines import WRITE, sqlite_engine
 from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
-_version = Table("alembic_version", MetaData(), Column("version_num", String(32)))
+_own = version_table.table
+_shared = version_table.shared
 
 
 async def schema_revision(runner: Runner) -> str | None:
-    """The Alembic revision the store is at; None when it has no relay schema."""
-    d = runner.dialect
-    present = d.compile(
-        select(func.to_regclass("alembic_version").is_not(None))
-        if d.postgres
-        else select(text("count(*) FROM sqlite_master WHERE name = 'alembic_version'"))
-    )
-    version = d.compile(select(_version.c.version_num))
-
-    async def body(tx: Tx) -> str | None:
-        if not await scalar(tx, present):
-            return None
-        return await scalar(tx, version)  # type: ignore[no-any-return]
-
-    return await runner.read(body)
+    """The relay's Alembic revision; None when the store has no relay schema."""
+    return (await schema_standing(runner)).current
 
 
 async def schema_standing(runner: Runner) -> Standing:
-    """Where the store stands against this code: its revision and its compatibility record."""
+    """Where the store stands against this code: its revision and its compatibility record.
+
+    The revision is in `relay_alembic_version`, else (a database below 0010) in `alembic_version`
+    when the relay's is there; never anyone else's revision (`relay.store.sql.version_table`)."""
     d = runner.dialect
+    names = (version_table.NAME, version_table.SHARED, version_table.MARKER, compat_table.name)
     present = d.compile(
-        select(
-            func.to_regclass("alembic_version").is_not(None),
-            func.to_regclass(compat_table.name).is_not(None),
-        )
+        select(*(func.to_regclass(name).is_not(None) for name in names))
         if d.postgres
         else select(
-            *(
-                text(f"(SELECT count(*) FROM sqlite_master WHERE name = '{name}')")
-                for name in ("alembic_version", compat_table.name)
-            )
+            *(text(f"(SELECT count(*) FROM sqlite_master WHERE name = '{name}')") for name in names)
         )
     )
-    version = d.compile(select(_version.c.version_num))
+    own = d.compile(select(_own.c.version_num))
+    shared = d.compile(select(_shared.c.version_num))
     record = d.compile(
         select(compat_table.c.oldest_head, compat_table.c.migrated_by).where(compat_table.c.id == 1)
     )
@@ -58,10 +45,16 @@ async def schema_standing(runner: Runner) -> Standing:
     async def body(tx: Tx) -> Standing:
         tables = await first(tx, present)
         assert tables is not None
-        if not tables[0]:
+        has_own, has_shared, has_marker, has_compat = (bool(found) for found in tables)
+        if has_own:
+            revision = await scalar(tx, own)
+        elif has_shared and has_marker:
+            revision = version_table.pick(str(row[0]) for row in await tx.rows(shared))
+        else:
+            revision = None
+        if revision is None:
             return Standing(None)
-        revision = await scalar(tx, version)
-        row = await first(tx, record) if tables[1] else None
+        row = await first(tx, record) if has_compat else None
         return Standing(revision) if row is None else Standing(revision, row[0], row[1])
 
     return await runner.read(body)
