@@ -1,9 +1,11 @@
 """A rolling deploy with real processes: replicas of the previous release (the code of the schema
 head before the newest migration, built from the git history) beside replicas of this code, on a
-Postgres database this code migrated to head. Turns move between old and new replicas, an old
-replica is killed -9 and restarted on the old code mid-rollout, sessions are deleted through
-both. Judged on the relay: no flip, every final row the newest turn with its true phase, each
-announcement and deletion once, no stale revision.
+Postgres database this code migrated: to head when the newest migration is an expand one, to the
+previous head when it is a contract one (the old code cannot run past it). Turns move between old
+and new replicas, an old replica is killed -9 and restarted on the old code mid-rollout, sessions
+are deleted through both. Judged on the relay: no flip, every final row the newest turn with its
+true phase, each announcement and deletion once, no stale revision. After a contract migration's
+rollout, `migrate` is refused while old replicas live and applies once they stopped.
 
     pytest tests/acceptance/test_mixed_fleet.py               # about 30 s of hand-offs
     pytest tests/acceptance/test_mixed_fleet.py -m soak -s    # 3 minutes, figures printed
@@ -24,13 +26,16 @@ from handoffs import HandOffs
 from previous_release import Release, install
 from replicas import REPLY_TIMEOUT_S, Cluster, Replica, spawn, until
 
+from relay.errors import SchemaError
 from relay.store import open_store
-from relay.store.sql.migrate import head_revision, upgrade
+from relay.store.sql import compat
+from relay.store.sql.migrate import alembic_config, head_revision, upgrade
 from relay.store.url import resolve
 from relay.testing import DevRelay, serve
 
 pytestmark = pytest.mark.postgres
 
+HEAD = head_revision()
 LEASE_S = 4.0
 OLD = (1, 3)  # which of the four replicas run the previous release
 
@@ -71,6 +76,8 @@ class Figures:
     fleet_listed: bool
     offsets_recorded: bool
     to_failed_s: list[float]
+    # The contract step after the rollout: "" when the newest migration is an expand one.
+    contract: str = ""
 
     def line(self) -> str:
         return (
@@ -79,8 +86,33 @@ class Figures:
             f"{self.stale}, announced twice {self.announced_twice}, deletions {self.deleted}; "
             f"the restarted old replica published again {self.republish_s:.1f}s after its start; "
             f"dead turns shown failed {', '.join(f'{t:.1f}s' for t in self.to_failed_s)} after "
-            "the kill"
+            f"the kill{'; contract step ' + self.contract if self.contract else ''}"
         )
+
+
+def newest_is_contract() -> bool:
+    """Whether this code's newest migration is a contract one (the old code stops below it)."""
+    from alembic.script import ScriptDirectory
+
+    scripts = ScriptDirectory.from_config(alembic_config())
+    return compat.kind(scripts.get_revision(head_revision())) == compat.CONTRACT
+
+
+async def contract_step(url: str, replicas: list[Replica]) -> str:
+    """`migrate` to head while the old replicas live (refused, naming them), then once they
+    stopped (applied); the new replicas still flush on the migrated database."""
+    with pytest.raises(SchemaError, match="contract") as refused:
+        await upgrade(resolve(url))
+    named = [r.incarnation for n, r in enumerate(replicas) if n in OLD]
+    assert all(owner in str(refused.value) for owner in named), refused.value
+    for n in OLD:
+        await replicas[n].stop()
+    applied = [revision.id for revision in await upgrade(resolve(url))]
+    assert applied[-1] == head_revision(), applied
+    for n, replica in enumerate(replicas):
+        if n not in OLD:
+            await replica.call("flush")
+    return f"refused while old replicas lived, then applied {', '.join(applied)}"
 
 
 async def mixed_fleet(url: str, duration: float) -> Figures:
@@ -88,7 +120,9 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
     third of it and restarted (old code) 3 s later; deletions through every replica halfway."""
     release = await asyncio.to_thread(install)
     assert release.head != head_revision(), "the previous release has this schema head"
-    await upgrade(resolve(url))
+    contract = newest_is_contract()
+    # A contract migration waits for the rollout: the deploy runs at the old code's head.
+    await upgrade(resolve(url), release.head if contract else "head")
     relay = DevRelay()
     async with AsyncExitStack() as stack:
         relay_url = await stack.enter_async_context(serve(relay))
@@ -147,6 +181,7 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
         turns = soak.turns
         announced = Counter(event.session_id for event in relay.started_events)
         acks = Counter(ack.session_id for ack in relay.viewed)
+        step = await contract_step(url, replicas) if contract else ""
         return Figures(
             turns=soak.count,
             dead=len(turns.dead),
@@ -160,6 +195,7 @@ async def mixed_fleet(url: str, duration: float) -> Figures:
             fleet_listed=newer <= live,
             offsets_recorded=all(offset is not None for offset in offsets.values()),
             to_failed_s=sorted(soak.to_failed),
+            contract=step,
         )
 
 
@@ -198,6 +234,7 @@ def judge(figures: Figures) -> None:
     assert figures.dead > 0
     assert figures.fleet_listed
     assert figures.offsets_recorded
+    assert figures.contract in ("", f"refused while old replicas lived, then applied {HEAD}")
 
 
 async def test_mixed_fleet(pg_database: str) -> None:

@@ -1,0 +1,86 @@
+"""Django and the relay in one database, with real `manage.py` processes: the site in
+tests/django_site with its `notes` app, whose second migration runs the relay's. Django's
+`migrate` builds both, `makemigrations --check` is clean beside the relay's tables, the
+management command finds the relay at head, and a relay migrated first changes none of that."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from backends import on
+from databases import behind_the_store, own_database
+from sqlalchemy import text
+
+from relay.store import resolve
+from relay.store.migrations import HEAD, standing
+
+pytestmark = on("sqlite", "postgres")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def database(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> str:
+    return own_database(request, tmp_path, backend)
+
+
+def django(tmp: Path, url: str, *args: str) -> str:
+    """`django-admin ARGS` for the site on `url`; its output (a nonzero exit fails the test)."""
+    unset = ("PYTHONPATH", "TALARIA_RELAY_STORE_URL")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    env |= {
+        "DJANGO_SETTINGS_MODULE": "django_site.settings",
+        "DJANGO_SITE_DATABASE_URL": url,
+        "PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}",
+        "XDG_STATE_HOME": str(tmp / "state"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "django", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"{args}: exit {done.returncode}\n{done.stdout}{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def test_django_migrate_runs_the_relays_migrations(database: str, tmp_path: Path) -> None:
+    """`manage.py migrate` builds the app's table and, from its migration, the relay's schema;
+    `makemigrations --check` is clean; `relay_migrate` finds the relay at head; Django's own
+    rows and the relay's live side by side."""
+    django(tmp_path, database, "migrate", "--no-input")
+    assert asyncio.run(standing(resolve(database))).at_head
+    assert "No changes detected" in django(
+        tmp_path, database, "makemigrations", "--check", "--dry-run"
+    )
+    assert "relay: at head" in django(tmp_path, database, "relay_migrate")
+    (rows,) = asyncio.run(behind_the_store(database, text("SELECT count(*) FROM notes_note")))
+    assert rows == [(0,)]
+
+
+def test_relay_first_then_django(database: str, tmp_path: Path) -> None:
+    """The relay migrated first (its CLI step): Django's `migrate` and `makemigrations --check`
+    pass on the database holding it, and the relay stays at head."""
+    done = subprocess.run(
+        [sys.executable, "-m", "relay", "migrate", "--store", database],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")},
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"at head {HEAD}" in done.stdout
+    django(tmp_path, database, "migrate", "--no-input")
+    assert "No changes detected" in django(
+        tmp_path, database, "makemigrations", "--check", "--dry-run"
+    )
+    assert asyncio.run(standing(resolve(database))).at_head
