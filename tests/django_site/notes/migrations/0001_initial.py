@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 from django.db import migrations, models
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django is untyped
     initial = True
     dependencies: ClassVar[list[tuple[str, str]]] = []
     operations: ClassVar[list[Any]] = [

@@ -19,7 +19,7 @@ def relay_schema(apps: Any, schema_editor: Any) -> None:
     migrate(settings.RELAY_STORE_URL)
 
 
-class Migration(migrations.Migration):
+class Migration(migrations.Migration):  # type: ignore[misc]  # Django is untyped
     atomic = False
     dependencies: ClassVar[list[tuple[str, str]]] = [("notes", "0001_initial")]
     operations: ClassVar[list[Any]] = [

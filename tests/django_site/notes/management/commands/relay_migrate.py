@@ -10,7 +10,7 @@ from django.core.management.base import BaseCommand
 from relay.store.hosting import migrate
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]  # Django is untyped
     help = "Migrate the relay's schema in the app's database to this release's head."
 
     def handle(self, *args: Any, **options: Any) -> None:
