@@ -73,7 +73,11 @@ def _applied(
 
 
 def _prepare(connection: Connection) -> None:
-    """Before the steps: the relay's schema, and its revision in its own version table."""
+    """Before the steps: the relay's schema, and its revision in its own version table. Only
+    for a command that migrates (upgrade, downgrade): `alembic current` or `check` writes
+    nothing, as they read a database below 0010 where its code reads it."""
+    if context.get_context().opts.get("destination_rev") is None:
+        return
     namespace.ensure(connection, _schema())
     version_table.adopt(connection)
 

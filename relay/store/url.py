@@ -373,9 +373,17 @@ def _connect_timeout(raw: str) -> float:
 
 
 def _schema_option(query: dict[str, str]) -> None:
-    """`schema=NAME` becomes `options=-csearch_path=NAME`: every relay object lands in it."""
+    """`schema=NAME` becomes `options=-csearch_path=NAME`: every relay object lands in it. A
+    search_path option's first schema must be such a name too (`migrate` creates it)."""
     name = query.pop("schema", None)
     if name is None:
+        found = _SEARCH_PATH.search(query.get("options", ""))
+        first = found.group(1).strip('"') if found else "public"
+        if first not in ("public", "$user") and not _SCHEMA.fullmatch(first):
+            raise InvalidInputError(
+                f"store URL search_path schema {first!r}: use a lowercase name of letters, "
+                "digits and _"
+            )
         return
     if not _SCHEMA.fullmatch(name):
         raise InvalidInputError(

@@ -110,6 +110,18 @@ def test_alembic_command_line_upgrades_and_checks(empty_url: str) -> None:
     assert "No new upgrade operations detected" in checked.stdout + checked.stderr
 
 
+async def test_alembic_commands_that_read_leave_a_0009_database_as_it_is(empty_url: str) -> None:
+    """On a database at 0009 (its revision in `alembic_version`), `alembic current` and `check`
+    move nothing; `alembic upgrade head` moves the revision to the relay's own table."""
+    await migrate.upgrade(resolve(empty_url), "0009")
+    assert _alembic("current", url=empty_url).returncode == 0
+    assert _alembic("check", url=empty_url).returncode != 0  # not up to date
+    assert await _inspect(empty_url, version_table.legacy_revision) == "0009"
+    assert _alembic("upgrade", "head", url=empty_url).returncode == 0
+    assert await _inspect(empty_url, version_table.legacy_revision) is None
+    assert await _inspect(empty_url, migrate.current_revision) == migrate.head_revision()
+
+
 async def test_concurrent_upgrades_all_succeed(empty_url: str) -> None:
     """Four processes running `upgrade head` at once all succeed and leave one schema at head."""
     run_processes(mp_workers.migrate, 4, empty_url)

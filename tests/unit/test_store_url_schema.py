@@ -43,6 +43,7 @@ def test_the_search_path_option_names_the_schema(written: str, schema: str | Non
         ("postgresql://u@db/app?schema=1relay", "lowercase name"),
         ("postgresql://u@db/app?schema=" + "r" * 64, "lowercase name"),
         ("postgresql://u@db/app?schema=a&options=-csearch_path%3Db", "both schema"),
+        ("postgresql://u@db/app?options=-csearch_path%3DRe%3Blay", "search_path schema"),
     ],
 )
 def test_a_bad_schema_is_refused(written: str, said: str) -> None:
