@@ -80,6 +80,8 @@ class LoopHealth:
     # When the last pass ended and how: `ok`, `backoff` (a failure to retry) or `stopped`.
     last_pass: float | None = None
     last_outcome: str | None = None
+    # How long the pass in progress has run, in seconds (None: no pass runs now).
+    pass_age_s: float | None = None
 
 
 def _for(error: BaseException) -> str:
@@ -110,6 +112,8 @@ class PassLoop:
         self._last_status: int | None = None
         self._last_pass: float | None = None
         self._last_outcome: str | None = None
+        # When the pass in progress began, on the monotonic clock.
+        self._pass_began: float | None = None
         self._backing_off = metrics.Gauge("backoff_active")
         self._report = report
         self._uniform = uniform
@@ -145,6 +149,7 @@ class PassLoop:
             self._last_status,
             self._last_pass,
             self._last_outcome,
+            None if self._pass_began is None else time.monotonic() - self._pass_began,
         )
 
     def start(self) -> None:
@@ -188,12 +193,14 @@ class PassLoop:
         async with self._passing:
             self._begun += 1
             start = time.perf_counter()
+            self._pass_began = time.monotonic()
             delay = None
             try:
                 with tracing.pass_span():
                     delay = await self._attempt()
                 return delay
             finally:
+                self._pass_began = None
                 outcome = "ok" if delay is None and not self.stopped else "failed"
                 until = None if delay is None else self._backoff_until
                 self._recent.append(PassRecord(self._clock(), outcome, until))

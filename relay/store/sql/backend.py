@@ -144,6 +144,9 @@ class SqlBackend:
     async def unwritable(self) -> str | None:
         return await unwritable(self._db)
 
+    def bound_waits(self, seconds: float) -> None:
+        self._db.bound_waits(seconds)
+
     async def close(self) -> None:
         await self._db.close()
 
