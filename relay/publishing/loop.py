@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from relay import metrics, tracing
-from relay.errors import RelayError, RelayHttpError
+from relay.errors import RelayError, RelayHttpError, StoreUnavailableError
 from relay.logfields import fields, of_error
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S
 from relay.publishing.logs import Reporter, cause
@@ -31,6 +31,8 @@ Poll = Callable[[], Awaitable[float | None]]
 
 # No wait is longer: not the backoff, not what a relay's Retry-After asks for.
 MAX_DELAY_S = 300.0
+# How often a backoff after a silent store asks it again (a cheap lease renewal), at most.
+STORE_RETRY_S = 1.0
 # Passes remembered for the operator page's strip: an hour of a busy replica, a few KiB.
 RECENT_PASSES = 720
 
@@ -124,6 +126,8 @@ class PassLoop:
         self._finished = 0
         self._progress = asyncio.Condition()
         self._failures = 0
+        # The last pass failed on a store that did not answer: its backoff ends when it does.
+        self._store_down = False
         self._dirty = False
         self.stopped = False
         self._wake = asyncio.Event()
@@ -246,6 +250,7 @@ class PassLoop:
 
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
         self._failures += 1
+        self._store_down = isinstance(error, StoreUnavailableError)
         delay = retry_delay(self._failures, error, self._uniform)
         self._backoff_until = self._clock() + delay
         self._last_failure = type(error).__name__
@@ -313,6 +318,20 @@ class PassLoop:
             delay = await self.run_once()
             if delay is not None:
                 # Not `_sleep`: a change must not cut the delay short. `stop()` cancels this.
-                await asyncio.sleep(delay)
+                waiting = self._until_store_answers if self._store_down else asyncio.sleep
+                await waiting(delay)
                 if not self.stopped:
                     self._dirty = True
+
+    async def _until_store_answers(self, delay: float) -> None:
+        """A backoff after the store did not answer: it ends early once the store answers the
+        lease renewal again (tried every `poll_s`, a second at most), so a replica back from a
+        silent network publishes its rows' true state at once, not a doubled delay later."""
+        clock = asyncio.get_running_loop().time
+        ends = clock() + delay
+        while self._poll is not None and not self.stopped and clock() < ends:
+            await asyncio.sleep(min(self._poll_s, STORE_RETRY_S, ends - clock()))
+            with contextlib.suppress(Exception):  # still silent (or failing): wait on
+                await self._poll()
+                return
+        await asyncio.sleep(max(ends - clock(), 0.0))

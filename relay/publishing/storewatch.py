@@ -4,7 +4,7 @@ A replica whose packets to Postgres are silently dropped (a firewall change, a h
 connection behind a NAT, a partition) sees no error: its calls just wait. The watch notes when
 each watched call (a pass's view and write, the idle lease renewal, the health probe) began and
 how it ended, so `health()` answers at once from what is already known, a silence is logged once
-(WARNING) as soon as one call has waited `wait_s` (the store's bounded wait, 0.3 of the lease: well
+(WARNING) as soon as one call has waited `wait_s` (the store's bounded wait, 0.2 of the lease: well
 before another replica may take this one's leases over), and the store's answer again once (INFO).
 
 Times are monotonic seconds (`ticks`): a silence is a duration, never compared across replicas.
@@ -25,8 +25,9 @@ from relay.publishing.logs import Reporter
 
 T = TypeVar("T")
 # The store's waits (connect, statement, lock) are bounded to this share of the lease, so a
-# silent store is noticed, and a call given up, within half a lease (`RelayService`).
-STORE_WAIT_SHARE = 0.3
+# silent store is noticed, and a call given up, within half a lease (`RelayService`): an idle
+# replica asks its store every quarter lease (`Leases.poll_s`), and waits a fifth at most.
+STORE_WAIT_SHARE = 0.2
 
 
 class StoreWatch:
