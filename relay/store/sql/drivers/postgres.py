@@ -162,6 +162,8 @@ class PostgresRunner:
         self._deadlines = Deadlines(self.budget.statement_timeout)
         self._wait_s = min(self._wait_s, seconds)
         self._margin_s = min(self._margin_s, seconds / 4)
+        if self._pool is not None:
+            self._pool.discard_all()  # those made before: their keepalive was the URL's
 
     @property
     def pool(self) -> Pool | None:
