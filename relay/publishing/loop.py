@@ -6,7 +6,11 @@ traceback. Both back off and try again; only a permanent HTTP answer stops the l
 
 A backoff holds (spec §1.5): after a failure the loop sleeps the whole delay and only then runs
 again. A change during the delay is coalesced into that next pass, never a reason to retry
-sooner, or a busy app would retry at its own event rate; only `stop()` ends a backoff early.
+sooner, or a busy app would retry at its own event rate; only `stop()` ends a backoff early,
+and, after a store that did not answer (`StoreUnavailableError`), the store's answer to a lease
+renewal tried every second at most: a replica back from a silent network publishes its rows'
+true state at once (issue 33), while a relay's failure, or a store that answers with a refusal
+(read-only), still waits the whole delay.
 """
 
 from __future__ import annotations
