@@ -114,8 +114,10 @@ class StoreWatch:
         return silent is not None and (self._failed or silent >= self.wait_s)
 
     def check(self) -> None:
-        """Say once that the store is silent, as soon as it is."""
-        if self.silent and not self._warned:
+        """Say once that the store is silent, as soon as it has left a call waiting `wait_s`: a
+        quick refusal (nothing listening, a read-only server) is the failed pass's own line."""
+        silent = self.silent_s()
+        if silent is not None and silent >= self.wait_s and not self._warned:
             self._warned = True
             silent = self.silent_s() or 0.0
             self._report.warning(
