@@ -1,22 +1,29 @@
 """What a deployment asks of a relay: `RelayService.health()` in process, `check` from outside.
 
-`Health` is what a running service knows: the store's answers plus its publisher's loop. The
+`Health` is what a running service knows: the store's answers plus its publisher's loop, within
+`PROBE_WITHIN_S` of a bounded probe (`StoreProbe`) whatever the network does. The
 `talaria-relay check` probe runs in another process and sees only the store (`StoreHealth`);
 neither ever calls the relay, so a probe cannot add load to it or fail because of it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from relay.errors import RelayError, StoreUnavailableError
+from relay.publishing.storewatch import StoreWatch
 from relay.store import StoreTarget, open_store, resolve
 from relay.store.contract import Handle, Registration, Revisions
 from relay.store.migrations import HEAD, Standing, standing
 
 # `talaria-relay check` exit codes, the CLI's own: ready, not ready, store unreachable.
 READY, NOT_READY, UNREACHABLE = 0, 1, 3
+# How long `health()` waits for its store probe: past it, it answers from what it knows (a
+# Kubernetes probe gives up after 1 s by default).
+PROBE_WITHIN_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,10 @@ class Health:
     stored registration was found unusable, and once stopped).
     `clock_offset_s` is this server's wall clock minus the store's, as last measured (None: a
     store on this host's clock, or none measured yet); replicas compare leases on the store's.
+    `pass_age_s` is how long the pass in progress has run (None: none runs); one that has run a
+    lease counts among the `consecutive_failures`. `store_silent_s` is how long the store has
+    left this replica without an answer (None: its last call answered; a few milliseconds while
+    a call is in flight); past the store's bounded wait the store is not reachable.
     """
 
     store_reachable: bool
@@ -59,6 +70,8 @@ class Health:
     backoff_until: float | None
     stopped: bool
     clock_offset_s: float | None = None
+    pass_age_s: float | None = None
+    store_silent_s: float | None = None
 
     @property
     def ready(self) -> bool:
@@ -96,6 +109,48 @@ async def store_health(store: Probed) -> StoreHealth:
         except RelayError:
             return StoreHealth(reachable=False, schema_at_head=None, registered=registered)
     return StoreHealth(reachable=True, schema_at_head=at_head, registered=registered)
+
+
+class StoreProbe:
+    """`store_health`, waited for `PROBE_WITHIN_S` at most: one probe in flight at a time, its
+    outcome noted by the watch; past the bound, the last answer, reachable unless the store is
+    silent (`StoreWatch.silent`)."""
+
+    def __init__(self, store: Probed, watch: StoreWatch) -> None:
+        self._store = store
+        self._watch = watch
+        self._task: asyncio.Task[StoreHealth] | None = None
+        self._last = StoreHealth(reachable=True, schema_at_head=None, registered=False)
+
+    async def __call__(self) -> StoreHealth:
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._probe(), name="talaria-relay-health-probe")
+        done, _ = await asyncio.wait({self._task}, timeout=PROBE_WITHIN_S)
+        if done:
+            return self._task.result()
+        self._watch.check()
+        return replace(self._last, reachable=self._last.reachable and not self._watch.silent)
+
+    async def _probe(self) -> StoreHealth:
+        async def answered() -> StoreHealth:
+            found = await store_health(self._store)
+            if not found.reachable:
+                raise StoreUnavailableError("the store did not answer the health probe")
+            return found
+
+        try:
+            self._last = await self._watch.call(answered())
+        except StoreUnavailableError:
+            self._last = StoreHealth(reachable=False, schema_at_head=None, registered=False)
+        return self._last
+
+    async def close(self) -> None:
+        """Cancel a probe still waiting (the service stops)."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 def missing(target: StoreTarget) -> bool:

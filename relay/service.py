@@ -28,7 +28,7 @@ from relay.errors import (
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from relay.health import Health, store_health
+from relay.health import Health, StoreProbe
 from relay.host import Host
 from relay.logfields import fields, of_error
 from relay.operator.facts import Gatherer
@@ -40,6 +40,7 @@ from relay.publishing.leases import incarnation
 from relay.publishing.logs import Log, Reporter
 from relay.publishing.options import PublisherOptions
 from relay.publishing.publisher import RelayPublisher
+from relay.publishing.storewatch import STORE_WAIT_SHARE, StoreWatch
 from relay.store import DeletedScope, RelayConfig, RelayStore, checks
 from relay.store.records import OWNER_LIMIT
 from relay.unpairing import unpair
@@ -101,6 +102,12 @@ class RelayService:
         self.store_clock = StoreClock(
             clock, lease_s=self.publishing.lease_s, report=self._report, follow=store_time
         )
+        # A silent network is noticed within half a lease: every wait on the store's server is
+        # bounded to a share of it (`StoreWatch`), and `health()` answers within a second.
+        wait_s = STORE_WAIT_SHARE * self.publishing.lease_s
+        store.bound_waits(wait_s)
+        self.store_watch = StoreWatch(wait_s, self._report)
+        self._probe = StoreProbe(store, self.store_watch)
         self.presence = Presence(store, self.store_clock.time)
         self._publisher: RelayPublisher | None = None
         self._candidate: RelayPublisher | None = None
@@ -134,13 +141,18 @@ class RelayService:
         return await self._gatherer()
 
     async def health(self) -> Health:
-        """The store's answers (two cheap reads) and the publisher's loop; never calls the relay.
+        """The store's answers (two cheap reads, waited for `PROBE_WITHIN_S` at most: past it,
+        what the service knows) and the publisher's loop; never calls the relay. Answers within
+        a second whatever the network does.
 
         Never raises for a service not started yet: it is then not ready (`publishing` False).
         """
-        found = await store_health(self.store)
+        found = await self._probe()
         loop = self._publisher.health() if self._publisher is not None else None
         last = loop.last_success if loop else None
+        age = loop.pass_age_s if loop else None
+        # A pass that has run a lease is failing: its rows' trust window has shut.
+        hung = age is not None and age >= self.publishing.lease_s
         return Health(
             store_reachable=found.reachable,
             schema_at_head=found.schema_at_head,
@@ -148,11 +160,17 @@ class RelayService:
             publishing=loop is not None and not loop.stopped,
             last_success=last,
             last_success_age_s=None if last is None else max(self._clock() - last, 0.0),
-            consecutive_failures=loop.failures if loop else 0,
+            consecutive_failures=(loop.failures if loop else 0) + int(hung),
             backoff_until=loop.backoff_until if loop else None,
             stopped=loop.stopped if loop else False,
             clock_offset_s=self.store_clock.offset_s,
+            pass_age_s=None if age is None else round(age, 3),
+            store_silent_s=self._silent_s(),
         )
+
+    def _silent_s(self) -> float | None:
+        silent = self.store_watch.silent_s()
+        return None if silent is None else round(silent, 3)
 
     async def start(self) -> bool:
         """Resume from stored state; an invalid stored registration disables the publisher.
@@ -222,6 +240,7 @@ class RelayService:
                     f"[relay] could not hand this replica's rows over as it stopped: {error}",
                     of_error("retire_failed", error),
                 )
+        await self._probe.close()
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
@@ -400,6 +419,7 @@ class RelayService:
             clock=self._clock,
             log=self._log,
             store_clock=self.store_clock,
+            store_watch=self.store_watch,
             options=self.publishing,
         )
         await publisher.initialize()

@@ -24,7 +24,7 @@ TITLES = ["", 'q\'uote "double" back\\slash', "ünïcødé 😀 中文 \t\n", "%
 
 INSERT_RUN = POSTGRES.compile(
     insert(t.runs).values(
-        {c: bind(c) for c in t.runs.c if c.key not in ("sending_by", "sending_until")}
+        {c: bind(c) for c in t.runs.c if c.key not in ("sending_by", "sending_until", "taken_from")}
     )
 )
 INSERT_LEASE = POSTGRES.compile(insert(t.presence).values({c: bind(c) for c in t.presence.c}))
@@ -44,7 +44,8 @@ ALLOCATE = POSTGRES.compile(
 )
 READ_BACK = POSTGRES.compile(
     select(
-        *t.runs.c,
+        # The columns of 0005 on (a test runs these on a database at 0005).
+        *(c for c in t.runs.c if c.key != "taken_from"),
         t.presence.c.active,
         t.presence.c.seq,
         (t.runs.c.started_at > 0).label("positive"),

@@ -152,6 +152,14 @@ async def _logs(_: RelayService, __: dict[str, Any]) -> list[str]:
     return LINES
 
 
+async def _health(service: RelayService, _: dict[str, Any]) -> dict[str, Any]:
+    """`health()`, its fields (those this release has) and how long it took, in this process."""
+    began = time.monotonic()
+    found = await service.health()
+    fields = {name: getattr(found, name) for name in found.__dataclass_fields__}
+    return {**fields, "ready": found.ready, "latency_s": time.monotonic() - began}
+
+
 # Commands that only call the service.
 PLAIN: dict[str, Callable[[RelayService, dict[str, Any]], Awaitable[Any]]] = {
     "presence": lambda s, c: s.update_presence(c["body"], c.get("profile", "default")),
@@ -161,6 +169,7 @@ PLAIN: dict[str, Callable[[RelayService, dict[str, Any]], Awaitable[Any]]] = {
     "changed": _changed,
     "clock_offset": _clock_offset,
     "logs": _logs,
+    "health": _health,
 }
 
 

@@ -4,7 +4,9 @@ Written apart from `relay.store.rules.runs` (which the memory and JSON stores ru
 row holds its newest turn; a turn that ended stays ended; a live turn its owner stops listing
 ends `failed`, as does a live turn whose owner's lease ran out (taken over); a finished row is
 forgotten after the retention, but its turn is remembered a day, and no turn that is not newer
-than the newest one the store accepted is ever stored again.
+than the newest one the store accepted is ever stored again. Issue 33: a takeover's `failed` of a
+live turn is corrected once by the same turn from the very owner it was taken from, when that one
+says a different phase.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class RunModel:
             return kept is None or turn_of(run) > kept[0]
         if turn_of(run) != turn_of(row):
             return turn_of(run) > turn_of(row)
+        if row.terminal and row.taken_from == run.owner and row.phase != run.phase:
+            return True  # the truth from the replica the turn was taken from, back
         return not row.terminal
 
     def save(self, run: RunState, until: int) -> bool:
@@ -61,7 +65,11 @@ class RunModel:
             if row.owner == owner:
                 self.rows[sid] = replace(row, lease_until=max(row.lease_until, until))
             elif row.lease_until <= now:
-                ended = row if row.terminal else replace(row, phase="failed", updated_at=now)
+                ended = (
+                    row
+                    if row.terminal
+                    else replace(row, phase="failed", updated_at=now, taken_from=row.owner)
+                )
                 self.rows[sid] = replace(ended, owner=owner, lease_until=until)
         for sid, row in list(self.rows.items()):
             if row.terminal and row.updated_at < max(now - retention, 0):

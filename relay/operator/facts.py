@@ -213,7 +213,13 @@ def _loop_of(service: RelayService) -> dict[str, Any]:
     # This replica's wall clock minus the store's, as it is now (its fleet row has it as of its
     # last write); its passes from memory, with their backoffs to the millisecond.
     offset = service.store_clock.offset_s
-    clock = {"clock_offset_s": None if offset is None else round(offset, 3)}
+    silent = service.store_watch.silent_s()
+    clock = {
+        "clock_offset_s": None if offset is None else round(offset, 3),
+        # Whether its store has left it without an answer past the bounded wait (issue 33).
+        "store_silent": service.store_watch.silent,
+        "store_silent_s": None if silent is None else round(silent, 1),
+    }
     publisher = service.current()
     if publisher is None:
         return {"last_pass": None, "publishing": False, **clock}
@@ -239,6 +245,7 @@ def _loop_of(service: RelayService) -> dict[str, Any]:
         ],
         "backoff_failure": loop.last_failure,
         "backoff_status": loop.last_failure_status,
+        "pass_age_s": None if loop.pass_age_s is None else round(loop.pass_age_s, 1),
     }
 
 

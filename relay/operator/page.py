@@ -128,6 +128,12 @@ def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
                 f"{_relative(row['backoff_until'] - now_ms)}"
             )
     for row in replicas:
+        if row.get("store_silent"):
+            level = _worse(level, "warn")
+            reasons.append(
+                f"replica {row['owner']} has had no answer from its store for "
+                f"{row.get('store_silent_s')}s: check its network to the database"
+            )
         offset = row.get("clock_offset_s")
         if isinstance(offset, int | float) and abs(offset) > WARN_S:
             level = _worse(level, "warn")

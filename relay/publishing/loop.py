@@ -6,7 +6,11 @@ traceback. Both back off and try again; only a permanent HTTP answer stops the l
 
 A backoff holds (spec §1.5): after a failure the loop sleeps the whole delay and only then runs
 again. A change during the delay is coalesced into that next pass, never a reason to retry
-sooner, or a busy app would retry at its own event rate; only `stop()` ends a backoff early.
+sooner, or a busy app would retry at its own event rate; only `stop()` ends a backoff early,
+and, after a store that did not answer (`StoreUnavailableError`), the store's answer to a lease
+renewal tried every second at most: a replica back from a silent network publishes its rows'
+true state at once (issue 33), while a relay's failure, or a store that answers with a refusal
+(read-only), still waits the whole delay.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from relay import metrics, tracing
-from relay.errors import RelayError, RelayHttpError
+from relay.errors import RelayError, RelayHttpError, StoreUnavailableError
 from relay.logfields import fields, of_error
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S
 from relay.publishing.logs import Reporter, cause
@@ -31,6 +35,8 @@ Poll = Callable[[], Awaitable[float | None]]
 
 # No wait is longer: not the backoff, not what a relay's Retry-After asks for.
 MAX_DELAY_S = 300.0
+# How often a backoff after a silent store asks it again (a cheap lease renewal), at most.
+STORE_RETRY_S = 1.0
 # Passes remembered for the operator page's strip: an hour of a busy replica, a few KiB.
 RECENT_PASSES = 720
 
@@ -80,6 +86,8 @@ class LoopHealth:
     # When the last pass ended and how: `ok`, `backoff` (a failure to retry) or `stopped`.
     last_pass: float | None = None
     last_outcome: str | None = None
+    # How long the pass in progress has run, in seconds (None: no pass runs now).
+    pass_age_s: float | None = None
 
 
 def _for(error: BaseException) -> str:
@@ -110,6 +118,8 @@ class PassLoop:
         self._last_status: int | None = None
         self._last_pass: float | None = None
         self._last_outcome: str | None = None
+        # When the pass in progress began, on the monotonic clock.
+        self._pass_began: float | None = None
         self._backing_off = metrics.Gauge("backoff_active")
         self._report = report
         self._uniform = uniform
@@ -120,6 +130,8 @@ class PassLoop:
         self._finished = 0
         self._progress = asyncio.Condition()
         self._failures = 0
+        # The last pass failed on a store that did not answer: its backoff ends when it does.
+        self._store_down = False
         self._dirty = False
         self.stopped = False
         self._wake = asyncio.Event()
@@ -145,6 +157,7 @@ class PassLoop:
             self._last_status,
             self._last_pass,
             self._last_outcome,
+            None if self._pass_began is None else time.monotonic() - self._pass_began,
         )
 
     def start(self) -> None:
@@ -188,12 +201,14 @@ class PassLoop:
         async with self._passing:
             self._begun += 1
             start = time.perf_counter()
+            self._pass_began = time.monotonic()
             delay = None
             try:
                 with tracing.pass_span():
                     delay = await self._attempt()
                 return delay
             finally:
+                self._pass_began = None
                 outcome = "ok" if delay is None and not self.stopped else "failed"
                 until = None if delay is None else self._backoff_until
                 self._recent.append(PassRecord(self._clock(), outcome, until))
@@ -239,6 +254,7 @@ class PassLoop:
 
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
         self._failures += 1
+        self._store_down = isinstance(error, StoreUnavailableError)
         delay = retry_delay(self._failures, error, self._uniform)
         self._backoff_until = self._clock() + delay
         self._last_failure = type(error).__name__
@@ -306,6 +322,20 @@ class PassLoop:
             delay = await self.run_once()
             if delay is not None:
                 # Not `_sleep`: a change must not cut the delay short. `stop()` cancels this.
-                await asyncio.sleep(delay)
+                waiting = self._until_store_answers if self._store_down else asyncio.sleep
+                await waiting(delay)
                 if not self.stopped:
                     self._dirty = True
+
+    async def _until_store_answers(self, delay: float) -> None:
+        """A backoff after the store did not answer: it ends early once the store answers the
+        lease renewal again (tried every `poll_s`, a second at most), so a replica back from a
+        silent network publishes its rows' true state at once, not a doubled delay later."""
+        clock = asyncio.get_running_loop().time
+        ends = clock() + delay
+        while self._poll is not None and not self.stopped and clock() < ends:
+            await asyncio.sleep(min(self._poll_s, STORE_RETRY_S, ends - clock()))
+            with contextlib.suppress(Exception):  # still silent (or failing): wait on
+                await self._poll()
+                return
+        await asyncio.sleep(max(ends - clock(), 0.0))

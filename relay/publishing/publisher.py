@@ -54,6 +54,7 @@ from relay.publishing.options import PublisherOptions
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
 from relay.publishing.states import Terminal
+from relay.publishing.storewatch import STORE_WAIT_SHARE, StoreWatch
 from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import (
     Backlogs,
@@ -120,10 +121,11 @@ class RelayPublisher:
         log: Log | None = None,
         options: PublisherOptions | None = None,
         store_clock: StoreClock | None = None,
+        store_watch: StoreWatch | None = None,
     ) -> None:
         """`clock` is this process's wall clock; `store_clock` the time base shared with the
-        other replicas (a service's publishers share one; by default one of its own on `clock`);
-        `options` its lease, heartbeat and pacing (`PublisherOptions`)."""
+        other replicas and `store_watch` the store's answers (a service's publishers share both;
+        by default their own); `options` its lease, heartbeat and pacing (`PublisherOptions`)."""
         options = options or PublisherOptions()
         lease_s = options.lease_s
         self.config = config
@@ -149,7 +151,8 @@ class RelayPublisher:
         # The owner names this replica's claims and runs: shared by a service's publishers, so a
         # swap keeps them.
         self._leases = Leases(owner, math.ceil(lease_s * 1000), self._time.time, self._time.ticks)
-        self._runs = HostedRuns(store, host, self._leases, self._swallowed, self._time.time)
+        watch = self._watch = store_watch or StoreWatch(STORE_WAIT_SHARE * lease_s, self._report)
+        self._runs = HostedRuns(store, host, self._leases, self._swallowed, self._time.time, watch)
         self._loop = PassLoop(
             self._pass,
             report=self._report,
@@ -281,12 +284,10 @@ class RelayPublisher:
 
     async def _read_view(self, following: bool = True) -> PassView:
         """The pass's view; after adopting another replica's registration, that one's."""
-        grants = self.config.profiles
+        grants, owner, sent = self.config.profiles, self._leases.owner, self._time.ticks()
         scopes = [grant.profile_id for grant in grants.values()]
-        sent = self._time.ticks()
-        view = await self._store.pass_view(
-            self._leases.owner, list(grants), scopes, self._leases.now_ms()
-        )
+        reading = self._store.pass_view(owner, list(grants), scopes, self._leases.now_ms())
+        view = await self._watch.call(reading)
         self._time.read(sent, self._time.ticks(), view.store_ms)
         if following and view.generation not in (None, self.config.generation):
             return await self._read_view(False) if await self._follow_registration() else view

@@ -20,6 +20,7 @@ from relay.publishing import states
 from relay.publishing.leases import Leases
 from relay.publishing.logs import Swallowed
 from relay.publishing.states import Terminal
+from relay.publishing.storewatch import StoreWatch
 from relay.store import RunState
 from relay.store.contract import LeaseWatch, Passes, RunStates
 from relay.store.fleet import FleetMember
@@ -43,8 +44,10 @@ class HostedRuns:
         leases: Leases,
         swallowed: Swallowed,
         clock: Callable[[], float],
+        watch: StoreWatch,
     ) -> None:
         self._store = store
+        self._watch = watch
         self._host = host
         self._leases = leases
         self._swallowed = swallowed
@@ -95,13 +98,15 @@ class HostedRuns:
         while True:
             now_ms = self._leases.now_ms()
             self._asked = self._leases.asking()
-            written = await self._store.pass_write(
-                owner,
-                hosted,
-                now_ms,
-                lease_ms=self._leases.lease_ms,
-                retention_ms=TERMINAL_RETENTION_S * 1000,
-                member=self.fleet_row(now_ms),
+            written = await self._watch.call(
+                self._store.pass_write(
+                    owner,
+                    hosted,
+                    now_ms,
+                    lease_ms=self._leases.lease_ms,
+                    retention_ms=TERMINAL_RETENTION_S * 1000,
+                    member=self.fleet_row(now_ms),
+                )
             )
             if clock() >= give_up or not any(r.sent_elsewhere(owner, now_ms) for r in written.runs):
                 return written
@@ -115,12 +120,14 @@ class HostedRuns:
     async def release(self) -> None:
         # Unreleased, the rows wait for their lease instead: slower for another replica, no loss.
         with contextlib.suppress(RelayError):
-            await self._store.release_runs(self._leases.owner)
+            await self._watch.call(self._store.release_runs(self._leases.owner))
 
     async def keep_alive(self) -> float | None:
         """Renew this replica's runs; seconds until another replica's lease ends, if one does."""
         now_ms = self._leases.now_ms()
-        ends = await self._store.keep_alive(self._leases.owner, now_ms, self._leases.lease_ms)
+        ends = await self._watch.call(
+            self._store.keep_alive(self._leases.owner, now_ms, self._leases.lease_ms)
+        )
         # A millisecond past the end: the pass then finds the lease ended, not about to end.
         return None if ends is None else (max(ends - now_ms, 0) + 1) / 1000
 

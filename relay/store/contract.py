@@ -47,6 +47,12 @@ class Handle(Protocol):
         """Why the store's server takes no writes now (read-only, a standby), else None."""
         ...
 
+    def bound_waits(self, seconds: float) -> None:
+        """Wait `seconds` at most for the store's server (to connect, for a statement, a lock,
+        a silent connection), never longer than its URL says; a store without a server has
+        nothing to bound. A service bounds its store's waits to a share of its lease."""
+        ...
+
     async def close(self) -> None:
         """Release connections and file handles."""
         ...

@@ -178,6 +178,9 @@ class RunState:
     lease_until: int = 0
     sending_by: str | None = None
     sending_until: int = 0
+    # The replica this row was taken over from when the takeover ended its live turn as
+    # `failed`: that replica's true phase of the same turn may correct it once (`taken_back`).
+    taken_from: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -193,6 +196,7 @@ class RunState:
             checks.time_ms("lease_until", self.lease_until)
             checks.optional_text("sending_by", self.sending_by, OWNER_LIMIT)
             checks.time_ms("sending_until", self.sending_until)
+            checks.optional_text("taken_from", self.taken_from, OWNER_LIMIT)
         except InvalidInputError as error:
             raise _fields(f"RunState({self.session_id!r})", error) from None
 
@@ -203,6 +207,17 @@ class RunState:
     def sent_elsewhere(self, owner: str, now_ms: int) -> bool:
         """Whether another replica may still be sending a snapshot that holds this row."""
         return self.sending_by not in (None, owner) and self.sending_until > now_ms
+
+    def taken_back(self, offered: RunState) -> bool:
+        """Whether `offered`, the same turn as this row, corrects it: this row is the `failed` a
+        takeover gave the turn, and `offered` is the true phase from the replica it was taken
+        from (the same incarnation, back after a silent network: a restart is a new owner, so a
+        turn that died with its replica stays failed)."""
+        return (
+            self.taken_from is not None
+            and self.taken_from == offered.owner
+            and self.phase != offered.phase
+        )
 
 
 @dataclass(frozen=True, slots=True)

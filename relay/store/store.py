@@ -95,6 +95,11 @@ class Store:
     async def unwritable(self) -> str | None:
         return await self._backend.unwritable()
 
+    def bound_waits(self, seconds: float) -> None:
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
+            raise InvalidInputError("seconds must be a positive number: bound_waits(6.0)")
+        self._backend.bound_waits(float(seconds))
+
     async def close(self) -> None:
         await self._backend.close()
 

@@ -237,3 +237,43 @@ async def test_a_read_only_store_sees_one_attempt_per_delay_under_changes(
         assert recovery - failed[-1][0] >= failed[-1][1] - SLACK_S
         rows = env.relay.rows(PUBLISHER_ID, await env.profile_id())
         assert newest in {row.session_id for row in rows}
+
+
+async def test_a_backoff_after_a_silent_store_ends_when_the_store_answers() -> None:
+    """A pass failed on a store that did not answer: the loop asks the store (its lease renewal)
+    every `poll_s` during the backoff, and the first answer ends the backoff, not its delay; while
+    the store stays silent no pass is tried."""
+    starts: list[float] = []
+    answering = asyncio.Event()
+    done = asyncio.Event()
+
+    async def one_pass() -> None:
+        starts.append(time.monotonic())
+        if len(starts) == 1:
+            raise StoreUnavailableError("relay store x is unavailable: no answer within 4s")
+        done.set()
+
+    async def renew() -> float | None:
+        if not answering.is_set():
+            raise StoreUnavailableError("relay store x is unavailable: no answer within 4s")
+        return None
+
+    loop = PassLoop(
+        one_pass,
+        report=Reporter(None, logging.getLogger("test")),
+        uniform=lambda _low, _high: 1.0,  # a 5 s backoff
+        poll=renew,
+        poll_s=0.05,
+    )
+    loop.start()
+    try:
+        loop.changed()
+        await asyncio.sleep(0.5)
+        assert len(starts) == 1, "no pass while the store is silent"
+        answering.set()
+        answered = time.monotonic()
+        await asyncio.wait_for(done.wait(), 2)
+    finally:
+        await loop.stop()
+    assert starts[1] - answered <= 0.5
+    assert starts[1] - starts[0] < 5.0

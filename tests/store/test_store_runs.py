@@ -12,7 +12,9 @@ from key_support import ed25519_pem
 from store_support import LEASE, NOW, RETENTION, SECOND, A, B, C, make_config, run, shown, sync
 
 from relay.errors import InvalidInputError
-from relay.store import RelayStore, RunState
+from relay.store import RelayStore, RunState, open_store
+from relay.store.sql import migrate
+from relay.store.url import resolve
 
 
 async def save(store: RelayStore, turn: RunState, now: int) -> bool:
@@ -107,9 +109,74 @@ async def test_a_dead_owners_live_turn_is_taken_over_and_ends_failed(store: Rela
     owned = await sync(store, B, now=at)
     assert shown(owned) == [("s1", "t1", "failed", B), ("s2", "t1", "completed", B)]
     assert [r.updated_at for r in owned] == [at, NOW + 3]
-    # Taken once: a third replica finds nothing to take, and the old owner gets nothing back.
+    # Taken once: a third replica finds nothing to take, and a restarted old owner (a new
+    # incarnation: the turn died with the old one) gets nothing back.
     assert await sync(store, C, now=at + 1) == []
-    assert await sync(store, A, run("s1"), now=at + 2) == []
+    assert await sync(store, A + "-again", run("s1", owner=A + "-again"), now=at + 2) == []
+    assert shown(await store.run_states())[0] == ("s1", "t1", "failed", B)
+
+
+# ── the truth wins once the cut replica is back (issue 33) ────────────────────
+
+
+async def taken_over(store: RelayStore) -> int:
+    """A's live turn of s1, taken over by B at its lease's end (A silent, not dead): when."""
+    await sync(store, A, run("s1"))
+    at = NOW + LEASE + 1
+    assert shown(await sync(store, B, now=at)) == [("s1", "t1", "failed", B)]
+    return at
+
+
+async def test_the_replica_a_turn_was_taken_from_corrects_it_once(store: RelayStore) -> None:
+    """Back from a silent network, still running the taken turn, A's true phase replaces the
+    takeover's `failed` once, with a new revision; B no longer publishes it; the turn then ends
+    as A says."""
+    at = await taken_over(store)
+    failed = await store.pass_write(B, [], at + 1, lease_ms=LEASE, retention_ms=RETENTION)
+    back = await store.pass_write(A, [run("s1")], at + 2, lease_ms=LEASE, retention_ms=RETENTION)
+    assert shown(list(back.runs)) == [("s1", "t1", "running", A)]
+    assert back.runs[0].taken_from is None
+    assert back.revisions[0] > failed.revisions[0]
+    assert await sync(store, B, now=at + 3) == []
+    done = run("s1", phase="completed", updated=at + 4)
+    assert shown(await sync(store, A, done, now=at + 4)) == [("s1", "t1", "completed", A)]
+
+
+async def test_a_turn_that_ended_during_the_cut_ends_as_it_truly_did(store: RelayStore) -> None:
+    """A turn that completed on A while A was cut off replaces the takeover's `failed`, once:
+    a later different outcome of the same turn is refused."""
+    at = await taken_over(store)
+    done = run("s1", phase="completed", updated=at - 5)
+    assert await save(store, done, at + 1)
+    assert not await save(store, run("s1", phase="cancelled", updated=at + 2), at + 2)
+
+
+async def test_a_correction_never_overwrites_a_newer_turn(store: RelayStore) -> None:
+    """Once the session has a newer turn, the cut replica's true phase of the old one is refused."""
+    at = await taken_over(store)
+    newer = run("s1", stream="t2", started=NOW + 5, owner=C)
+    assert shown(await sync(store, C, newer, now=at + 1)) == [("s1", "t2", "running", C)]
+    assert await sync(store, A, run("s1", phase="completed", updated=at), now=at + 2) == []
+    assert shown(await store.run_states()) == [("s1", "t2", "running", C)]
+
+
+async def test_only_the_replica_it_was_taken_from_corrects_it(store: RelayStore) -> None:
+    """Another replica offering the same turn leaves the `failed`; a second takeover (B's own
+    lease ended) keeps whom the turn was first taken from, and A still corrects it."""
+    at = await taken_over(store)
+    assert await sync(store, C, run("s1", owner=C), now=at + 1) == []
+    assert shown(await sync(store, C, now=at + LEASE + 1)) == [("s1", "t1", "failed", C)]
+    (row,) = await store.run_states()
+    assert row.taken_from == A
+    back = await sync(store, A, run("s1"), now=at + LEASE + 2)
+    assert shown(back) == [("s1", "t1", "running", A)]
+
+
+async def test_the_same_failed_phase_corrects_nothing(store: RelayStore) -> None:
+    """A replica that says its taken turn failed too changes nothing: no row comes back to it."""
+    at = await taken_over(store)
+    assert await sync(store, A, run("s1", phase="failed", updated=at - 1), now=at + 1) == []
+    assert shown(await store.run_states()) == [("s1", "t1", "failed", B)]
 
 
 async def test_finished_turns_are_forgotten_after_the_retention(store: RelayStore) -> None:
@@ -316,3 +383,27 @@ async def test_a_row_taken_while_its_old_owner_sends_it_waits_for_that_send(
     owned = await sync(store, A, run("s9", stream="t9", started=NOW + 9), now=at)
     (late,) = [r for r in owned if r.session_id == "s9"]
     assert not late.sent_elsewhere(A, at)
+
+
+@pytest.mark.postgres
+async def test_a_database_at_0009_keeps_a_takeovers_failed(pg_database: str) -> None:
+    """During a rollout this code runs on 0009 (no `taken_from`): takeovers work as before, and
+    the failed stays; after `migrate` the same store code corrects the next one."""
+    await migrate.upgrade(resolve(pg_database), "0009")
+    store = await open_store(pg_database)
+    try:
+        at = await taken_over(store)
+        assert await sync(store, A, run("s1"), now=at + 1) == []
+        assert shown(await store.run_states()) == [("s1", "t1", "failed", B)]
+    finally:
+        await store.close()
+    await migrate.upgrade(resolve(pg_database))
+    store = await open_store(pg_database)
+    try:
+        later = run("s2", started=NOW + 1)
+        await sync(store, A, later, now=NOW + 2 * LEASE)
+        assert shown(await sync(store, B, now=NOW + 3 * LEASE + 1))[-1][2] == "failed"
+        back = await sync(store, A, later, now=NOW + 3 * LEASE + 2)
+        assert shown(back) == [("s2", "t1", "running", A)]
+    finally:
+        await store.close()

@@ -308,6 +308,7 @@ _RUN: dict[str, Check] = {
     "leaseUntil": _count,
     "sendingBy": _is(str | None),
     "sendingUntil": _count,
+    "takenFrom": _is(str | None),  # absent from files of earlier releases: None
 }
 
 

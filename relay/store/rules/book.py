@@ -65,6 +65,9 @@ class RulebookBackend:
     async def unwritable(self) -> str | None:
         return None  # no server to ask
 
+    def bound_waits(self, seconds: float) -> None:
+        """Nothing to bound: no server to wait for (a JSON lock's wait is its own)."""
+
     async def close(self) -> None:
         await self.documents.close()
 

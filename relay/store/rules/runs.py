@@ -23,7 +23,9 @@ def turn(run: RunState) -> Turn:
 
 
 def save(runs: Runs, forgotten: Forgotten, run: RunState, until: int) -> bool:
-    """Store `run` unless its session has a newer turn, or this turn has ended already.
+    """Store `run` unless its session has a newer turn, or this turn has ended already (but for
+    the true phase of a turn a takeover ended as failed, from the replica it was taken from:
+    `RunState.taken_back`).
 
     A session whose row was pruned takes only a turn newer than the one pruned.
     """
@@ -32,7 +34,9 @@ def save(runs: Runs, forgotten: Forgotten, run: RunState, until: int) -> bool:
         gone = forgotten.get(run.session_id)
         if gone is not None and gone[0] >= turn(run):
             return False
-    elif turn(stored) > turn(run) or (turn(stored) == turn(run) and stored.terminal):
+    elif turn(stored) > turn(run) or (
+        turn(stored) == turn(run) and stored.terminal and not stored.taken_back(run)
+    ):
         return False
     # Whoever is sending the row goes on sending it: that is not part of the turn.
     sending = (stored.sending_by, stored.sending_until) if stored else (None, 0)
@@ -64,7 +68,12 @@ def sync(runs: Runs, forgotten: Forgotten, request: RunSync) -> list[RunState]:
     renew(runs, owner, until)
     for sid, run in runs.items():
         if run.owner != owner and run.lease_until <= now_ms:
-            ended = run if run.terminal else replace(run, phase="failed", updated_at=now_ms)
+            # A live turn ends as failed, remembering whose it was (`RunState.taken_back`).
+            ended = (
+                run
+                if run.terminal
+                else replace(run, phase="failed", updated_at=now_ms, taken_from=run.owner)
+            )
             runs[sid] = replace(ended, owner=owner, lease_until=until)
     prune(runs, forgotten, now_ms, request.cutoff, request.forget_before)
     for sid, run in runs.items():

@@ -61,7 +61,13 @@ class SqlBackend:
     A `Backend` structurally (checked below), as `Store` is a `RelayStore`."""
 
     def __init__(
-        self, runner: Runner, display_url: str, *, has_fleet: bool = True, has_ring: bool = True
+        self,
+        runner: Runner,
+        display_url: str,
+        *,
+        has_fleet: bool = True,
+        has_ring: bool = True,
+        has_taken_from: bool = True,
     ) -> None:
         self._db = runner
         self._display_url = display_url
@@ -69,6 +75,8 @@ class SqlBackend:
         self._fleet = has_fleet
         # Below 0009 the fleet's rows have no clock offset and passes: write and read them without.
         self._ring = has_fleet and has_ring
+        # Below 0011 run rows have no `taken_from`: a takeover's failed then stays.
+        self._taken = has_taken_from
 
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlBackend:
@@ -109,6 +117,7 @@ class SqlBackend:
             target.display,
             has_fleet=fleet.has_fleet(current),
             has_ring=fleet.has_ring(current),
+            has_taken_from=runs.has_taken_from(current),
         )
 
     @property
@@ -134,6 +143,9 @@ class SqlBackend:
 
     async def unwritable(self) -> str | None:
         return await unwritable(self._db)
+
+    def bound_waits(self, seconds: float) -> None:
+        self._db.bound_waits(seconds)
 
     async def close(self) -> None:
         await self._db.close()
@@ -173,12 +185,11 @@ class SqlBackend:
 
     release_runs = hook(runs.release_runs)
     retire_runs = hook(runs.retire_runs)
-    run_states = hook(runs.run_states)
     pass_view = hook(passes.pass_view)
 
     merge_state = hook(transfer.merge_state)
 
-    # ── the hooks that also carry this replica's fleet row (none below 0007) ─────────────────
+    # ── the hooks that also carry this replica's fleet row (none below 0007) or taken_from ───
 
     async def keep_alive(self, claim: Claim) -> int | None:
         return await runs.keep_alive(self._db, claim, fleet=self._fleet)
@@ -186,7 +197,10 @@ class SqlBackend:
     async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
         if not self._fleet:
             sync = replace(sync, member=None)
-        return await passes.pass_write(self._db, sync, ring=self._ring)
+        return await passes.pass_write(self._db, sync, ring=self._ring, taken=self._taken)
+
+    async def run_states(self) -> list[RunState]:
+        return await runs.run_states(self._db, taken=self._taken)
 
     async def record_member(self, member: FleetMember) -> None:
         if self._fleet:

@@ -76,7 +76,8 @@ def _clock(d: Dialect) -> list[Any]:
 
 
 @functools.cache
-def statements(d: Dialect) -> Statements:
+def statements(d: Dialect, taken: bool = True) -> Statements:
+    """The statements, compiled once for `d`; with `taken`, the owned rows with `taken_from`."""
     c, i, p = t.config.c, t.identities.c, t.presence.c
     scopes, s, r = t.started_scopes.c, t.started.c, t.runs.c
     owner, now = bind(r.owner), bind(r.lease_until, "now")
@@ -126,7 +127,10 @@ def statements(d: Dialect) -> Statements:
         view=d.compile(view),
         allocate=d.compile(allocate),
         owned=d.compile(
-            select(t.runs, select(floor).scalar_subquery())
+            select(
+                *(column for column in t.runs.c if taken or column.key != "taken_from"),
+                select(floor).scalar_subquery(),
+            )
             .where(r.owner == owner)
             .order_by(r.started_at, r.session_id)
         ),
@@ -169,16 +173,17 @@ async def pass_view(db: Runner, query: ViewQuery) -> ViewReading:
     return reading
 
 
-def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True) -> list[Step]:
+def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True, taken: bool = True) -> list[Step]:
     """A pass's write as straight-line statements: the run sync, the allocation, the rows (the
-    fleet row without the columns 0009 added unless `ring`)."""
-    q, p = run_sql.statements(d), statements(d)
+    fleet row without the columns 0009 added unless `ring`, the runs without the column 0011
+    added unless `taken`)."""
+    q, p = run_sql.statements(d, taken), statements(d, taken)
     owner, now_ms, until = sync.owner, sync.now_ms, sync.until
     mine = {"owner": owner, "now": now_ms, "until": until}
     steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
     steps.append((q.unconfirm, {"owner": owner}))
     if sync.live:
-        steps.append((q.save, [run_sql.columns(run, owner, until) for run in sync.live]))
+        steps.append((q.save, [run_sql.columns(run, owner, until, taken) for run in sync.live]))
     steps += [
         (q.end_unconfirmed, mine),
         (q.renew, mine),
@@ -199,9 +204,9 @@ def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True) -> list[Step]:
 
 
 async def pass_write(
-    db: Runner, sync: RunSync, *, ring: bool = True
+    db: Runner, sync: RunSync, *, ring: bool = True, taken: bool = True
 ) -> tuple[list[RunState], int] | None:
-    steps = write_steps(db.dialect, sync, ring=ring)
+    steps = write_steps(db.dialect, sync, ring=ring, taken=taken)
     try:
         rows = await db.batch(steps)
     except StoreError as error:

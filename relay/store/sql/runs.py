@@ -1,7 +1,9 @@
 """Run state on SQL: one row per session, its newest turn, owned by the replica hosting it.
 
 `relay_turns` remembers the newest turn of each session whose row was pruned, so that no older
-turn a replica still offers becomes the session's row again.
+turn a replica still offers becomes the session's row again. `taken_from` (0011 on) records whom
+a takeover ended a live turn for, so that replica's true phase corrects it once
+(`RunState.taken_back`); below 0011 the statements leave the column out (`has_taken_from`).
 
 On Postgres every write of this aggregate takes one transaction-scoped advisory lock first: a
 pass's sync locks many rows in an order no index gives, and two replicas taking over each
@@ -34,11 +36,19 @@ from relay.store.backend import Claim
 from relay.store.records import RunState
 from relay.store.sql import fleet as fleet_sql
 from relay.store.sql import schema as t
+from relay.store.sql.compat import later
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind, closed_below
 from relay.store.sql.drivers.runner import Runner, Step, Tx
 
 # Any constant will do: it names this aggregate's lock among the database's advisory locks.
 _RUNS_LOCK = 0x7A1A_2D0C
+# The first revision whose `relay_runs` has `taken_from`.
+TAKEN_FROM_SINCE = "0011"
+
+
+def has_taken_from(revision: str | None) -> bool:
+    """Whether a database at `revision` records whom a run row was taken from (0011 on)."""
+    return revision is not None and not later(TAKEN_FROM_SINCE, revision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +70,14 @@ class Statements:
 
 
 @functools.cache
-def statements(d: Dialect) -> Statements:
+def statements(d: Dialect, taken: bool = True) -> Statements:
+    """The statements, compiled once for `d`; with `taken`, on the column 0011 added too."""
     r = t.runs.c
     # Spelled out: a compiled-once statement cannot expand an IN list per call.
     terminal = or_(*(r.phase == phase for phase in sorted(TERMINAL_PHASES)))
     owner, now, until = bind(r.owner), bind(r.lease_until, "now"), bind(r.lease_until, "until")
-    turn_columns = [c for c in t.runs.c if c.key not in ("sending_by", "sending_until")]
+    table_columns = [c for c in t.runs.c if taken or c.key != "taken_from"]
+    turn_columns = [c for c in table_columns if c.key not in ("sending_by", "sending_until")]
     f = t.turns.c
     offered = {column.key: bind(column) for column in turn_columns}
     offered_stream = func.coalesce(offered["stream_id"], "")
@@ -91,12 +103,15 @@ def statements(d: Dialect) -> Statements:
         and_(new.started_at == r.started_at, new_stream > stream),
     )
     same_turn = and_(new.started_at == r.started_at, new_stream == stream)
+    # The true phase from the replica a takeover ended the live turn for (`RunState.taken_back`);
+    # the save clears `taken_from`, so it corrects the row once.
+    taken_back = [and_(same_turn, r.taken_from == new.owner, r.phase != new.phase)] if taken else []
     # A newer turn replaces the row wherever it runs; a turn that ended stays ended. Whoever is
     # sending the row goes on sending it: that is not part of the turn.
     save = insert.on_conflict_do_update(
         index_elements=[r.session_id],
         set_={c.key: new[c.key] for c in turn_columns if c.key != "session_id"},
-        where=or_(newer_turn, and_(same_turn, not_(terminal))),
+        where=or_(newer_turn, and_(same_turn, not_(terminal)), *taken_back),
     )
     cutoff = bind(r.updated_at, "cutoff")
     # Closed below, so the planner reads an index range, not a third of the rows (`closed_below`).
@@ -154,9 +169,11 @@ def statements(d: Dialect) -> Statements:
             .values(
                 owner=owner,
                 lease_until=until,
-                # A turn its replica never finished ends as failed, at the moment it is found.
+                # A turn its replica never finished ends as failed, at the moment it is found,
+                # remembering whose it was.
                 phase=case((terminal, r.phase), else_=literal("failed")),
                 updated_at=case((terminal, r.updated_at), else_=now),
+                **({"taken_from": case((terminal, r.taken_from), else_=r.owner)} if taken else {}),
             )
         ),
         remember=d.compile(remember),
@@ -186,7 +203,7 @@ def statements(d: Dialect) -> Statements:
             .values(lease_until=now)
         ),
         next_expiry=d.compile(select(func.min(expiries.c[0]))),
-        all=d.compile(select(t.runs).order_by(r.session_id)),
+        all=d.compile(select(*table_columns).order_by(r.session_id)),
     )
 
 
@@ -195,9 +212,10 @@ def run_state(row: Row) -> RunState:
     return RunState(*row)
 
 
-def columns(run: RunState, owner: str, until: int) -> dict[str, Any]:
-    """The turn's columns of `run`, held by `owner` until `until`."""
-    return {
+def columns(run: RunState, owner: str, until: int, taken: bool = True) -> dict[str, Any]:
+    """The turn's columns of `run`, held by `owner` until `until` (with `taken`, `taken_from`
+    too: a saved turn was taken from no one)."""
+    return ({"taken_from": None} if taken else {}) | {
         "session_id": run.session_id,
         "stream_id": run.stream_id,
         "profile": run.profile,
@@ -247,7 +265,7 @@ async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
     await db.write(body)
 
 
-async def run_states(db: Runner) -> list[RunState]:
-    q = statements(db.dialect).all
+async def run_states(db: Runner, *, taken: bool = True) -> list[RunState]:
+    q = statements(db.dialect, taken).all
 
     return [run_state(row) for row in await db.read(lambda tx: tx.rows(q))]

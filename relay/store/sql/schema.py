@@ -23,14 +23,16 @@ from sqlalchemy import (
 # Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.
 # The migration these tables are the result of; `alembic` reads the same from the scripts, and
 # tests/test_migrations.py holds the two equal, so reading a revision needs no Alembic.
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0011"
 # The revisions below head a store of this code opens (its replicas run while a deploy has yet
 # to migrate): 0006 added only Postgres' `relay_batch` function, which a store does without (its
 # write batches then run as transactions of their statements); 0007 the fleet and compatibility
 # tables, which it does without too (its replica records itself nowhere); 0008 only indexes;
 # 0009 the fleet's clock offset and passes, which it writes and reads only from 0009 on; 0010
-# moved only the revision to `relay_alembic_version` (read from either: `version_table`).
-SAME_TABLES = ("0005", "0006", "0007", "0008", "0009")
+# moved only the revision to `relay_alembic_version` (read from either: `version_table`); 0011
+# `relay_runs.taken_from`, which it writes and reads only from 0011 on (a turn taken over below
+# it stays failed, as before).
+SAME_TABLES = ("0005", "0006", "0007", "0008", "0009", "0010")
 
 metadata = MetaData(
     naming_convention={
@@ -177,6 +179,9 @@ runs = Table(
     # the row over publishes it only after that send, so the relay never sees it go back.
     Column("sending_by", String(64)),
     Column("sending_until", BigInteger, nullable=False, server_default="0"),
+    # From 0011: whom a takeover took the row from when it ended its live turn as failed; that
+    # replica, back, corrects it once with its true phase (`RunState.taken_back`).
+    Column("taken_from", String(64)),
     # A pass reads the rows its replica owns; a takeover looks for leases that ended.
     Index("ix_relay_runs_owner", "owner"),
     Index("ix_relay_runs_lease_until", "lease_until"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from relay.errors import InvalidInputError
 
@@ -44,6 +44,15 @@ class Budget:
         return (
             f"BEGIN; SET LOCAL statement_timeout = {_ms(self.statement_timeout)}; "
             f"SET LOCAL lock_timeout = {_ms(self.lock_timeout)}"
+        )
+
+    def bounded(self, wait_s: float) -> Budget:
+        """This budget with its statement and lock waits `wait_s` at most (a service bounds them
+        to a share of its lease: `RelayService`); never longer than the URL set them."""
+        return replace(
+            self,
+            statement_timeout=min(self.statement_timeout, wait_s),
+            lock_timeout=min(self.lock_timeout, wait_s),
         )
 
     def batch_settings(self) -> dict[str, str]:

@@ -26,7 +26,7 @@ from sqlalchemy import URL
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.refused import nothing_listening
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
-from relay.store.sql.drivers import pgbatch, sqlstate
+from relay.store.sql.drivers import keepalive, pgbatch, sqlstate
 from relay.store.sql.drivers.budget import PARAMETERS as BUDGET_PARAMETERS
 from relay.store.sql.drivers.budget import Budget, budget
 from relay.store.sql.drivers.deadlines import Deadlines
@@ -124,6 +124,10 @@ class PostgresRunner:
         # Until a call says the function is missing or not ours to run: then, for this
         # runner's life, batches are transactions of their statements.
         self._batch_calls = True
+        # The longest wait for the server (`bound_waits`): to connect, and how soon keepalive
+        # and TCP_USER_TIMEOUT find a silent connection dead (`keepalive`).
+        self._wait_s = min(CONNECT_TIMEOUT_S, limits.statement_timeout)
+        self._margin_s = _CLIENT_MARGIN_S
 
     @classmethod
     async def open(cls, url: URL, display: str) -> PostgresRunner:
@@ -134,7 +138,7 @@ class PostgresRunner:
             # No floor of idle connections to restore: passes connect on demand, so a database
             # outage costs a failed call, not a task logging tracebacks every few seconds.
             runner._pool = await Pool.open(
-                lambda: asyncpg.connect(**options),
+                lambda: runner._connect(options),
                 limits.pool_size,
                 max_idle_s=limits.pool_max_idle,
                 max_lifetime_s=limits.pool_max_lifetime,
@@ -142,6 +146,24 @@ class PostgresRunner:
         except Exception as error:
             raise runner.translated(error) from error
         return runner
+
+    async def _connect(self, options: dict[str, Any]) -> Any:
+        """A new connection, within the bounded wait, with keepalive on its socket."""
+        conn = await asyncpg.connect(**options | {"timeout": min(options["timeout"], self._wait_s)})
+        keepalive.apply(conn, self._wait_s)
+        return conn
+
+    def bound_waits(self, seconds: float) -> None:
+        """Wait `seconds` at most for the server (to connect, for a statement, a lock, a silent
+        connection), never longer than the URL says: a silent network fails a call within it."""
+        self.budget = self.budget.bounded(seconds)
+        self._begin = self.budget.set_local()
+        self._batch_settings = self.budget.batch_settings()
+        self._deadlines = Deadlines(self.budget.statement_timeout)
+        self._wait_s = min(self._wait_s, seconds)
+        self._margin_s = min(self._margin_s, seconds / 4)
+        if self._pool is not None:
+            self._pool.discard_all()  # those made before: their keepalive was the URL's
 
     @property
     def pool(self) -> Pool | None:
@@ -207,7 +229,7 @@ class PostgresRunner:
             if transaction:
                 # BEGIN and the SET LOCALs in one round trip (a simple query of three).
                 await conn.execute(self._begin, timeout=timeout)
-                tx = PostgresTx(conn, self.stats, timeout + _CLIENT_MARGIN_S)
+                tx = PostgresTx(conn, self.stats, timeout + self._margin_s)
                 try:
                     result = await body(tx)
                 except Exception:

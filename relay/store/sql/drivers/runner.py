@@ -72,6 +72,10 @@ class Runner(Protocol):
         transaction; the rows of the last step."""
         ...
 
+    def bound_waits(self, seconds: float) -> None:
+        """Wait `seconds` at most for a server (a runner without one has nothing to bound)."""
+        ...
+
     async def close(self) -> None: ...
 
 

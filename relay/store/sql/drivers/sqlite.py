@@ -231,6 +231,9 @@ class SqliteRunner:
             return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
         return StoreError(f"relay store {self._display} failed: {text}")
 
+    def bound_waits(self, seconds: float) -> None:
+        """Nothing to bound: the file is on this host, and its busy wait is its own."""
+
     async def close(self) -> None:
         if self._name is not None:
             _open_files[self._name] -= 1
