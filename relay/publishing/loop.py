@@ -126,6 +126,8 @@ class PassLoop:
         self._task: asyncio.Task[None] | None = None
         self._passing = asyncio.Lock()
         self._recent: collections.deque[PassRecord] = collections.deque(maxlen=RECENT_PASSES)
+        # Called after a failed pass, before its backoff's wait (the fleet row's write).
+        self.on_backoff: Callable[[], Awaitable[None]] | None = None
 
     @property
     def running(self) -> bool:
@@ -185,6 +187,14 @@ class PassLoop:
 
     async def run_once(self) -> float | None:
         """One pass, now; the seconds to back off for after a failure, else None."""
+        delay = await self._timed_pass()
+        if delay is not None and self.on_backoff is not None:
+            # Once the pass is over and before the wait: whoever reads the fleet meanwhile
+            # learns of the backoff in progress, not of the one before it.
+            await self.on_backoff()
+        return delay
+
+    async def _timed_pass(self) -> float | None:
         async with self._passing:
             self._begun += 1
             start = time.perf_counter()

@@ -20,6 +20,7 @@ from threaded_support import RelayThread, relay_thread
 
 from relay import asgi, wsgi
 from relay.operator import facts, page, strips
+from relay.operator.judge import judge
 from relay.routes import Caller, Operator
 from relay.store import RelayStore, open_store
 from relay.store.fleet import FleetMember
@@ -67,6 +68,11 @@ def secured(response: httpx.Response) -> None:
     assert "default-src 'none'" in csp
     assert "script-src" not in csp
     assert "unsafe-inline" not in csp
+
+
+async def gathered(env: Env) -> dict[str, Any]:
+    """The document the service's page would show now (the gatherer's cache bypassed)."""
+    return await facts.gather(env.service.store, int(env.clock() * 1000), env.service.own())
 
 
 async def paired(env: Env, title: str = "a chat") -> None:
@@ -182,14 +188,14 @@ async def test_a_page_left_open_reads_the_store_once_per_refresh(
     calls: list[int] = []
     gather = facts.gather
 
-    async def counted(service: Any, at: float | None = None) -> dict[str, Any]:
+    async def counted(store: RelayStore, now_ms: int, own: facts.Own, answer: bool) -> Any:
         calls.append(1)
-        return await gather(service, at)
+        return await gather(store, now_ms, own, answer=answer)
 
     monkeypatch.setattr(facts, "gather", counted)
     async with relay_env(store) as env:
         await paired(env)
-        gatherer = facts.Gatherer(env.service, env.clock, lambda: now[0])
+        gatherer = facts.Gatherer(env.service.store, env.service.own, env.clock, lambda: now[0])
         for _ in range(20):
             await gatherer()
         assert len(calls) == 1
@@ -205,7 +211,7 @@ async def test_a_backing_off_replica_and_a_disabled_profile_are_named(store: Rel
         await paired(env)
         env.relay.inject("snapshot", 503)
         assert await env.publish() == 5.0
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (replica,) = document["fleet"]["replicas"]
         assert replica["backoff_failure"] == "RelayHttpError"
         assert replica["backoff_until"] == int((env.clock() + 5.0) * 1000)
@@ -215,7 +221,7 @@ async def test_a_backing_off_replica_and_a_disabled_profile_are_named(store: Rel
         env.clock.advance(10)
         env.relay.inject("snapshot", 403)
         await env.publish()
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (profile,) = document["profiles"]
         assert profile["enrolled"] is False
         assert "HTTP 403" in profile["disabled_why"]
@@ -282,7 +288,7 @@ async def test_this_replicas_passes_feed_the_strip(store: RelayStore) -> None:
         env.relay.inject("snapshot", 503)
         env.clock.advance(60)
         assert await env.publish() == 5.0
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (replica,) = document["fleet"]["replicas"]
         ring = replica["ring"]
         assert [one["outcome"] for one in ring] == ["ok", "ok", "failed"]
@@ -308,7 +314,7 @@ async def test_the_backlog_is_shown_per_profile_with_its_oldest_age(store: Relay
             "gone", "default", now_ms, session_live=False, identity=None, scope=None
         )
         env.clock.advance(90)
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (profile,) = document["profiles"]
         assert profile["announcements_unsent"] == 1
         assert profile["announcements_oldest_age_s"] == 90.0
@@ -359,7 +365,7 @@ async def test_the_fleet_record_names_each_replica_and_the_recently_gone(
         )
         await store.record_member(member("web-3/bbbbbbbbbbbb", now - 600_000))
         await store.record_member(member("web-4/cccccccccccc", now - 7_200_000))
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         fleet = document["fleet"]
         assert fleet["source"] == "fleet"
         assert fleet["gone_earlier"] == 1
@@ -393,16 +399,16 @@ async def test_a_replica_clock_far_from_the_stores_is_named(store: RelayStore) -
     """This replica's clock offset shows under its name; past 1 s the verdict asks for NTP."""
     async with relay_env(store) as env:
         await paired(env)
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (replica,) = document["fleet"]["replicas"]
         assert "clock_offset_s" in replica  # None on a store without a clock of its own
         replica["clock_offset_s"] = 0.2
         assert "clock 0.2 s ahead of the store" in page.render(document)
-        assert page.verdict(document)[0] == "ok"
+        assert judge(document)[0] == "ok"
         replica["clock_offset_s"] = -4.25
-        level, _, reasons = page.verdict(document)
+        level, _, reasons = judge(document)
         assert level == "warn"
         assert reasons == [
-            f"replica {replica['owner']}'s clock is 4.2 s behind the store's: check its time "
-            "sync (NTP)"
+            f"replica {replica['owner']}'s clock is 4.2 s behind the store: check its time sync "
+            "(NTP)"
         ]
