@@ -3,6 +3,7 @@ with, what it shows, and what it never shows (key material, session titles)."""
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -107,6 +108,9 @@ async def test_without_an_operator_predicate_nobody_is_an_operator(store: RelayS
         await paired(env)
         response = await client.get("/api/talaria/relay/operator", headers=OPERATOR)
         assert response.status_code == 403
+        secured(response)
+        # Not "only an operator": the app gave no predicate, and the answer says which to pass.
+        assert "no operator= predicate" in response.json()["error"]
 
 
 async def test_an_operator_reads_the_page_and_its_json_twin(store: RelayStore) -> None:
@@ -412,3 +416,95 @@ async def test_a_replica_clock_far_from_the_stores_is_named(store: RelayStore) -
             f"replica {replica['owner']}'s clock is 4.2 s behind the store: check its time sync "
             "(NTP)"
         ]
+
+
+async def test_another_replicas_page_shows_this_ones_backoff_while_it_lasts(
+    store: RelayStore,
+) -> None:
+    """A failed pass writes its backoff to this replica's fleet row at once: what another
+    replica gathers (no `Own`: the store alone) shows it backing off until the backoff's end,
+    with the failure's class and status, and names it among the problems; after a good pass
+    it no longer does."""
+    async with relay_env(store) as env:
+        await paired(env)
+        env.relay.inject("snapshot", 503)
+        assert await env.publish() == 5.0
+        now_ms = int(env.clock() * 1000)
+        seen = await facts.gather(store, now_ms)
+        (row,) = seen["fleet"]["replicas"]
+        assert row["owner"] == env.service.owner
+        assert row["this_replica"] is False
+        assert row["backoff_until"] == now_ms + 5000
+        assert (row["backoff_failure"], row["backoff_status"]) == ("RelayHttpError", 503)
+        assert seen["problems"] == [
+            f"replica {row['owner']} is backing off: the relay answered HTTP 503 "
+            "(RelayHttpError); it retries in 5 s"
+        ]
+        assert seen["level"] == "bad"
+        env.clock.advance(6)
+        assert await env.publish() is None
+        later = await facts.gather(store, int(env.clock() * 1000))
+        assert later["problems"] == []
+        assert later["level"] == "ok"
+
+
+async def test_the_json_problems_are_the_headlines_list(store: RelayStore) -> None:
+    """The JSON twin's level, headline and problems are what the HTML's headline shows: one
+    judgement for both (a backing-off replica and a disabled profile here)."""
+    async with relay_env(store) as env, web(env) as client:
+        await paired(env)
+        env.relay.inject("snapshot", 503)
+        assert await env.publish() == 5.0
+        page_path = "/api/talaria/relay/operator"
+        document = (await client.get(page_path + ".json", headers=OPERATOR)).json()
+        text = (await client.get(page_path, headers=OPERATOR)).text
+        verdict = text.split('<div class="verdict ', 1)[1].split("</div>", 1)[0]
+        listed = [html.unescape(item.split("</li>")[0]) for item in verdict.split("<li>")[1:]]
+        assert document["problems"] == listed
+        assert len(listed) == 1
+        assert "backing off" in listed[0]
+        assert verdict.startswith(f'{document["level"]}" role="status">')
+        assert html.escape(document["headline"]) in verdict
+
+
+async def test_a_name_longer_than_64_characters_is_cut_with_the_whole_one_click_away(
+    store: RelayStore,
+) -> None:
+    """A 4,096-character profile name shows its first 64 characters and its length; the whole
+    name is inside a `<details>`, escaped like every value."""
+    async with relay_env(store) as env:
+        await paired(env)
+        document = await gathered(env)
+        name = "<" * 4096
+        document["profiles"][0]["name"] = name
+        shown = page.render(document)
+        assert shown.count('<details class="long">') == 1
+        assert f"<summary>{'&lt;' * 64}… " in shown
+        assert "(4,096 characters)" in shown
+        assert "&lt;" * 4096 in shown
+        assert "<<" not in shown
+
+
+@pytest.mark.parametrize("method", ["POST", "HEAD", "PUT"])
+async def test_any_method_but_get_is_405_with_the_headers_on_both_faces(
+    store: RelayStore, threaded: ThreadedRelayService, method: str
+) -> None:
+    """ASGI and WSGI answer any method but GET on the operator routes 405, `Allow: GET`, with
+    the strict headers and a JSON body (none for HEAD); the other routes' 405 is JSON too."""
+    paths = ["/api/talaria/relay/operator", "/api/talaria/relay/operator.json"]
+    async with relay_env(store) as env, web(env) as client:
+        for path in paths:
+            response = await client.request(method, path, headers=OPERATOR)
+            assert (response.status_code, response.headers["allow"]) == (405, "GET")
+            secured(response)
+            assert response.content == (
+                b"" if method == "HEAD" else b'{"error": "Method not allowed"}'
+            )
+        health = await client.request("PUT", "/api/talaria/relay/health")
+        assert (health.status_code, health.json()) == (405, {"error": "Method not allowed"})
+    with wsgi_client(threaded, is_operator) as sync:
+        for path in paths:
+            response = sync.request(method, path, headers=OPERATOR)
+            assert (response.status_code, response.headers["allow"]) == (405, "GET")
+            secured(response)
+            assert response.headers["content-type"] == "application/json"
