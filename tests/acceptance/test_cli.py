@@ -11,10 +11,12 @@ import asyncio
 import base64
 import hashlib
 import json
+import re
 import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -431,6 +433,61 @@ async def test_status_of_a_registered_store(home: Path, store_url: str, backend:
         "  queued     1 announcement(s) unsent, ",
     ):
         assert line in text, result.describe()
+
+
+DOCS = Path(__file__).parents[2] / "docs" / "operating.md"
+EXAMPLE_MARK = "<!-- the status --json example:"
+
+
+def documented_status() -> dict[str, Any]:
+    """The `status --json` example of docs/operating.md."""
+    after = DOCS.read_text(encoding="utf-8").split(EXAMPLE_MARK, 1)[1]
+    block = after.split("```json\n", 1)[1].split("```", 1)[0]
+    found: dict[str, Any] = json.loads(block)
+    return found
+
+
+def shape_of(value: Any, path: str = "$") -> dict[str, str]:
+    """Each leaf's JSON type by its path (a list by its first item); null is `null`."""
+    if isinstance(value, dict):
+        found: dict[str, str] = {path: "object"}
+        for key, item in value.items():
+            found.update(shape_of(item, f"{path}.{key}"))
+        return found
+    if isinstance(value, list):
+        return {path: "array", **(shape_of(value[0], f"{path}[]") if value else {})}
+    kinds = {bool: "boolean", int: "number", float: "number", str: "string"}
+    return {path: "null" if value is None else kinds[type(value)]}
+
+
+@on("sqlite", "postgres")
+async def test_the_documented_status_json_is_what_status_prints(home: Path, store_url: str) -> None:
+    """docs/operating.md's `status --json` example has every field `status --json` prints, of
+    the same JSON type, and no other; its problem sentence is the one `status` writes for a
+    replica backing off (but the numbers)."""
+    async with open_store(store_url) as store:
+        await populate(store)
+        now = int(time.time() * 1000)
+        await store.record_member(
+            FleetMember(
+                "web-1/3fa2c1d09b7e", "1.4.0", head_revision(), "web-1.internal", 4242, now,
+                now, now + 60_000, pass_at=now, pass_outcome="backoff",  # noqa: S106
+                backoff_until=now + 12_000, backoff_class="RelayHttpError 503",
+                clock_offset_ms=12, passes="f",
+            )
+        )  # fmt: skip
+    printed = json.loads(expect(cli(home, "status", "--json", "--store", store_url), 0).stdout)
+    documented = documented_status()
+    printed_shape, documented_shape = shape_of(printed), shape_of(documented)
+    assert set(printed_shape) == set(documented_shape)
+    for path, kind in printed_shape.items():
+        # A value that may be null is shown with one, or as what it is when set.
+        if "null" not in (kind, documented_shape[path]):
+            assert kind == documented_shape[path], path
+    (problem,) = [p for p in printed["problems"] if "web-1/3fa2c1d09b7e" in p]
+    numbers = re.compile(r"\d+")
+    assert numbers.sub("N", problem) == numbers.sub("N", documented["problems"][0])
+    assert printed["version"] == documented["version"]
 
 
 @pytest.mark.postgres
