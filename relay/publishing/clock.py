@@ -163,8 +163,8 @@ class StoreClock:
 
 def offset_text(offset_s: float) -> str:
     """A replica's clock against the store's, said one way by `status` and the operator page:
-    `0.4 s ahead of the store`, `2.0 s behind the store`, `in step with the
-    store` (within 50 ms)."""
+    `0.4 s ahead of the store`, `2.0 s behind the store`, `in step with the store` (within
+    50 ms)."""
     if abs(offset_s) < 0.05:
         return "in step with the store"
     side = "ahead of" if offset_s > 0 else "behind"
