@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from relay.errors import RelayError
+from relay.errors import RelayError, StoreError
 from relay.logfields import of_error
 from relay.publishing.clock import StoreClock
 from relay.publishing.leases import Leases
@@ -146,22 +146,19 @@ class Membership:
             recent=self._loop.recent(),
         )
 
-    async def failed(self) -> None:
-        """A pass failed and its backoff begins: the row goes out now, with the backoff's end and
-        cause, so every replica's page shows it backing off while it waits (the next pass's
-        write would bring it only once the wait is over). The store being what failed, the
-        write may fail too: the next pass's write carries the row."""
-        now_ms = self._leases.now_ms()
-        member = self.member(now_ms)
-        if member is None:
+    async def failed(self, error: BaseException) -> None:
+        """A pass failed with `error` and its backoff begins: the row goes out now, with the
+        backoff's end and cause, so every replica's page shows it backing off while it waits
+        (the next pass's write would bring it only once the wait is over).
+
+        Not when the store is what failed: the write would only wait out the store's timeout
+        again, the pass's own line already says what failed, and the next pass's write carries
+        the row. Nor is a failure of this write told: the same goes for it."""
+        member = self.member(self._leases.now_ms())
+        if member is None or isinstance(error, StoreError):
             return
-        try:
+        with contextlib.suppress(RelayError):
             await self._store.record_member(member)
-        except RelayError as error:
-            self._report.warning(
-                f"[relay] could not record this replica's backoff in the fleet ({error})",
-                of_error("fleet_backoff_unrecorded", error),
-            )
 
     async def leave(self) -> None:
         """Stopped: the row stops counting as live now (kept a day for `status`)."""
