@@ -58,6 +58,7 @@ from relay.routes import (
     check_options,
     drive_async,
     encode,
+    may_operate,
 )
 from relay.routes import Route as _Table
 from relay.service import RelayService
@@ -75,6 +76,8 @@ __all__ = [
 
 # The web app's auth: a `Caller`, or None (401), or raise `Refused(message, status)`.
 Identify: TypeAlias = Callable[[Request], Awaitable[Caller | None]]
+# What a client may send; each route takes one of them (`relay.routes.Route.method`).
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # A service, or a function that returns it once the app has started (None before: 503).
 ServiceSource: TypeAlias = RelayService | Callable[[], RelayService | None]
 
@@ -105,7 +108,9 @@ def routes(
         Route(
             f"{prefix}{route.path}",
             _Endpoint(route, service, identify, max_body, operator).handle,
-            methods=[route.method],
+            # Every method reaches the endpoint, which answers any but the route's own 405 as
+            # the shared table says (Starlette's own would be plain text, and answer HEAD).
+            methods=list(_METHODS),
         )
         for route in ROUTES
     ]
@@ -134,6 +139,8 @@ class _Endpoint:
     operator: Operator | None
 
     async def handle(self, request: Request) -> Response:
+        if request.method != self.route.method:
+            return _response(*self.route.wrong_method())
         service = self.source if isinstance(self.source, RelayService) else self.source()
         headers = {"content-type": request.headers.get("content-type", "")}
         if (declared := request.headers.get("content-length")) is not None:
@@ -145,16 +152,19 @@ class _Endpoint:
             if isinstance(effect, ReadBody):
                 return await _read(request, effect.limit)
             if isinstance(effect, MayOperate):
-                return self.operator is not None and self.operator(effect.caller) is True
+                return may_operate(self.operator, effect.caller)
             assert isinstance(effect, Call)
             assert service is not None
             return await getattr(service, effect.name)(*effect.args, **effect.kwargs)
 
         flow = self.route.flow(service is not None, headers, self.max_body)
-        status, payload = await drive_async(flow, perform)
-        if isinstance(payload, Document):
-            return Response(payload.body, status, dict(payload.headers), payload.media_type)
-        return _Json(payload, status)
+        return _response(*await drive_async(flow, perform))
+
+
+def _response(status: int, payload: dict[str, Any] | Document) -> Response:
+    if isinstance(payload, Document):
+        return Response(payload.body, status, dict(payload.headers), payload.media_type)
+    return _Json(payload, status)
 
 
 async def _read(request: Request, limit: int) -> bytes:

@@ -15,8 +15,9 @@ content-type rule and the `{"error": …}` bodies are decided here alone.
 | `GET /relay/operator.json` | the same facts as JSON |
 
 The operator routes answer only a caller that `identify` names and the app's `operator`
-predicate accepts; without a predicate nobody is an operator. Their answers (refusals included)
-carry `relay.operator.page.HEADERS`: a strict CSP, nosniff, no-store, no referrer.
+predicate accepts; without a predicate nobody is an operator (the 403 says so). Their answers
+(refusals included, 405 too) carry `relay.operator.page.HEADERS`: a strict CSP, nosniff,
+no-store, no referrer. Any method but a route's own is 405 with a JSON body, HEAD included.
 """
 
 from __future__ import annotations
@@ -109,7 +110,8 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class MayOperate:
-    """Ask the app's `operator` predicate whether `caller` may read the operator page."""
+    """Ask the app's `operator` predicate whether `caller` may read the operator page: True or
+    False, or None when the app gave no predicate (`may_operate`)."""
 
     caller: Caller
 
@@ -127,6 +129,11 @@ Effect: TypeAlias = WhoCalls | ReadBody | Call | MayOperate
 Reply: TypeAlias = tuple[int, dict[str, Any] | Document]
 # The app's operator predicate: whether an identified caller may read the operator page.
 Operator: TypeAlias = Callable[[Caller], bool]
+# The 403 of an app that gave `routes(...)` no `operator=` predicate: nobody is an operator then.
+NO_PREDICATE = (
+    "No operator may read this page: the app gave the relay routes no operator= predicate "
+    "(pass operator=lambda caller: ... to routes(), app() or middleware())"
+)
 Flow: TypeAlias = Generator[Effect, Any, Reply]
 
 
@@ -138,6 +145,14 @@ class Route:
     method: str
     path: str
     flow: Callable[[bool, Mapping[str, str], int], Flow]
+    # The operator routes: every answer, refusals included, carries the page's headers.
+    secured: bool = False
+
+    def wrong_method(self) -> Reply:
+        """The answer to any other method, HEAD included: 405 naming the one it takes (`Allow`),
+        with a JSON body like every other refusal."""
+        headers = (("Allow", self.method), *(page.HEADERS if self.secured else ()))
+        return 405, Document(encode({"error": "Method not allowed"}), "application/json", headers)
 
 
 def check_options(prefix: str, max_body: int) -> None:
@@ -226,7 +241,10 @@ def _operator(html: bool) -> Callable[[bool, Mapping[str, str], int], Flow]:
                 raise Refused()
             if not isinstance(caller, Caller):
                 raise TypeError(f"identify must return a Caller or None, not {caller!r}")
-            if (yield MayOperate(caller)) is not True:
+            allowed = yield MayOperate(caller)
+            if allowed is None:
+                raise Refused(NO_PREDICATE, 403)
+            if allowed is not True:
                 raise Refused("Only an operator may read this page", 403)
             document = yield Call("operator_facts")
         except Answer as answer:
@@ -239,6 +257,12 @@ def _operator(html: bool) -> Callable[[bool, Mapping[str, str], int], Flow]:
         return _secured(200, document)
 
     return flow
+
+
+def may_operate(operator: Operator | None, caller: Caller) -> bool | None:
+    """What a face answers `MayOperate`: the predicate's verdict (only `True` lets in), or None
+    without a predicate, so the 403 can say what is missing."""
+    return None if operator is None else operator(caller) is True
 
 
 def _error_body(error: RelayError) -> tuple[int, dict[str, Any]]:
@@ -255,8 +279,8 @@ ROUTES: tuple[Route, ...] = (
     Route("presence", "POST", "/presence", _guarded(_presence)),
     Route("viewed", "POST", "/viewed", _guarded(_viewed)),
     Route("health", "GET", "/relay/health", _health),
-    Route("operator", "GET", "/relay/operator", _operator(html=True)),
-    Route("operator.json", "GET", "/relay/operator.json", _operator(html=False)),
+    Route("operator", "GET", "/relay/operator", _operator(html=True), secured=True),
+    Route("operator.json", "GET", "/relay/operator.json", _operator(html=False), secured=True),
 )
 
 

@@ -31,7 +31,7 @@ from relay.errors import (
 from relay.health import Health, StoreProbe
 from relay.host import Host
 from relay.logfields import fields, of_error
-from relay.operator.facts import Gatherer
+from relay.operator.facts import Gatherer, Own
 from relay.pairing import Pairing
 from relay.presence import Presence
 from relay.protocol import DEFAULT_RELAY_URL, TERMINAL_PHASES
@@ -137,8 +137,20 @@ class RelayService:
         """The operator page's document (`relay.operator.facts`): one gather per few seconds."""
         if self._gatherer is None:
             # The store's clock: the leases, presence and queues it judges are stamped on it.
-            self._gatherer = Gatherer(self, self.store_clock.time)
+            self._gatherer = Gatherer(self.store, self.own, self.store_clock.time)
         return await self._gatherer()
+
+    def own(self) -> Own:
+        """What this replica knows of itself, for the operator page: its owner id, its clock's
+        offset to the store's, its running publisher and its store's silence."""
+        watch = self.store_watch
+        return Own(
+            self.owner,
+            self.store_clock.offset_s,
+            self._publisher,
+            store_silent=watch.silent,
+            store_silent_s=watch.silent_s(),
+        )
 
     async def health(self) -> Health:
         """The store's answers (two cheap reads, waited for `PROBE_WITHIN_S` at most: past it,

@@ -39,6 +39,7 @@ from relay.routes import (
     check_options,
     drive,
     encode,
+    may_operate,
 )
 from relay.threaded import ThreadedRelayService
 
@@ -102,7 +103,7 @@ class Router:
         if route is None:
             return None
         if method != route.method:
-            return 405, {"error": "Method not allowed"}
+            return route.wrong_method()
         source = self._source
         service = source if isinstance(source, ThreadedRelayService) else source()
 
@@ -112,7 +113,7 @@ class Router:
             if isinstance(effect, ReadBody):
                 return read(effect.limit)
             if isinstance(effect, MayOperate):
-                return self._operator is not None and self._operator(effect.caller) is True
+                return may_operate(self._operator, effect.caller)
             assert isinstance(effect, Call)
             assert service is not None
             return getattr(service, effect.name)(*effect.args, **effect.kwargs)
@@ -135,7 +136,7 @@ class Router:
                 return self._fallback(environ, start_response)
             reply = 404, {"error": "Not found"}
         status, payload = reply
-        extra = [("Allow", self._allowed(environ))] if status == 405 else []
+        extra: list[tuple[str, str]] = []
         if isinstance(payload, Document):
             body, media_type = payload.body, payload.media_type
             extra += payload.headers
@@ -146,9 +147,6 @@ class Router:
             [("Content-Type", media_type), ("Content-Length", str(len(body))), *extra],
         )
         return [body]
-
-    def _allowed(self, environ: WSGIEnvironment) -> str:
-        return self._paths[environ.get("PATH_INFO", "")].method
 
 
 def app(

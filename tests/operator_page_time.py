@@ -68,7 +68,8 @@ async def main(url: str, entries: int, deleted: int, replicas: int, rounds: int)
         timings = []
         for _ in range(rounds):
             began = time.perf_counter()
-            document = await facts.gather(env.service, env.clock())
+            now_ms = int(env.clock() * 1000)
+            document = await facts.gather(env.service.store, now_ms, env.service.own())
             html = page.render(document)
             timings.append((time.perf_counter() - began) * 1000)
         shown = len(document["fleet"]["replicas"])

@@ -4,9 +4,10 @@
 on a loop of its own thread; `web-2` a `ThreadedRelayService` whose routes werkzeug serves
 through `relay.wsgi`; `web-3` a threaded one that serves nothing. Each hosts one running turn,
 so each holds a lease in the store. After every replica published once, the relay answers 503
-to snapshots and `web-1` publishes again: it is backing off. A profile with a hostile name is
-enrolled, and `web-1`'s session has a hostile title. `web-2` and `web-3` publish twice, so their
-fleet rows carry a pass and the page draws their strips from the fleet record.
+to snapshots and `web-1` publishes again: it is backing off. A profile with a hostile name and
+one with a 4,096-character name are enrolled, and `web-1`'s session has a hostile title.
+`web-2` and `web-3` publish twice, so their fleet rows carry a pass and the page draws their
+strips from the fleet record.
 """
 
 from __future__ import annotations
@@ -42,11 +43,14 @@ else:
 
 HOSTILE_PROFILE = HOSTILE_NAMES[1]  # '"><img src=x onerror=alert(1)>'
 HOSTILE_TITLE = HOSTILE_NAMES[0]  # '<script>alert(1)</script>'
-PROFILES = ("default", HOSTILE_PROFILE)
+# The longest name enrollment takes, with no place to break it: the page must still fit.
+LONG_PROFILE = "p" * 4096
+PROFILES = ("default", HOSTILE_PROFILE, LONG_PROFILE)
 TOKENS = {
     "owner-token": Caller("default", operator=True),
     "member-token": Caller("default", operator=False),
     "hostile-token": Caller(HOSTILE_PROFILE, operator=True),
+    "long-token": Caller(LONG_PROFILE, operator=True),
 }
 OWNER = {"authorization": "Bearer owner-token"}
 MEMBER = {"authorization": "Bearer member-token"}
@@ -160,7 +164,11 @@ def scene(store_url: str) -> Iterator[Scene]:
         stack.callback(web1.close)
         with httpx.Client(base_url=web1.url, timeout=30) as client:
             # Each profile is its own relay user's (one user, one profile of a publisher).
-            for token, user in (("owner-token", "usr_owner"), ("hostile-token", "usr_hostile")):
+            for token, user in (
+                ("owner-token", "usr_owner"),
+                ("hostile-token", "usr_hostile"),
+                ("long-token", "usr_long"),
+            ):
                 paired = client.post(
                     "/api/talaria/relay/pair",
                     json=dev.pairing(user),

@@ -17,6 +17,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
 
     target = resolve(args.store)
     require_existing(target)
+    found = None
     if target.url is not None:
         # Read the schema state first: opening an unmigrated store would refuse without saying it.
         found = await standing(target)
@@ -27,7 +28,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
             return FAILED
     # Read-only: status never writes, so it also reads a database it may not write.
     async with open_store(args.store, read_only=True) as store:
-        status = await collect(store, target)
+        status = await collect(store, target, found)
     say(json.dumps(status, indent=2) if args.json else render(status))
     return OK
 

@@ -1,10 +1,12 @@
-"""What the operator page shows, gathered once: a JSON-ready document, never a secret.
+"""What a store holds and how its replicas fare, gathered once: a JSON-ready document, never a
+secret. `talaria-relay status` and the operator page both render it; `…/relay/operator.json`
+and `status --json` serve it as it is (docs/operating.md#status-json documents it).
 
-The page (`relay.operator.page`) renders this document and `…/relay/operator.json` serves it as
-it is. Everything comes through the public `RelayStore` methods and the running publisher; the
-key is read only to compute its public fingerprint (`relay.publishing.fingerprint`). The
-backlog is counted in the store (`RelayStore.backlog`), so 100,000 ledger entries cost what ten
-do.
+Everything comes through the public `RelayStore` methods and, on the page, the serving replica's
+own publisher (`Own`); the key is read only to compute its public fingerprint
+(`relay.publishing.fingerprint`). The backlog is counted in the store (`RelayStore.backlog`),
+so 100,000 ledger entries cost what ten do. Its level, headline and problems are judged once
+(`relay.operator.judge`), so the JSON says what the HTML headline says.
 
 A page left open, or many operators at once, must not load the database: one gather serves every
 request for `REFRESH_S` seconds, and requests that arrive while one runs wait for it instead of
@@ -16,16 +18,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from relay.errors import RelayError
+from relay.operator.judge import judge
 from relay.publishing.fingerprint import key_state
-from relay.store import RunState, Waiting, fleet_passes
+from relay.store import RelayStore, RunState, Waiting, fleet_passes
 from relay.store.fleet import FleetMember
-from relay.store.migrations import HEAD
+from relay.store.migrations import HEAD, Standing, later
 
 if TYPE_CHECKING:
-    from relay.service import RelayService
+    from relay.publishing.publisher import RelayPublisher
 
 # One gather serves every request for this long: the page's load on the store is at most one
 # gather each `REFRESH_S` per process, however often it is asked.
@@ -35,46 +39,87 @@ MAX_REPLICAS = 200
 # A replica gone (no longer live) is listed this long after it was last seen; older ones are
 # only counted (the store forgets them after a day).
 RECENTLY_MS = 3600 * 1000
-VERSION = 1
+# 2: one document for `status` and the page, with its judgement (`level`, `headline`,
+# `problems`) and the schema under `store`.
+VERSION = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Own:
+    """The replica that gathers, when one does (the page; `status` has none): its owner id, its
+    wall clock minus the store's (None until read), its running publisher (None: not
+    publishing) and its store's silence. The service passes it in, so this module needs nothing
+    of the service."""
+
+    owner: str
+    clock_offset_s: float | None = None
+    publisher: RelayPublisher | None = None
+    # Whether the store has left it without an answer past the bounded wait, and for how long.
+    store_silent: bool = False
+    store_silent_s: float | None = None
 
 
 def _age_s(now_ms: int, then_ms: int | None) -> float | None:
     return None if then_ms is None else round(max(now_ms - then_ms, 0) / 1000, 1)
 
 
-async def gather(service: RelayService, now: float | None = None) -> dict[str, Any]:
-    """The operator document of `service`'s store and publisher, as of `now` (Unix seconds)."""
-    now_ms = int((time.time() if now is None else now) * 1000)
-    store = service.store
+def schema_of(revision: str | None) -> dict[str, Any]:
+    """The `schema` object of a store that opened at `revision`: one ahead of this code opened
+    only because its record allows this code (`Standing.runnable`)."""
+    ahead = revision is not None and revision != HEAD and later(revision, HEAD)
+    return Standing(revision, oldest_head=HEAD if ahead else None).document()
+
+
+async def gather(
+    store: RelayStore,
+    now_ms: int,
+    own: Own | None = None,
+    *,
+    answer: bool = False,
+    standing: Standing | None = None,
+) -> dict[str, Any]:
+    """The document of `store` as of `now_ms` (the store's clock), with what `own` knows of
+    itself; `standing`, when the caller read it, is the schema's (else it is asked).
+
+    A store that fails (`RelayError`) raises, unless `answer`: the page answers all the same,
+    the failure named in `store.error` and among the problems, what was read kept."""
     document: dict[str, Any] = {
         "version": VERSION,
         "generated_at": now_ms,
-        "store": {"backend": store.backend_name, "url": store.display_url},
+        "store": {
+            "backend": store.backend_name,
+            "url": store.display_url,
+            "schema": None if standing is None else standing.document(),
+            "error": None,
+        },
+        "level": "ok",
+        "headline": "",
         "problems": [],
         "registration": None,
-        "schema": None,
+        "revision_floor": None,
         "profiles": [],
-        "fleet": {"source": "leases", "replicas": [], "more": 0},
+        "fleet": {"source": "leases", "replicas": [], "more": 0, "gone_earlier": 0},
     }
     try:
-        await _fill(document, service, now_ms)
+        await _fill(document, store, now_ms, own)
     except RelayError as error:
-        # The page still answers: what could not be read is named, the rest is left empty.
-        document["problems"].append(f"the store did not answer: {type(error).__name__}")
+        if not answer:
+            raise
+        document["store"]["error"] = type(error).__name__
+    document["level"], document["headline"], document["problems"] = judge(document)
     return document
 
 
-async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) -> None:
-    store = service.store
-    if store.backend_name in ("sqlite", "postgres"):
-        revision = await store.schema_revision()
-        document["schema"] = {"revision": revision, "head": HEAD, "at_head": revision == HEAD}
+async def _fill(document: dict[str, Any], store: RelayStore, now_ms: int, own: Own | None) -> None:
+    if store.backend_name in ("sqlite", "postgres") and document["store"]["schema"] is None:
+        document["store"]["schema"] = schema_of(await store.schema_revision())
     config = await store.load_config()
-    publisher = service.current()
+    publisher = None if own is None else own.publisher
     # Counts, not rows: the ledger can hold 100,000 entries (`RelayStore.backlog`).
     backlog = await store.backlog()
     leases = await store.presence_leases()
     runs = await store.run_states()
+    document["revision_floor"] = await store.revision_floor()
     if config is not None:
         encrypted, fingerprint = await key_state(store, config.key_ref)
         document["registration"] = {
@@ -90,8 +135,9 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
             unsent = backlog.unsent.get(grant.profile_id)
             queued = backlog.deleted.get(name)
             live = [lease for lease in leases if lease.profile == name]
+            matches = identities.get(name) == grant.identity
             why = None
-            if identities.get(name) != grant.identity:
+            if not matches:
                 why = "the profile was recreated since it was enrolled: pair it again"
             elif publisher is not None and grant.profile_id in publisher.disabled:
                 why = publisher.disabled[grant.profile_id]
@@ -100,6 +146,7 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
                 {
                     "name": name,
                     "profile_id": grant.profile_id,
+                    "identity_matches": matches,
                     "enrolled": why is None,
                     "disabled_why": why,
                     "last_accepted": None
@@ -124,7 +171,7 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
                 }
             )
     members = await store.fleet()
-    found, earlier = _replicas(service, runs, backlog.claims, members, now_ms)
+    found, earlier = _replicas(own, runs, backlog.claims, members, now_ms)
     fleet = document["fleet"]
     fleet["source"] = "fleet" if members else "leases"
     fleet["replicas"] = found[:MAX_REPLICAS]
@@ -133,24 +180,27 @@ async def _fill(document: dict[str, Any], service: RelayService, now_ms: int) ->
 
 
 def _replicas(
-    service: RelayService,
+    own: Own | None,
     runs: list[RunState],
     claims: Mapping[str, Waiting],
     members: list[FleetMember],
     now_ms: int,
 ) -> tuple[list[dict[str, Any]], int]:
     """Every replica the store knows of, by owner: what it holds (runs, claimed announcements),
-    what it recorded of itself (the fleet), and for this one what its loop knows; and how many
+    what it recorded of itself (the fleet), and for `own` what its loop knows; and how many
     gone replicas were last seen before `RECENTLY_MS`."""
-    own = service.owner
     rows: dict[str, dict[str, Any]] = {}
 
     def row(owner: str) -> dict[str, Any]:
+        # `name/incarnation` (a named replica's process); a bare id is an incarnation alone.
+        name, _, process = owner.rpartition("/")
         return rows.setdefault(
             owner,
             {
                 "owner": owner,
-                "this_replica": owner == own,
+                "name": name or None,
+                "incarnation": process,
+                "this_replica": own is not None and owner == own.owner,
                 "runs": 0,
                 "claims": 0,
                 "lease_until": 0,
@@ -179,48 +229,60 @@ def _replicas(
             earlier += 1
             continue
         held = row(member.owner)
-        held.update(
-            {
-                "alive": live or held["alive"],
-                "release": member.version,
-                "schema_head": member.schema_head,
-                "host": member.host,
-                "pid": member.pid,
-                "started_at": member.started_at,
-                "seen_at": member.seen_at,
-                "last_pass": None
-                if member.pass_at is None
-                else {"at": member.pass_at, "outcome": member.pass_outcome},
-                "backoff_until": member.backoff_until,
-                "backoff_failure": member.backoff_class,
-                # Its offset and its passes as its own row records them (None before 0009).
-                "clock_offset_s": None
-                if member.clock_offset_ms is None
-                else member.clock_offset_ms / 1000,
-                "passes": fleet_passes.hour(member.passes, member.pass_at, now_ms)
-                if member.passes
-                else None,
-            }
-        )
-    mine = row(own)
-    mine["alive"] = True
-    mine.update(_loop_of(service))
+        held.update(_recorded(member, live or held["alive"], now_ms))
+    if own is not None:
+        mine = row(own.owner)
+        mine["alive"] = True
+        mine.update(_loop_of(own))
     return [rows[owner] for owner in sorted(rows)], earlier
 
 
-def _loop_of(service: RelayService) -> dict[str, Any]:
+def _recorded(member: FleetMember, alive: bool, now_ms: int) -> dict[str, Any]:
+    """What a replica's fleet row says of it: its code, host, last pass and backoff (written
+    when a pass fails, `relay.publishing.fleet`), its clock and its last hour of passes."""
+    return {
+        "alive": alive,
+        "release": member.version,
+        "schema_head": member.schema_head,
+        "host": member.host,
+        "pid": member.pid,
+        "started_at": member.started_at,
+        "seen_at": member.seen_at,
+        "last_pass": None
+        if member.pass_at is None
+        else {"at": member.pass_at, "outcome": member.pass_outcome},
+        "backoff_until": member.backoff_until,
+        # `RelayHttpError 503`: the class, and the HTTP status when it was an answer.
+        "backoff_failure": None
+        if member.backoff_class is None
+        else member.backoff_class.partition(" ")[0],
+        "backoff_status": _status_in(member.backoff_class),
+        # Its offset and its passes as its own row records them (None before 0009).
+        "clock_offset_s": None if member.clock_offset_ms is None else member.clock_offset_ms / 1000,
+        "passes": fleet_passes.hour(member.passes, member.pass_at, now_ms)
+        if member.passes
+        else None,
+    }
+
+
+def _status_in(backoff_class: str | None) -> int | None:
+    """The HTTP status a row's `backoff_class` carries after the class name, if any."""
+    found = (backoff_class or "").partition(" ")[2]
+    return int(found) if found.isdigit() and len(found) == 3 else None
+
+
+def _loop_of(own: Own) -> dict[str, Any]:
     """What this replica's publisher loop knows: its last good pass and its backoff."""
     # This replica's wall clock minus the store's, as it is now (its fleet row has it as of its
     # last write); its passes from memory, with their backoffs to the millisecond.
-    offset = service.store_clock.offset_s
-    silent = service.store_watch.silent_s()
+    offset = own.clock_offset_s
     clock = {
         "clock_offset_s": None if offset is None else round(offset, 3),
-        # Whether its store has left it without an answer past the bounded wait (issue 33).
-        "store_silent": service.store_watch.silent,
-        "store_silent_s": None if silent is None else round(silent, 1),
+        # Whether its store has left it without an answer past the bounded wait (a silent network).
+        "store_silent": own.store_silent,
+        "store_silent_s": None if own.store_silent_s is None else round(own.store_silent_s, 1),
     }
-    publisher = service.current()
+    publisher = own.publisher
     if publisher is None:
         return {"last_pass": None, "publishing": False, **clock}
     loop = publisher.health()
@@ -251,15 +313,18 @@ def _loop_of(service: RelayService) -> dict[str, Any]:
 
 class Gatherer:
     """One gather at a time per service, reused for `REFRESH_S` seconds; `now` is the service's
-    clock (Unix seconds), what its leases and backoffs are measured in."""
+    clock (Unix seconds), what its leases and backoffs are measured in, and `own` what the
+    service knows of itself at the time of a gather."""
 
     def __init__(
         self,
-        service: RelayService,
+        store: RelayStore,
+        own: Callable[[], Own],
         now: Callable[[], float] = time.time,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._service = service
+        self._store = store
+        self._own = own
         self._now = now
         self._clock = clock
         self._lock = asyncio.Lock()
@@ -269,6 +334,7 @@ class Gatherer:
     async def __call__(self) -> dict[str, Any]:
         async with self._lock:
             if self._document is None or self._clock() >= self._until:
-                self._document = await gather(self._service, self._now())
+                now_ms = int(self._now() * 1000)
+                self._document = await gather(self._store, now_ms, self._own(), answer=True)
                 self._until = self._clock() + REFRESH_S
             return self._document

@@ -15,10 +15,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from relay.operator.judge import backing_off, migrate_hint, relative, said
 from relay.operator.strips import minutes, strip
-from relay.publishing.clock import WARN_S
+from relay.publishing.clock import WARN_S, offset_text
 
 REFRESH_S = 30
+# Names longer than this are shown cut, the whole name in a `<details>` under it.
+LONG = 64
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1b1f24;background:#f6f7f9}
@@ -32,7 +35,10 @@ h2{font-size:15px;margin:26px 0 8px;text-transform:uppercase;letter-spacing:.04e
 .verdict.bad{background:#fde6e6;color:#8a1111;border:1px solid #ee9f9f}
 .verdict ul{margin:6px 0 0;padding-left:20px;font-weight:400;font-size:14px}
 table{border-collapse:collapse;width:100%;background:#fff;border:1px solid #dde1e6}
-th,td{text-align:left;padding:6px 10px;border-bottom:1px solid #eceff2;vertical-align:top}
+th,td{text-align:left;padding:6px 10px;border-bottom:1px solid #eceff2;vertical-align:top;
+overflow-wrap:anywhere}
+.verdict li,h1,.meta{overflow-wrap:anywhere}
+details.long summary{cursor:pointer}details.long[open] summary{color:#5b6470}
 th{background:#f0f2f5;font-weight:600;font-size:12px;color:#4a5360}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;margin:0;
@@ -74,29 +80,28 @@ def _t(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
+def _name(value: str) -> str:
+    """A name as escaped text; one longer than `LONG` (enrollment takes 4,096 characters) shows
+    its start, the whole of it one click away, wrapped to the page's width."""
+    if len(value) <= LONG:
+        return _t(value)
+    return (
+        f'<details class="long"><summary>{_t(value[:LONG])}… '
+        f'<span class="muted small">({len(value):,} characters)</span></summary>'
+        f"{_t(value)}</details>"
+    )
+
+
 def _when(at_ms: int | None, now_ms: int) -> str:
     """`12 s ago` (or `in 40 s`), with the UTC time as a tooltip; `never` for none."""
     if at_ms is None:
         return '<span class="muted">never</span>'
     stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at_ms / 1000))
-    return f'<span title="{_t(stamp)}">{_t(_relative(at_ms - now_ms))}</span>'
-
-
-def _relative(delta_ms: int) -> str:
-    seconds = abs(delta_ms) / 1000
-    if seconds < 120:
-        text = f"{seconds:.0f} s"
-    elif seconds < 5400:
-        text = f"{seconds / 60:.0f} min"
-    elif seconds < 172800:
-        text = f"{seconds / 3600:.0f} h"
-    else:
-        text = f"{seconds / 86400:.0f} d"
-    return f"in {text}" if delta_ms > 0 else f"{text} ago"
+    return f'<span title="{_t(stamp)}">{_t(relative(at_ms - now_ms))}</span>'
 
 
 def _age(seconds: float | None) -> str:
-    return "" if seconds is None else _t(_relative(-int(seconds * 1000)).removesuffix(" ago"))
+    return "" if seconds is None else _t(relative(-int(seconds * 1000)).removesuffix(" ago"))
 
 
 def _pill(kind: str, text: str) -> str:
@@ -104,94 +109,13 @@ def _pill(kind: str, text: str) -> str:
 
 
 def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
-    """The one line an operator reads first: its level (ok, warn, bad), the line, the reasons."""
-    reasons: list[str] = list(document.get("problems", []))
-    level = "bad" if reasons else "ok"
-    schema = document.get("schema")
-    if schema is not None and not schema["at_head"]:
-        level = "bad"
-        reasons.append(
-            f"the schema is at {schema['revision']}, not {schema['head']}: "
-            "run `talaria-relay migrate`"
-        )
-    if document.get("registration") is None and not document.get("problems"):
-        level = "bad"
-        reasons.append("not registered: pair this server with Talaria Relay")
-    replicas = document["fleet"]["replicas"]
-    now_ms = document["generated_at"]
-    backing = [r for r in replicas if _backing_off(r, now_ms)]
-    if backing:
-        level = "bad" if len(backing) == len(replicas) else _worse(level, "warn")
-        for row in backing:
-            reasons.append(
-                f"replica {row['owner']} is backing off: {failure(row)}; it retries "
-                f"{_relative(row['backoff_until'] - now_ms)}"
-            )
-    for row in replicas:
-        if row.get("store_silent"):
-            level = _worse(level, "warn")
-            reasons.append(
-                f"replica {row['owner']} has had no answer from its store for "
-                f"{row.get('store_silent_s')}s: check its network to the database"
-            )
-        offset = row.get("clock_offset_s")
-        if isinstance(offset, int | float) and abs(offset) > WARN_S:
-            level = _worse(level, "warn")
-            reasons.append(
-                f"replica {row['owner']}'s clock is {_offset(offset)}'s: check its time sync (NTP)"
-            )
-    for profile in document["profiles"]:
-        if not profile["enrolled"]:
-            level = _worse(level, "warn")
-            reasons.append(
-                f"profile {profile['name']} is not publishing: {profile['disabled_why']}"
-            )
-    live = [r for r in replicas if r["alive"]]
-    profiles = document["profiles"]
-    enrolled = sum(bool(p["enrolled"]) for p in profiles)
-    counts = f"{len(live)} replica{'s' * (len(live) != 1)} live"
-    if backing:
-        counts += f" ({len(backing)} backing off)"
-    counts += f" · {enrolled} of {len(profiles)} profile{'s' * (len(profiles) != 1)} publishing"
-    line = {
-        "ok": f"Publishing normally — {counts}",
-        "warn": f"Publishing, with problems — {counts}",
-        "bad": f"Not publishing normally — {counts}",
-    }[level]
-    return level, line, reasons
-
-
-def failure(row: Mapping[str, Any]) -> str:
-    """What made a replica back off, in an operator's words, with the failure's class."""
-    return f"{_said(row)} ({row.get('backoff_failure')})"
+    """The one line an operator reads first: its level (ok, warn, bad), the line, the reasons,
+    as the document was judged when gathered (`relay.operator.judge`)."""
+    return document["level"], document["headline"], list(document["problems"])
 
 
 def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
-
-
-def _said(row: Mapping[str, Any]) -> str:
-    kind = row.get("backoff_failure")
-    status = row.get("backoff_status")
-    if isinstance(status, int):
-        return f"the relay answered HTTP {status}"
-    if kind in ("RelayUnreachableError", "RelayTimeoutError"):
-        return "the relay could not be reached"
-    if isinstance(kind, str) and kind.startswith("Store"):
-        return "the store did not answer"
-    if kind == "RelayHttpError":
-        return "the relay answered with an error"
-    return "a failure in the pass"
-
-
-def _worse(level: str, other: str) -> str:
-    order = ("ok", "warn", "bad")
-    return max(level, other, key=order.index)
-
-
-def _backing_off(row: Mapping[str, Any], now_ms: int) -> bool:
-    until = row.get("backoff_until")
-    return isinstance(until, int) and until > now_ms
 
 
 def render(document: Mapping[str, Any]) -> str:
@@ -216,7 +140,7 @@ def render(document: Mapping[str, Any]) -> str:
         + "</div>",
         _fleet(document["fleet"], now_ms),
         _profiles(document["profiles"]),
-        _registration(document.get("registration"), document.get("schema")),
+        _registration(document.get("registration"), document["store"].get("schema")),
         "<footer>Read-only. No key material is shown: the key appears only as the fingerprint "
         "of its public half.</footer>",
         "</main></body></html>",
@@ -277,7 +201,7 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
     if fleet.get("source") != "fleet":
         notes.append(
             "replicas known from the leases they hold: this store keeps no fleet record "
-            "(run `talaria-relay migrate`), so another replica's last pass is not known"
+            f"({_t(migrate_hint())}), so another replica's last pass is not known"
         )
     extra = "".join(f'<p class="muted">{note}</p>' for note in notes)
     legend = (
@@ -293,7 +217,7 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
 def _state(row: Mapping[str, Any], now_ms: int) -> str:
     if not row["alive"]:
         return _pill("off", "gone")
-    if _backing_off(row, now_ms):
+    if backing_off(row, now_ms):
         return _pill("warn", "backing off")
     return _pill("ok", "live")
 
@@ -309,21 +233,13 @@ def _who(row: Mapping[str, Any], now_ms: int) -> str:
     offset = row.get("clock_offset_s")
     if isinstance(offset, int | float):
         kind = "bad" if abs(offset) > WARN_S else "muted"
-        lines.append(f'<span class="{kind} small nowrap">clock {_t(_offset(offset))}</span>')
+        lines.append(f'<span class="{kind} small nowrap">clock {_t(offset_text(offset))}</span>')
     if "started_at" in row and row["alive"]:
-        up = _relative(row["started_at"] - now_ms).removesuffix(" ago")
+        up = relative(row["started_at"] - now_ms).removesuffix(" ago")
         lines.append(f'<span class="muted small">up {_t(up)}</span>')
     elif "seen_at" in row and not row["alive"]:
         lines.append(f'<span class="muted small">last seen {_when(row["seen_at"], now_ms)}</span>')
     return "<br>".join(lines)
-
-
-def _offset(offset_s: float) -> str:
-    """`0.4 s ahead of the store`, `2.0 s behind the store`, `in step with the store`."""
-    if abs(offset_s) < 0.05:
-        return "in step with the store"
-    side = "ahead of" if offset_s > 0 else "behind"
-    return f"{abs(offset_s):.1f} s {side} the store"
 
 
 def _release(row: Mapping[str, Any]) -> str:
@@ -346,10 +262,10 @@ def _last_pass(row: Mapping[str, Any], now_ms: int) -> str:
 
 
 def _backoff(row: Mapping[str, Any], now_ms: int) -> str:
-    if not _backing_off(row, now_ms):
+    if not backing_off(row, now_ms):
         return ""
     return (
-        f'{_t(_sentence(_said(row)))}<div class="muted small">'
+        f'{_t(_sentence(said(row)))}<div class="muted small">'
         f"{_t(row.get('backoff_failure'))} · retries "
         f"{_when(row['backoff_until'], now_ms)}</div>"
     )
@@ -384,7 +300,7 @@ def _profiles(profiles: Sequence[Mapping[str, Any]]) -> str:
         if p["outbox_oldest_age_s"] is not None:
             outbox += f' <span class="muted">oldest {_age(p["outbox_oldest_age_s"])}</span>'
         rows.append(
-            f'<tr><td><strong>{_t(p["name"])}</strong><br><code class="muted">'
+            f'<tr><td><strong>{_name(p["name"])}</strong><br><code class="muted">'
             f"{_t(p['profile_id'])}</code></td><td>{state}</td><td>{last}</td>"
             f'<td class="n">{_t(p["presence_leases"])}</td><td class="n">{unsent}</td>'
             f'<td class="n">{outbox}</td></tr>'
@@ -426,9 +342,14 @@ def _registration(found: Mapping[str, Any] | None, schema: Mapping[str, Any] | N
             ("Private key", encrypted),
         ]
     if schema is not None:
-        state = _pill("ok", "at head") if schema["at_head"] else _pill("bad", "not at head")
+        if schema["at_head"]:
+            state = _pill("ok", "at head")
+        elif schema["compatible"]:
+            state = _pill("ok", "ahead of this code, compatible")
+        else:
+            state = _pill("bad", "not at head")
         items.append(
-            ("Schema", f"<code>{_t(schema['revision'])}</code> (head {_t(schema['head'])}) {state}")
+            ("Schema", f"<code>{_t(schema['current'])}</code> (head {_t(schema['head'])}) {state}")
         )
     listed = "".join(f"<dt>{_t(term)}</dt><dd>{value}</dd>" for term, value in items)
     return f"<h2>Registration</h2><dl>{listed}</dl>"

@@ -161,6 +161,17 @@ class StoreClock:
             )
 
 
+def offset_text(offset_s: float) -> str:
+    """A replica's clock against the store's, said one way by `status` and the operator page:
+    `0.4 s ahead of the store`, `2.0 s behind the store`, `in step with the store` (within
+    50 ms)."""
+    if abs(offset_s) < 0.05:
+        return "in step with the store"
+    side = "ahead of" if offset_s > 0 else "behind"
+    return f"{abs(offset_s):.1f} s {side} the store"
+
+
 def _apart(offset: float) -> str:
+    # The log's own form ("3.5s ahead of the store's"): its lines keep the words they had.
     direction = "ahead of" if offset > 0 else "behind"
     return f"{abs(offset):.1f}s {direction}"

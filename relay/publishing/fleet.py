@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from relay.errors import RelayError
+from relay.errors import RelayError, StoreError
 from relay.logfields import of_error
 from relay.publishing.clock import StoreClock
 from relay.publishing.leases import Leases
@@ -21,7 +21,7 @@ from relay.publishing.logs import Reporter
 from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
 from relay.store import fleet_passes
 from relay.store.contract import Fleet
-from relay.store.fleet import FleetMember, this_process
+from relay.store.fleet import CLASS_LIMIT, FleetMember, this_process
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -71,9 +71,18 @@ class FleetRow:
             pass_at=pass_at,
             pass_outcome=health.last_outcome,
             backoff_until=moved(health.backoff_until),
-            backoff_class=(health.last_failure or "")[:64] or None if backing_off else None,
+            backoff_class=_failure(health) if backing_off else None,
             passes=_ring(recent, pass_at, offset),
         )
+
+
+def _failure(health: LoopHealth) -> str | None:
+    """`RelayHttpError 503`: the failure's class, and the relay's HTTP status when it answered
+    (never a message: the row is read by every replica's page)."""
+    named = health.last_failure or ""
+    if health.last_failure_status is not None:
+        named = f"{named[: CLASS_LIMIT - 4]} {health.last_failure_status}"
+    return named[:CLASS_LIMIT] or None
 
 
 def _ring(recent: Sequence[PassRecord], pass_at: int | None, offset: float) -> str:
@@ -136,6 +145,20 @@ class Membership:
             offset_s=self._time.offset_s,
             recent=self._loop.recent(),
         )
+
+    async def failed(self, error: BaseException) -> None:
+        """A pass failed with `error` and its backoff begins: the row goes out now, with the
+        backoff's end and cause, so every replica's page shows it backing off while it waits
+        (the next pass's write would bring it only once the wait is over).
+
+        Not when the store is what failed: the write would only wait out the store's timeout
+        again, the pass's own line already says what failed, and the next pass's write carries
+        the row. Nor is a failure of this write told: the same goes for it."""
+        member = self.member(self._leases.now_ms())
+        if member is None or isinstance(error, StoreError):
+            return
+        with contextlib.suppress(RelayError):
+            await self._store.record_member(member)
 
     async def leave(self) -> None:
         """Stopped: the row stops counting as live now (kept a day for `status`)."""

@@ -138,6 +138,10 @@ class PassLoop:
         self._task: asyncio.Task[None] | None = None
         self._passing = asyncio.Lock()
         self._recent: collections.deque[PassRecord] = collections.deque(maxlen=RECENT_PASSES)
+        # Called with the failure after a failed pass, before its backoff's wait (the fleet
+        # row's write).
+        self.on_backoff: Callable[[BaseException], Awaitable[None]] | None = None
+        self._error: BaseException | None = None
 
     @property
     def running(self) -> bool:
@@ -198,6 +202,14 @@ class PassLoop:
 
     async def run_once(self) -> float | None:
         """One pass, now; the seconds to back off for after a failure, else None."""
+        delay = await self._timed_pass()
+        if delay is not None and self.on_backoff is not None and self._error is not None:
+            # Once the pass is over and before the wait: whoever reads the fleet meanwhile
+            # learns of the backoff in progress, not of the one before it.
+            await self.on_backoff(self._error)
+        return delay
+
+    async def _timed_pass(self) -> float | None:
         async with self._passing:
             self._begun += 1
             start = time.perf_counter()
@@ -255,6 +267,7 @@ class PassLoop:
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
         self._failures += 1
         self._store_down = isinstance(error, StoreUnavailableError)
+        self._error = error
         delay = retry_delay(self._failures, error, self._uniform)
         self._backoff_until = self._clock() + delay
         self._last_failure = type(error).__name__

@@ -164,6 +164,7 @@ class RelayPublisher:
         )
         self._fleet = Membership(store, self._leases, self._time, self._loop, self._report)
         self._runs.fleet_row = self._fleet.member
+        self._loop.on_backoff = self._fleet.failed
         self._outbox = Outbox(store, host, self._put, self._publishes, self._report, self._leases)
         self._announcements = Announcements(
             store,

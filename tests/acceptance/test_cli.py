@@ -11,10 +11,12 @@ import asyncio
 import base64
 import hashlib
 import json
+import re
 import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -58,15 +60,16 @@ SECRET = "s3cret-Pw-4c1f9e"  # noqa: S105 (a made-up password that must never be
 TRUNCATED_CONFIG = '{\n  "key_id": "key-1",\n  "private_key_path": "/x.pem",\n  "prof'
 OK_LINE = "OK: the relay accepted and verified all"
 STATUS_KEYS = {
-    "fleet",
+    "version",
+    "generated_at",
     "store",
+    "level",
+    "headline",
+    "problems",
     "registration",
-    "profiles",
     "revision_floor",
-    "started",
-    "deleted_outbox",
-    "presence_leases",
-    "replicas",
+    "profiles",
+    "fleet",
 }
 
 
@@ -335,13 +338,13 @@ def test_status_of_a_fresh_store(home: Path, store_url: str, backend: str) -> No
     assert f"store        {backend}" in text.stdout
     assert "registration none" in text.stdout
     assert "revision     0" in text.stdout
-    assert "deleted      0 awaiting acknowledgement" in text.stdout
-    assert "presence     0 live lease(s)" in text.stdout
+    assert "verdict      Not publishing normally — 0 replicas live" in text.stdout
+    assert "problem      not registered: pair this server with Talaria Relay" in text.stdout
 
     document = json.loads(expect(cli(home, "status", "--json", "--store", store_url), 0).stdout)
     assert set(document) == STATUS_KEYS
     assert document["store"]["backend"] == backend
-    assert set(document["store"]) == {"backend", "url", "schema"}
+    assert set(document["store"]) == {"backend", "url", "schema", "error"}
     if backend in ("json", "memory"):
         assert document["store"]["schema"] is None
     else:
@@ -352,9 +355,9 @@ def test_status_of_a_fresh_store(home: Path, store_url: str, backend: str) -> No
     assert document["registration"] is None
     assert document["profiles"] == []
     assert document["revision_floor"] == 0
-    assert document["started"] == []
-    assert document["deleted_outbox"] == 0
-    assert document["presence_leases"] == 0
+    assert document["fleet"]["replicas"] == []
+    assert document["level"] == "bad"
+    assert document["problems"] == ["not registered: pair this server with Talaria Relay"]
 
 
 @on(*REAL)
@@ -367,16 +370,18 @@ async def test_status_shows_each_live_replicas_clock_offset(home: Path, store_ur
         await store.record_member(replace(behind, clock_offset_ms=-2500, passes="of"))
         await store.record_member(replace(behind, owner="web-2/bbbbbbbbbbbb"))
     text = expect(cli(home, "status", "--store", store_url, timeout=30), 0).stdout
-    (first, second) = [line for line in text.splitlines() if line.startswith("fleet ")]
-    assert "web-1/aaaaaaaaaaaa" in first
+    (first, second) = [line for line in text.splitlines() if line.startswith("replica ")]
+    assert "web-1, incarnation aaaaaaaaaaaa" in first
     assert "clock 2.5 s behind the store" in first
-    assert "web-2/bbbbbbbbbbbb" in second
+    assert "web-2, incarnation bbbbbbbbbbbb" in second
     assert "clock" not in second
     document = json.loads(expect(cli(home, "status", "--json", "--store", store_url), 0).stdout)
-    rows = {row["owner"]: row for row in document["fleet"]}
-    assert rows["web-1/aaaaaaaaaaaa"]["clock_offset_ms"] == -2500
-    assert rows["web-1/aaaaaaaaaaaa"]["passes"] == "of"
-    assert rows["web-2/bbbbbbbbbbbb"]["clock_offset_ms"] is None
+    rows = {row["owner"]: row for row in document["fleet"]["replicas"]}
+    assert rows["web-1/aaaaaaaaaaaa"]["clock_offset_s"] == -2.5
+    assert rows["web-2/bbbbbbbbbbbb"]["clock_offset_s"] is None
+    # The clock's problem is the page's too: the same judgement.
+    said = "replica web-1/aaaaaaaaaaaa's clock is 2.5 s behind the store: check its time sync (NTP)"
+    assert said in document["problems"]
 
 
 @on(*REAL)
@@ -387,23 +392,18 @@ async def test_status_of_a_registered_store(home: Path, store_url: str, backend:
     state = await snapshot(store_url)
     registration = state["registration"]
     fingerprint = fingerprint_of(registration["pem"])
-    scopes = {
-        scope.profile_id: {
-            "profile_id": scope.profile_id,
-            "floor": scope.floor,
-            "unsent": sum(not entry.sent for entry in scope.entries),
-            "sent": sum(entry.sent for entry in scope.entries),
-        }
+    unsent = {
+        scope.profile_id: sum(not entry.sent for entry in scope.entries)
         for scope in state["started"]
     }
-    assert scopes[ids["work_id"]]["unsent"] == 1
-    assert scopes["prf_empty_scope"]["sent"] + scopes["prf_empty_scope"]["unsent"] == 0
+    assert unsent[ids["work_id"]] == 1
 
     result = expect(cli(home, "status", "--json", "--store", store_url, timeout=30), 0)
     assert_no_private_key(result, registration["pem"])
     document = json.loads(result.stdout)
     assert set(document) == STATUS_KEYS
     assert document["store"]["backend"] == backend
+    assert isinstance(document["registration"].pop("generation"), int)
     assert document["registration"] == {
         "relay_url": RELAY_URL,
         "publisher_id": PUBLISHER_ID,
@@ -411,16 +411,15 @@ async def test_status_of_a_registered_store(home: Path, store_url: str, backend:
         "key_fingerprint": fingerprint,
         "key_encrypted": False,
     }
-    assert document["profiles"] == [
-        {"profile": "default", "profile_id": ids["default_id"], "identity_matches": True},
-        {"profile": "work", "profile_id": ids["work_id"], "identity_matches": True},
-    ]
+    profiles = {profile["name"]: profile for profile in document["profiles"]}
+    assert list(profiles) == ["default", "work"]
+    for name in profiles:
+        assert profiles[name]["profile_id"] == ids[f"{name}_id"]
+        assert profiles[name]["identity_matches"] is profiles[name]["enrolled"] is True
+    assert profiles["work"]["announcements_unsent"] == 1
+    assert sum(p["outbox_depth"] for p in profiles.values()) == 2
+    assert sum(p["presence_leases"] for p in profiles.values()) == 1
     assert document["revision_floor"] == state["revision_floor"]
-    assert sorted(document["started"], key=lambda s: s["profile_id"]) == [
-        scopes[name] for name in sorted(scopes)
-    ]
-    assert document["deleted_outbox"] == 2
-    assert document["presence_leases"] == 1
 
     result = expect(cli(home, "status", "--store", store_url, timeout=30), 0)
     assert_no_private_key(result, registration["pem"])
@@ -432,11 +431,64 @@ async def test_status_of_a_registered_store(home: Path, store_url: str, backend:
         f"profile      default → {ids['default_id']}  (identity ok)",
         f"profile      work → {ids['work_id']}  (identity ok)",
         f"revision     {state['revision_floor']}",
-        f"started      {ids['work_id']}: 1 unsent, 1 sent",
-        "deleted      2 awaiting acknowledgement",
-        "presence     1 live lease(s)",
+        "  queued     1 announcement(s) unsent, ",
     ):
         assert line in text, result.describe()
+
+
+DOCS = Path(__file__).parents[2] / "docs" / "operating.md"
+EXAMPLE_MARK = "<!-- the status --json example:"
+
+
+def documented_status() -> dict[str, Any]:
+    """The `status --json` example of docs/operating.md."""
+    after = DOCS.read_text(encoding="utf-8").split(EXAMPLE_MARK, 1)[1]
+    block = after.split("```json\n", 1)[1].split("```", 1)[0]
+    found: dict[str, Any] = json.loads(block)
+    return found
+
+
+def shape_of(value: Any, path: str = "$") -> dict[str, str]:
+    """Each leaf's JSON type by its path (a list by its first item); null is `null`."""
+    if isinstance(value, dict):
+        found: dict[str, str] = {path: "object"}
+        for key, item in value.items():
+            found.update(shape_of(item, f"{path}.{key}"))
+        return found
+    if isinstance(value, list):
+        return {path: "array", **(shape_of(value[0], f"{path}[]") if value else {})}
+    kinds = {bool: "boolean", int: "number", float: "number", str: "string"}
+    return {path: "null" if value is None else kinds[type(value)]}
+
+
+@on("sqlite", "postgres")
+async def test_the_documented_status_json_is_what_status_prints(home: Path, store_url: str) -> None:
+    """docs/operating.md's `status --json` example has every field `status --json` prints, of
+    the same JSON type, and no other; its problem sentence is the one `status` writes for a
+    replica backing off (but the numbers)."""
+    async with open_store(store_url) as store:
+        await populate(store)
+        now = int(time.time() * 1000)
+        await store.record_member(
+            FleetMember(
+                "web-1/3fa2c1d09b7e", "1.4.0", head_revision(), "web-1.internal", 4242, now,
+                now, now + 60_000, pass_at=now, pass_outcome="backoff",  # noqa: S106
+                backoff_until=now + 12_000, backoff_class="RelayHttpError 503",
+                clock_offset_ms=12, passes="f",
+            )
+        )  # fmt: skip
+    printed = json.loads(expect(cli(home, "status", "--json", "--store", store_url), 0).stdout)
+    documented = documented_status()
+    printed_shape, documented_shape = shape_of(printed), shape_of(documented)
+    assert set(printed_shape) == set(documented_shape)
+    for path, kind in printed_shape.items():
+        # A value that may be null is shown with one, or as what it is when set.
+        if "null" not in (kind, documented_shape[path]):
+            assert kind == documented_shape[path], path
+    (problem,) = [p for p in printed["problems"] if "web-1/3fa2c1d09b7e" in p]
+    numbers = re.compile(r"\d+")
+    assert numbers.sub("N", problem) == numbers.sub("N", documented["problems"][0])
+    assert printed["version"] == documented["version"]
 
 
 @pytest.mark.postgres
@@ -540,9 +592,16 @@ async def test_import_round_trip_json_sqlite_postgres_json_loses_nothing(
     ]
     for document in statuses:
         document.pop("store")
+        document.pop("generated_at")
         # Run rows belong to the processes that wrote them: an import copies no replica.
-        document.pop("replicas")
         document.pop("fleet")
+        document.pop("headline")
+        # The target's registration was written anew: its generation is its own.
+        document["registration"].pop("generation")
+        for profile in document["profiles"]:
+            # Ages are as of each read.
+            profile.pop("announcements_oldest_age_s")
+            profile.pop("outbox_oldest_age_s")
     assert statuses[0] == statuses[1]
     assert all(profile["identity_matches"] for profile in statuses[1]["profiles"])
 
@@ -715,9 +774,9 @@ async def test_import_legacy_state_dir_with_its_identities(home: Path, how: str)
         ),
     ]
     status = json.loads(expect(cli(home, "status", "--json", "--store", target), 0).stdout)
-    assert status["profiles"] == [
-        {"profile": "alpha", "profile_id": "prf_alpha", "identity_matches": True},
-        {"profile": "beta", "profile_id": "prf_beta", "identity_matches": True},
+    assert [(p["name"], p["profile_id"], p["identity_matches"]) for p in status["profiles"]] == [
+        ("alpha", "prf_alpha", True),
+        ("beta", "prf_beta", True),
     ]
 
 
@@ -774,14 +833,16 @@ def test_dev_relay_refuses_a_non_loopback_host(home: Path) -> None:
 def test_demo_on_the_default_sqlite_store(home: Path) -> None:
     """`demo` with no store exits 0 on its SQLite file under XDG_STATE_HOME, and again after;
     after its restart the store lists one replica, the new incarnation, alive (the stopped one
-    handed its rows over)."""
+    handed its rows over: it is listed, its lease ended)."""
     for _ in range(2):
         result = expect(cli(home, "demo"), 0)
         assert last_line(result.stdout).startswith(OK_LINE), result.describe()
         assert "PRIVATE KEY" not in result.output
         listed = [line for line in result.stdout.splitlines() if line.startswith("replica ")]
-        assert len(listed) == 1, listed
-        assert listed[0].endswith(", alive"), listed
+        # The stopped incarnation is listed an hour longer, its lease ended, as on the page.
+        alive = [line for line in listed if ", alive;" in line]
+        assert len(alive) == 1, listed
+        assert all(", lease ended;" in line for line in listed if line not in alive), listed
     assert (home / "talaria-relay" / "demo.db").exists()
     assert not (home / "talaria-relay" / "relay.db").exists(), "the demo touched the real store"
 

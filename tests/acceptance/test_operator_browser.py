@@ -9,13 +9,24 @@ text and run none of it, and be refused without authorization. Each run saves a 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from backends import on
-from operator_scene import HOSTILE_PROFILE, HOSTILE_TITLE, MEMBER, OWNER, PAGE, Scene, scene
+from operator_scene import (
+    HOSTILE_PROFILE,
+    HOSTILE_TITLE,
+    LONG_PROFILE,
+    MEMBER,
+    OWNER,
+    PAGE,
+    Scene,
+    scene,
+)
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Error, Page, sync_playwright
 
 pytestmark = on("sqlite", "postgres")
@@ -110,7 +121,7 @@ def test_the_page_shows_the_fleet_profiles_and_registration(
             for row in fleet:
                 assert "clock " in row
         profiles = page.locator("h2:has-text('Profiles') + table tbody tr").all_inner_texts()
-        assert len(profiles) == 2
+        assert len(profiles) == 3
         assert any(HOSTILE_PROFILE in row for row in profiles)
         assert page.get_by_text(HOSTILE_PROFILE, exact=True).count() == 1
         assert page.locator("img").count() == 0
@@ -152,3 +163,94 @@ def test_refused_without_authorization_through_both_faces(
         assert watched.console == []
     finally:
         watched.close()
+
+
+@pytest.mark.parametrize("face", ["asgi", "wsgi"])
+def test_a_4096_character_profile_name_keeps_the_page_at_the_viewports_width(
+    browser: Browser, running: Scene, face: str
+) -> None:
+    """A profile named with 4,096 unbreakable characters: the page stays 1,280 px wide (no
+    horizontal scroll), the name shows cut with its length, and the whole of it one click away
+    (`<details>`), wrapped."""
+    watched = Watched(browser, OWNER)
+    try:
+        base = running.asgi_url if face == "asgi" else running.wsgi_url
+        response = watched.page.goto(base + PAGE)
+        assert response is not None
+        assert response.status == 200
+        page = watched.page
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 1280, f"the page is {width} px wide"
+        long = page.locator("details.long")
+        assert long.count() == 1
+        assert "(4,096 characters)" in long.inner_text()
+        long.locator("summary").click()
+        assert LONG_PROFILE in long.inner_text()
+        opened = page.evaluate("document.documentElement.scrollWidth")
+        assert opened <= 1280, f"opened, the page is {opened} px wide"
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=ARTIFACTS / f"operator-page-long-name-{face}.png")
+        assert watched.console == []
+    finally:
+        watched.close()
+
+
+def test_another_replicas_backoff_is_shown_while_it_lasts(browser: Browser, running: Scene) -> None:
+    """`web-2`'s page (WSGI) shows `web-1` backing off: its fleet row, written when its pass
+    failed, says until when (ahead of now) and why; the headline names it, and the JSON twin's
+    `problems` are the headline's list, word for word."""
+    watched = Watched(browser, OWNER)
+    try:
+        response = watched.page.goto(running.wsgi_url + PAGE)
+        assert response is not None
+        assert response.status == 200
+        page = watched.page
+        fleet = page.locator("h2:has-text('Replicas') + table tbody tr").all_inner_texts()
+        (web1,) = [row for row in fleet if row.split("\t")[1].startswith("web-1/")]
+        assert "backing off" in web1
+        assert "The relay answered HTTP 503" in web1
+        listed = page.locator(".verdict li").all_inner_texts()
+        assert any(line.startswith("replica web-1/") and "backing off" in line for line in listed)
+        with httpx.Client(base_url=running.wsgi_url, headers=OWNER, timeout=30) as client:
+            document = client.get(PAGE + ".json").json()
+        rows = {row["owner"].split("/")[0]: row for row in document["fleet"]["replicas"]}
+        assert rows["web-1"]["backoff_until"] > document["generated_at"]
+        assert (rows["web-1"]["backoff_failure"], rows["web-1"]["backoff_status"]) == (
+            "RelayHttpError",
+            503,
+        )
+        assert document["problems"] == listed
+        assert document["level"] in ("warn", "bad")
+        assert page.locator(".verdict").inner_text().startswith(document["headline"])
+    finally:
+        watched.close()
+
+
+@pytest.mark.parametrize("face", ["asgi", "wsgi"])
+def test_every_refusal_carries_the_pages_headers_and_a_json_body(running: Scene, face: str) -> None:
+    """401, 403 and 405 (POST and HEAD alike: any method but GET, as the manual says), through
+    a real server on each face: each with the strict headers and an `{"error": …}` body."""
+    base = running.asgi_url if face == "asgi" else running.wsgi_url
+    with httpx.Client(base_url=base, timeout=30) as client:
+        for path in (PAGE, PAGE + ".json"):
+            answers = [
+                (client.get(path), 401),
+                (client.get(path, headers=MEMBER), 403),
+                (client.post(path, headers=OWNER), 405),
+                (client.delete(path, headers=OWNER), 405),
+                (client.head(path, headers=OWNER), 405),
+            ]
+            for response, status in answers:
+                said = f"{response.request.method} {path}: {response.status_code}"
+                assert response.status_code == status, said
+                assert response.headers["content-security-policy"].startswith(
+                    "default-src 'none'"
+                ), said
+                assert response.headers["x-content-type-options"] == "nosniff", said
+                assert response.headers["cache-control"] == "no-store", said
+                assert response.headers["referrer-policy"] == "no-referrer", said
+                assert response.headers["content-type"] == "application/json", said
+                if response.request.method != "HEAD":
+                    assert set(json.loads(response.content)) == {"error"}, said
+                if status == 405:
+                    assert response.headers["allow"] == "GET", said

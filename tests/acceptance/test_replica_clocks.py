@@ -127,7 +127,7 @@ async def test_status_on_a_host_whose_clock_is_off_judges_leases_on_the_stores_c
         )  # fmt: skip
         out, _ = await status.communicate()
         assert status.returncode == 0
-        (replica,) = json.loads(out)["replicas"]
+        (replica,) = json.loads(out)["fleet"]["replicas"]
         assert replica["runs"] == 1
         assert replica["alive"] is True
 

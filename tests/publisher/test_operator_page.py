@@ -3,6 +3,7 @@ with, what it shows, and what it never shows (key material, session titles)."""
 
 from __future__ import annotations
 
+import html
 import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -20,6 +21,7 @@ from threaded_support import RelayThread, relay_thread
 
 from relay import asgi, wsgi
 from relay.operator import facts, page, strips
+from relay.operator.judge import judge
 from relay.routes import Caller, Operator
 from relay.store import RelayStore, open_store
 from relay.store.fleet import FleetMember
@@ -69,6 +71,11 @@ def secured(response: httpx.Response) -> None:
     assert "unsafe-inline" not in csp
 
 
+async def gathered(env: Env) -> dict[str, Any]:
+    """The document the service's page would show now (the gatherer's cache bypassed)."""
+    return await facts.gather(env.service.store, int(env.clock() * 1000), env.service.own())
+
+
 async def paired(env: Env, title: str = "a chat") -> None:
     await env.pair()
     env.host.create_session("s1", title=title)
@@ -101,6 +108,9 @@ async def test_without_an_operator_predicate_nobody_is_an_operator(store: RelayS
         await paired(env)
         response = await client.get("/api/talaria/relay/operator", headers=OPERATOR)
         assert response.status_code == 403
+        secured(response)
+        # Not "only an operator": the app gave no predicate, and the answer says which to pass.
+        assert "no operator= predicate" in response.json()["error"]
 
 
 async def test_an_operator_reads_the_page_and_its_json_twin(store: RelayStore) -> None:
@@ -182,14 +192,14 @@ async def test_a_page_left_open_reads_the_store_once_per_refresh(
     calls: list[int] = []
     gather = facts.gather
 
-    async def counted(service: Any, at: float | None = None) -> dict[str, Any]:
+    async def counted(store: RelayStore, now_ms: int, own: facts.Own, answer: bool) -> Any:
         calls.append(1)
-        return await gather(service, at)
+        return await gather(store, now_ms, own, answer=answer)
 
     monkeypatch.setattr(facts, "gather", counted)
     async with relay_env(store) as env:
         await paired(env)
-        gatherer = facts.Gatherer(env.service, env.clock, lambda: now[0])
+        gatherer = facts.Gatherer(env.service.store, env.service.own, env.clock, lambda: now[0])
         for _ in range(20):
             await gatherer()
         assert len(calls) == 1
@@ -205,7 +215,7 @@ async def test_a_backing_off_replica_and_a_disabled_profile_are_named(store: Rel
         await paired(env)
         env.relay.inject("snapshot", 503)
         assert await env.publish() == 5.0
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (replica,) = document["fleet"]["replicas"]
         assert replica["backoff_failure"] == "RelayHttpError"
         assert replica["backoff_until"] == int((env.clock() + 5.0) * 1000)
@@ -215,7 +225,7 @@ async def test_a_backing_off_replica_and_a_disabled_profile_are_named(store: Rel
         env.clock.advance(10)
         env.relay.inject("snapshot", 403)
         await env.publish()
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (profile,) = document["profiles"]
         assert profile["enrolled"] is False
         assert "HTTP 403" in profile["disabled_why"]
@@ -282,7 +292,7 @@ async def test_this_replicas_passes_feed_the_strip(store: RelayStore) -> None:
         env.relay.inject("snapshot", 503)
         env.clock.advance(60)
         assert await env.publish() == 5.0
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (replica,) = document["fleet"]["replicas"]
         ring = replica["ring"]
         assert [one["outcome"] for one in ring] == ["ok", "ok", "failed"]
@@ -308,7 +318,7 @@ async def test_the_backlog_is_shown_per_profile_with_its_oldest_age(store: Relay
             "gone", "default", now_ms, session_live=False, identity=None, scope=None
         )
         env.clock.advance(90)
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (profile,) = document["profiles"]
         assert profile["announcements_unsent"] == 1
         assert profile["announcements_oldest_age_s"] == 90.0
@@ -359,7 +369,7 @@ async def test_the_fleet_record_names_each_replica_and_the_recently_gone(
         )
         await store.record_member(member("web-3/bbbbbbbbbbbb", now - 600_000))
         await store.record_member(member("web-4/cccccccccccc", now - 7_200_000))
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         fleet = document["fleet"]
         assert fleet["source"] == "fleet"
         assert fleet["gone_earlier"] == 1
@@ -393,16 +403,108 @@ async def test_a_replica_clock_far_from_the_stores_is_named(store: RelayStore) -
     """This replica's clock offset shows under its name; past 1 s the verdict asks for NTP."""
     async with relay_env(store) as env:
         await paired(env)
-        document = await facts.gather(env.service, env.clock())
+        document = await gathered(env)
         (replica,) = document["fleet"]["replicas"]
         assert "clock_offset_s" in replica  # None on a store without a clock of its own
         replica["clock_offset_s"] = 0.2
         assert "clock 0.2 s ahead of the store" in page.render(document)
-        assert page.verdict(document)[0] == "ok"
+        assert judge(document)[0] == "ok"
         replica["clock_offset_s"] = -4.25
-        level, _, reasons = page.verdict(document)
+        level, _, reasons = judge(document)
         assert level == "warn"
         assert reasons == [
-            f"replica {replica['owner']}'s clock is 4.2 s behind the store's: check its time "
-            "sync (NTP)"
+            f"replica {replica['owner']}'s clock is 4.2 s behind the store: check its time sync "
+            "(NTP)"
         ]
+
+
+async def test_another_replicas_page_shows_this_ones_backoff_while_it_lasts(
+    store: RelayStore,
+) -> None:
+    """A failed pass writes its backoff to this replica's fleet row at once: what another
+    replica gathers (no `Own`: the store alone) shows it backing off until the backoff's end,
+    with the failure's class and status, and names it among the problems; after a good pass
+    it no longer does."""
+    async with relay_env(store) as env:
+        await paired(env)
+        env.relay.inject("snapshot", 503)
+        assert await env.publish() == 5.0
+        now_ms = int(env.clock() * 1000)
+        seen = await facts.gather(store, now_ms)
+        (row,) = seen["fleet"]["replicas"]
+        assert row["owner"] == env.service.owner
+        assert row["this_replica"] is False
+        assert row["backoff_until"] == now_ms + 5000
+        assert (row["backoff_failure"], row["backoff_status"]) == ("RelayHttpError", 503)
+        assert seen["problems"] == [
+            f"replica {row['owner']} is backing off: the relay answered HTTP 503 "
+            "(RelayHttpError); it retries in 5 s"
+        ]
+        assert seen["level"] == "bad"
+        env.clock.advance(6)
+        assert await env.publish() is None
+        later = await facts.gather(store, int(env.clock() * 1000))
+        assert later["problems"] == []
+        assert later["level"] == "ok"
+
+
+async def test_the_json_problems_are_the_headlines_list(store: RelayStore) -> None:
+    """The JSON twin's level, headline and problems are what the HTML's headline shows: one
+    judgement for both (a backing-off replica and a disabled profile here)."""
+    async with relay_env(store) as env, web(env) as client:
+        await paired(env)
+        env.relay.inject("snapshot", 503)
+        assert await env.publish() == 5.0
+        page_path = "/api/talaria/relay/operator"
+        document = (await client.get(page_path + ".json", headers=OPERATOR)).json()
+        text = (await client.get(page_path, headers=OPERATOR)).text
+        verdict = text.split('<div class="verdict ', 1)[1].split("</div>", 1)[0]
+        listed = [html.unescape(item.split("</li>")[0]) for item in verdict.split("<li>")[1:]]
+        assert document["problems"] == listed
+        assert len(listed) == 1
+        assert "backing off" in listed[0]
+        assert verdict.startswith(f'{document["level"]}" role="status">')
+        assert html.escape(document["headline"]) in verdict
+
+
+async def test_a_name_longer_than_64_characters_is_cut_with_the_whole_one_click_away(
+    store: RelayStore,
+) -> None:
+    """A 4,096-character profile name shows its first 64 characters and its length; the whole
+    name is inside a `<details>`, escaped like every value."""
+    async with relay_env(store) as env:
+        await paired(env)
+        document = await gathered(env)
+        name = "<" * 4096
+        document["profiles"][0]["name"] = name
+        shown = page.render(document)
+        assert shown.count('<details class="long">') == 1
+        assert f"<summary>{'&lt;' * 64}… " in shown
+        assert "(4,096 characters)" in shown
+        assert "&lt;" * 4096 in shown
+        assert "<<" not in shown
+
+
+@pytest.mark.parametrize("method", ["POST", "HEAD", "PUT"])
+async def test_any_method_but_get_is_405_with_the_headers_on_both_faces(
+    store: RelayStore, threaded: ThreadedRelayService, method: str
+) -> None:
+    """ASGI and WSGI answer any method but GET on the operator routes 405, `Allow: GET`, with
+    the strict headers and a JSON body (none for HEAD); the other routes' 405 is JSON too."""
+    paths = ["/api/talaria/relay/operator", "/api/talaria/relay/operator.json"]
+    async with relay_env(store) as env, web(env) as client:
+        for path in paths:
+            response = await client.request(method, path, headers=OPERATOR)
+            assert (response.status_code, response.headers["allow"]) == (405, "GET")
+            secured(response)
+            assert response.content == (
+                b"" if method == "HEAD" else b'{"error": "Method not allowed"}'
+            )
+        health = await client.request("PUT", "/api/talaria/relay/health")
+        assert (health.status_code, health.json()) == (405, {"error": "Method not allowed"})
+    with wsgi_client(threaded, is_operator) as sync:
+        for path in paths:
+            response = sync.request(method, path, headers=OPERATOR)
+            assert (response.status_code, response.headers["allow"]) == (405, "GET")
+            secured(response)
+            assert response.headers["content-type"] == "application/json"

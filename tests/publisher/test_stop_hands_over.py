@@ -6,7 +6,7 @@ from __future__ import annotations
 from backends import MEMORY, on
 from harness import relay_env
 
-from relay.cli.status import replicas
+from relay.operator.facts import gather
 from relay.store import RelayStore
 
 pytestmark = on(MEMORY)
@@ -34,5 +34,9 @@ async def test_a_restart_owns_the_stopped_services_finished_rows_on_its_first_pa
         rows = await store.run_states()
         assert {row.owner for row in rows} == {env.service.owner} != {first}
         now_ms = int(env.clock() * 1000)
-        listed = replicas(rows, [], now_ms)
-        assert [(r["owner"], r["alive"]) for r in listed] == [(env.service.owner, True)]
+        listed = (await gather(store, now_ms))["fleet"]["replicas"]
+        # The stopped one is listed an hour longer, not alive, holding nothing.
+        assert [(r["owner"], r["alive"]) for r in listed if r["runs"]] == [
+            (env.service.owner, True)
+        ]
+        assert [r["alive"] for r in listed if r["owner"] == first] in ([], [False])
