@@ -21,7 +21,7 @@ async def cmd_status(args: argparse.Namespace) -> int:
         # Read the schema state first: opening an unmigrated store would refuse without saying it.
         found = await standing(target)
         if found.below or not found.runnable:
-            status = unmigrated(target, found, args.store)
+            status = unmigrated(target, found)
             say(json.dumps(status, indent=2) if args.json else render(status))
             fail(status["hint"])
             return FAILED

@@ -12,6 +12,7 @@ from relay.publishing.fingerprint import key_state
 from relay.store import RelayStore, RunState, StoreTarget
 from relay.store.keys.keyring import PASSPHRASE_ENV
 from relay.store.migrations import Standing, standing
+from relay.store.url import command
 
 
 async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
@@ -74,7 +75,7 @@ async def collect(store: RelayStore, target: StoreTarget) -> dict[str, Any]:
     }
 
 
-def unmigrated(target: StoreTarget, found: Standing, given: str | None) -> dict[str, Any]:
+def unmigrated(target: StoreTarget, found: Standing) -> dict[str, Any]:
     """The status of a SQL store this code does not run on: its schema state, and what fixes
     it (below head: the `migrate` command; ahead and not compatible: a newer release)."""
     if found.ahead:
@@ -83,13 +84,9 @@ def unmigrated(target: StoreTarget, found: Standing, given: str | None) -> dict[
             "hint": f"it needs {found.needs()}: run that release here "
             "(this code's `migrate` cannot help)",
         }
-    # The hint repeats the URL as the user gave it (password hidden), to paste back.
-    password = target.url.password if target.url is not None else None
-    shown = given.replace(password, "***") if given and isinstance(password, str) else given
-    store = f" --store '{shown}'" if shown else ""
     return {
         "store": {"backend": target.backend, "url": target.display, "schema": found.document()},
-        "hint": f"run `talaria-relay migrate{store}` to bring it to head {found.head}",
+        "hint": f"run {command('migrate', target)} to bring it to head {found.head}",
     }
 
 

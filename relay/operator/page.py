@@ -17,6 +17,7 @@ from typing import Any
 
 from relay.operator.strips import minutes, strip
 from relay.publishing.clock import WARN_S
+from relay.store.url import command
 
 REFRESH_S = 30
 
@@ -112,7 +113,7 @@ def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
         level = "bad"
         reasons.append(
             f"the schema is at {schema['revision']}, not {schema['head']}: "
-            "run `talaria-relay migrate`"
+            f"run {command('migrate', document.get('store', {}).get('url'))}"
         )
     if document.get("registration") is None and not document.get("problems"):
         level = "bad"
@@ -208,7 +209,7 @@ def render(document: Mapping[str, Any]) -> str:
         f'<div class="verdict {level}" role="status">{_t(line)}'
         + (f"<ul>{listed}</ul>" if listed else "")
         + "</div>",
-        _fleet(document["fleet"], now_ms),
+        _fleet(document["fleet"], now_ms, document["store"]["url"]),
         _profiles(document["profiles"]),
         _registration(document.get("registration"), document.get("schema")),
         "<footer>Read-only. No key material is shown: the key appears only as the fingerprint "
@@ -228,7 +229,7 @@ def _table(headings: Sequence[str], rows: Iterable[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
+def _fleet(fleet: Mapping[str, Any], now_ms: int, store_url: str) -> str:
     rows = []
     striped = any("ring" in row or row.get("passes") for row in fleet["replicas"])
     for row in fleet["replicas"]:
@@ -270,8 +271,8 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
         notes.append(f"{_t(fleet['gone_earlier'])} gone more than an hour ago, not listed")
     if fleet.get("source") != "fleet":
         notes.append(
-            "replicas known from the leases they hold: this store keeps no fleet record "
-            "(run `talaria-relay migrate`), so another replica's last pass is not known"
+            "replicas known from the leases they hold: this store keeps no fleet record (run "
+            f"{_t(command('migrate', store_url))}), so another replica's last pass is not known"
         )
     extra = "".join(f'<p class="muted">{note}</p>' for note in notes)
     legend = (
