@@ -1,0 +1,89 @@
+"""What a newcomer meets first, run as they would run it (issue 31, "First contact")."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_support import ROOT, child_env, run, sqlite_url
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """The XDG_STATE_HOME of the children: where the default store would be made."""
+    path = tmp_path / "xdg"
+    path.mkdir()
+    return path
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("where", ["default", "env"])
+def test_status_and_check_agree_on_a_store_that_is_not_there(
+    home: Path, tmp_path: Path, where: str
+) -> None:
+    """With no `--store`, `status` and `check` on a store that is not there exit alike (3), say
+    where its URL came from, never blame a `--store` nobody gave, and create nothing."""
+    env = {} if where == "default" else {"TALARIA_RELAY_STORE_URL": sqlite_url(tmp_path / "x.db")}
+    said = "the embedded default" if where == "default" else "$TALARIA_RELAY_STORE_URL"
+    status = run(home, "status", env=env, timeout=30, process=True)
+    check = run(home, "check", env=env, timeout=30, process=True)
+    assert (status.code, check.code) == (3, 3), status.describe() + check.describe()
+    assert f"the store URL from {said}" in status.stderr, status.describe()
+    assert f"the store URL from {said}" in check.stdout, check.describe()
+    assert "--store:" not in status.stderr
+    assert sorted(home.iterdir()) == []
+    assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.sqlite
+def test_a_store_named_with_store_that_is_not_there_is_bad_input(home: Path) -> None:
+    """`--store` naming a file that is not there is a typo: exit 2, blaming `--store`."""
+    result = run(home, "status", "--store", sqlite_url(home / "typo.db"), timeout=30)
+    assert result.code == 2, result.describe()
+    assert "--store: no SQLite store at" in result.stderr
+
+
+def test_offline_sql_without_a_url_names_its_dialect(home: Path) -> None:
+    """`migrate --sql --from-empty` without a URL says, in the SQL, that it is SQLite's and how to
+    get Postgres'; with a Postgres URL it says Postgres."""
+    result = run(home, "migrate", "--sql", "--from-empty", timeout=30, process=True)
+    assert result.code == 0, result.describe()
+    first, second = result.stdout.splitlines()[:2]
+    assert first.startswith("-- the SQLite DDL of every revision"), first
+    assert "postgresql://" in second
+    pg = run(home, "migrate", "--sql", "--from-empty", "--store", "postgresql://u@h/db", timeout=30)
+    assert pg.stdout.startswith("-- the Postgres DDL of every revision"), pg.describe()
+
+
+@pytest.mark.sqlite
+def test_alembic_current_in_a_checkout_creates_nothing_in_the_home(tmp_path: Path) -> None:
+    """`alembic current` with no URL, the default store not there: it says so, fails, and
+    leaves the user's home as it was; `alembic upgrade head` on a named file then works."""
+    fake_home = tmp_path / "home"
+    fake_home.mkdir()
+    env = {k: v for k, v in child_env(fake_home).items() if k != "XDG_STATE_HOME"}
+    env["HOME"] = str(fake_home)
+    alembic = [sys.executable, "-m", "alembic"]
+    done = subprocess.run(
+        [*alembic, "current"], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert "no SQLite store at" in done.stdout + done.stderr
+    assert "nothing created" in done.stdout + done.stderr
+    assert list(fake_home.iterdir()) == []
+    url = sqlite_url(tmp_path / "named.db")
+    for args in (["upgrade", "head"], ["current"]):
+        done = subprocess.run(
+            [*alembic, "-x", f"url={url}", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert "(head)" in done.stdout
+    assert os.path.exists(tmp_path / "named.db")
