@@ -26,6 +26,7 @@ from relay.cli.transfer import cmd_import
 from relay.cli.unpair import add_parser as add_unpair
 from relay.errors import (
     InvalidInputError,
+    MissingExtraError,
     RelayError,
     RelayHttpError,
     RelayPairingError,
@@ -317,10 +318,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(refusal(error))
         unreachable = isinstance(error.__cause__, RelayUnreachableError)
         return UNREACHABLE if unreachable else FAILED
-    except ModuleNotFoundError as error:
-        if error.name != "uvicorn":
-            raise
-        fail("the dev relay needs uvicorn: pip install 'talaria-relay[devrelay]'")
+    except MissingExtraError as error:
+        fail(str(error))
         return USAGE
     except OSError as error:
         # A file store's path that cannot be written (read-only, under a file): one line.

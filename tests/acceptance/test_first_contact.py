@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -87,3 +88,24 @@ def test_alembic_current_in_a_checkout_creates_nothing_in_the_home(tmp_path: Pat
         assert done.returncode == 0, done.stdout + done.stderr
     assert "(head)" in done.stdout
     assert os.path.exists(tmp_path / "named.db")
+
+
+@pytest.mark.sqlite
+def test_after_the_demo_no_replica_of_it_lives_and_a_second_run_says_how_to_go_on(
+    home: Path, tmp_path: Path
+) -> None:
+    """Once `demo` has exited, `status` lists no live replica (it ended its turns and stopped);
+    a second `demo` on that store is refused naming `--skip-if-registered`, which then passes."""
+    url = sqlite_url(tmp_path / "demo.db")
+    first = run(home, "demo", "--store", url, timeout=120, process=True)
+    assert first.code == 0, first.describe()
+    status = run(home, "status", "--json", "--store", url, timeout=30, process=True)
+    assert status.code == 0, status.describe()
+    document = json.loads(status.stdout)
+    assert document["replicas"], status.describe()  # the demo's rows are there, handed over
+    assert not [r for r in document["replicas"] if r["alive"]], status.describe()
+    again = run(home, "demo", "--store", url, timeout=60, process=True)
+    assert again.code == 2, again.describe()
+    assert "--skip-if-registered" in again.stderr
+    skipped = run(home, "demo", "--store", url, "--skip-if-registered", timeout=60)
+    assert skipped.code == 0, skipped.describe()
