@@ -43,7 +43,7 @@ from relay.version import __version__
 async def cmd_dev_relay(args: argparse.Namespace) -> int:
     from relay.testing import DevRelay, serve
 
-    relay = DevRelay()
+    relay = DevRelay(keep_requests=args.keep_requests)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -248,6 +248,14 @@ def parser() -> argparse.ArgumentParser:
     sub = add("dev-relay", cmd_dev_relay, "run a dev Talaria Relay on loopback")
     sub.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
     sub.add_argument("--port", type=int, default=8787, help="port (default 8787; 0 picks one)")
+    sub.add_argument(
+        "--keep-requests",
+        type=int,
+        default=1_000,
+        metavar="N",
+        help="keep the last N requests it received (DevRelay.requests) "
+        "(default %(default)s): a dev relay left running stays one size",
+    )
 
     sub = add(
         "demo",
