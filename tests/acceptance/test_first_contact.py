@@ -109,3 +109,19 @@ def test_after_the_demo_no_replica_of_it_lives_and_a_second_run_says_how_to_go_o
     assert "--skip-if-registered" in again.stderr
     skipped = run(home, "demo", "--store", url, "--skip-if-registered", timeout=60)
     assert skipped.code == 0, skipped.describe()
+
+
+@pytest.mark.parametrize("where", ["relay", "store"])
+def test_a_host_name_typo_is_named(home: Path, tmp_path: Path, where: str) -> None:
+    """A host name DNS does not know is said as such, naming the host (the relay's) or the URL
+    that holds it (the store's), not only "Name or service not known"."""
+    if where == "relay":
+        args = ["demo", "--store", sqlite_url(tmp_path / "d.db")]
+        args += ["--relay-url", "https://relay.typo-host.invalid", "--invitation", "x"]
+        said = "no host named relay.typo-host.invalid was found (DNS"
+    else:
+        args = ["check", "--store", "postgresql://relay@db.typo-host.invalid/relay"]
+        said = "db.typo-host.invalid/relay is unavailable: its host name was not found (DNS"
+    result = run(home, *args, timeout=60, process=True)
+    assert result.code == 3, result.describe()
+    assert said in result.output, result.describe()
