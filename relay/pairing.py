@@ -46,6 +46,9 @@ DIFFERENT_RELAY = (
     "This Hermes server is registered to a different relay; to pair with this one, forget "
     "that registration first (talaria-relay unpair, or RelayService.unpair())"
 )
+# The manual's section on a disabled profile and its recovery, for the operator page to link
+# (relative to the manual's root, docs/).
+DISABLED_PROFILE_HELP = "pairing.md#when-a-profile-is-disabled"
 # Enrollments racing on several replicas retry their save this often before giving up.
 SAVE_ATTEMPTS = 5
 

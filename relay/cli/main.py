@@ -49,15 +49,21 @@ async def cmd_dev_relay(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with serve(relay, args.host, args.port) as url:
-        invitation = relay.mint_invitation()
+        # One grant per relay user: each profile needs an invitation of its own relay user.
+        owner, work = relay.mint_invitation("usr_owner"), relay.mint_invitation("usr_work")
         say(f"Talaria dev relay listening on {url}")
         say(f"relay URL:   {url}")
-        say(f"invitation:  {invitation}")
+        say(f"invitation:  {owner}  (relay user usr_owner: registers the server)")
+        say(f"invitation:  {work}  (relay user usr_work: enrolls a second profile)")
         say(
-            f"try:         talaria-relay demo --relay-url {url} --invitation={invitation} "
-            "--allow-insecure-loopback"
+            f"try:         talaria-relay demo --relay-url {url} --invitation={owner} "
+            f"--invitation={work} --allow-insecure-loopback"
         )
-        say(f"more invitations: POST {url}/admin/invitations; what it holds: GET {url}/admin/state")
+        say(
+            f'more invitations: POST {url}/admin/invitations with {{"userId": "usr_…"}}, '
+            "a new relay user for each further profile (docs/pairing.md); "
+            f"what it holds: GET {url}/admin/state"
+        )
         await stop.wait()
     say("dev relay stopped")
     return OK

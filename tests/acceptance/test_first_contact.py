@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
-from cli_support import ROOT, child_env, run, sqlite_url
+from cli_support import ROOT, child_env, dev_relay, run, sqlite_url
 
 
 @pytest.fixture
@@ -125,3 +128,21 @@ def test_a_host_name_typo_is_named(home: Path, tmp_path: Path, where: str) -> No
     result = run(home, *args, timeout=60, process=True)
     assert result.code == 3, result.describe()
     assert said in result.output, result.describe()
+
+
+def test_the_dev_relay_banner_command_registers_and_enrolls_two_relay_users(home: Path) -> None:
+    """The `try:` line of `dev-relay` runs as printed: its two invitations are two relay users',
+    so the demo's second profile gets a grant of its own and the first stays enabled."""
+    with dev_relay(home) as relay:
+        line = ""
+        while not line.startswith("try:"):
+            read = relay.stdout.next_line(time.monotonic() + 10)
+            assert read is not None, relay.startup
+            line = read.strip()
+        args = shlex.split(line.removeprefix("try:"))
+        assert args[0] == "talaria-relay"
+        result = run(home, *args[1:], "--store", sqlite_url(home / "d.db"), timeout=120)
+        held = httpx.get(f"{relay.url}/admin/state", timeout=10).json()
+        relay.stop()
+    assert result.code == 0, result.describe()
+    assert sorted(grant["userId"] for grant in held["grants"]) == ["usr_owner", "usr_work"]
