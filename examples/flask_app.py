@@ -6,7 +6,7 @@
 Its own routes are the same as the `http.server` example's (`examples.hermes.Hermes`); the relay's
 are `relay.wsgi.middleware` around `app.wsgi_app`, with the app's auth as `identify`. With
 `--preload`, the master makes and starts the relay service, and each worker (a forked child)
-gets a service of its own on its first call (README "Threaded and WSGI servers").
+gets a service of its own on its first call (docs/web-hosts.md, "Flask and other WSGI apps").
 """
 
 from __future__ import annotations

@@ -26,12 +26,13 @@ from typing import Any
 from alembic import context
 from alembic.migration import MigrationContext, MigrationInfo
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection, text
 
 from relay.store.sql import compat, migrate, namespace, version_table
 from relay.store.sql.migrate import ADVISORY_LOCK_KEY, LOCK_TIMEOUT_MS
 from relay.store.sql.schema import metadata
-from relay.store.url import StoreTarget, resolve, schema_name
+from relay.store.url import ENV_VAR, StoreTarget, resolve, schema_name
 
 config = context.config
 
@@ -39,6 +40,25 @@ config = context.config
 def _target() -> StoreTarget:
     raw = context.get_x_argument(as_dictionary=True).get("url") or config.attributes.get("url")
     return resolve(raw)
+
+
+# The alembic commands that write the schema; the others (current, check, …) only read it.
+_WRITERS = frozenset({"upgrade", "downgrade", "stamp"})
+
+
+def _read_only_on_nothing(target: StoreTarget) -> None:
+    """`alembic current` (or `check`) on a SQLite file that is not there: say so and create
+    nothing, rather than make an empty store (under the user's home, for the default)."""
+    command = getattr(getattr(config, "cmd_opts", None), "cmd", None)
+    name = getattr(command[0], "__name__", "") if command else ""
+    if target.backend != "sqlite" or name in _WRITERS or target.path is None:
+        return
+    if not target.path.exists():
+        raise CommandError(
+            f"no SQLite store at {target.path}; nothing created (`alembic {name}` only reads: "
+            f"name a store with -x url=URL or ${ENV_VAR}, or create this one with "
+            "`alembic upgrade head`)"
+        )
 
 
 def _url() -> str:
@@ -161,4 +181,5 @@ elif (shared := config.attributes.get("connection")) is not None:
     do_run_migrations(shared)
 else:
     # The alembic command line: the store's own engines, so it connects as the store does.
+    _read_only_on_nothing(_target())
     asyncio.run(migrate.run(_target(), do_run_migrations))

@@ -37,7 +37,7 @@ from relay.protocol import (
     canonical_string,
     validated_origin,
 )
-from relay.refused import nothing_listening
+from relay.refused import nothing_listening, unknown_host
 
 UNREACHABLE = "Could not reach Talaria Relay"
 # An error answer is read this far for its reason; it is a code, not a document.
@@ -304,6 +304,8 @@ def describe(exc: Exception) -> str:
     # says what happened ("Connection reset by peer"); failing that, the class name does.
     if (refused := nothing_listening(exc)) is not None:
         return refused
+    if (unknown := unknown_host(exc, _host(exc))) is not None:
+        return unknown
     cause: BaseException | None = exc
     for _ in range(8):  # a bounded walk: a chain may loop
         if cause is None:
@@ -312,3 +314,11 @@ def describe(exc: Exception) -> str:
             return str(cause)
         cause = cause.__cause__ or cause.__context__
     return type(exc).__name__
+
+
+def _host(exc: Exception) -> str | None:
+    """The host an httpx request went to (never its credentials), when `exc` has one."""
+    try:
+        return str(exc.request.url.host) if isinstance(exc, httpx.RequestError) else None
+    except RuntimeError:  # httpx: an error raised before its request was set
+        return None

@@ -2,6 +2,8 @@
 
     RelayError                      root: catch this to catch everything raised here
     ├── InvalidInputError           an argument is out of its domain; nothing was stored
+    ├── MissingExtraError           an optional dependency is not installed: names the extra
+    │                               to install (also an `ImportError`)
     │   └── TransferConflictError   an import's target holds other relay state (use --force)
     ├── SessionNotFoundError        the web app has no such session (also a `LookupError`)
     ├── StoreError                  relay state could not be read or written
@@ -41,6 +43,18 @@ class RelayError(Exception):
 
 class InvalidInputError(RelayError, ValueError):
     """Invalid input."""
+
+
+class MissingExtraError(RelayError, ImportError):
+    """A part of relay needs an optional dependency that is not installed."""
+
+    def __init__(self, what: str, module: str, extra: str) -> None:
+        super().__init__(
+            f"{what} needs {module}, which is not installed: pip install 'talaria-relay[{extra}]' "
+            f"(from a checkout: pip install -e '.[{extra}]')"
+        )
+        self.name = module
+        self.extra = extra
 
 
 class TransferConflictError(InvalidInputError):

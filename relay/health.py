@@ -18,6 +18,7 @@ from relay.publishing.storewatch import StoreWatch
 from relay.store import StoreTarget, open_store, resolve
 from relay.store.contract import Handle, Registration, Revisions
 from relay.store.migrations import HEAD, Standing, standing
+from relay.store.url import command
 
 # `talaria-relay check` exit codes, the CLI's own: ready, not ready, store unreachable.
 READY, NOT_READY, UNREACHABLE = 0, 1, 3
@@ -223,7 +224,7 @@ async def probe(url: str | None) -> Probe:
             schema = await standing(target)
             below = StoreHealth(reachable=True, schema_at_head=False, registered=False)
             if schema.below:
-                problem = "below the schema head: run `talaria-relay migrate`"
+                problem = f"below the schema head: run {command('migrate', target)}"
                 return Probe(target, below, problem, schema)
             if not schema.compatible and not schema.at_head:
                 problem = f"the database {schema.summary()}: it needs {schema.needs()}"

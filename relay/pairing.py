@@ -46,6 +46,9 @@ DIFFERENT_RELAY = (
     "This Hermes server is registered to a different relay; to pair with this one, forget "
     "that registration first (talaria-relay unpair, or RelayService.unpair())"
 )
+# The manual's section on a disabled profile and its recovery, for the operator page to link
+# (relative to the manual's root, docs/).
+DISABLED_PROFILE_HELP = "pairing.md#when-a-profile-is-disabled"
 # Enrollments racing on several replicas retry their save this often before giving up.
 SAVE_ATTEMPTS = 5
 
@@ -65,8 +68,12 @@ class Pairing:
     client: Callable[[str], RelayClient]
     configure: Configure
 
-    async def pair(self, body: object, profile: str, *, operator: bool = True) -> dict[str, Any]:
+    async def pair(self, body: object, profile: str, *, operator: bool) -> dict[str, Any]:
         """Register the server, or enroll another profile.
+
+        `operator` is whether the caller may register the server (the web app's own check of its
+        signed-in user); it has no default, so a handler that forgets it fails at once instead of
+        letting any user register.
 
         Nothing is locked while the relay is asked: saves are compare-and-set on the stored
         registration, so enrollments racing here or on other replicas keep every mapping, and of

@@ -385,8 +385,11 @@ class RelayService:
             )
         return forgotten is not None
 
-    async def pair(self, body: object, profile: str, *, operator: bool = True) -> dict[str, Any]:
-        """`POST /api/talaria/relay/pair`: register the server, or enroll another profile."""
+    async def pair(self, body: object, profile: str, *, operator: bool) -> dict[str, Any]:
+        """`POST /api/talaria/relay/pair`: register the server, or enroll another profile.
+
+        `operator` (required): whether the signed-in caller may register this server; any user
+        may enroll a profile once it is registered."""
         self._require_started("pair")
         return await self._pairing.pair(body, profile, operator=operator)
 

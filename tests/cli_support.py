@@ -331,8 +331,8 @@ def dev_relay(state_home: Path, timeout: float = 20) -> Iterator[DevRelayProcess
             key, _, value = line.partition(":")
             if key == "relay URL":
                 url = value.strip()
-            elif key == "invitation":
-                invitation = value.strip()
+            elif key == "invitation" and invitation is None:  # the first: the owner's
+                invitation = value.split()[0]
         yield DevRelayProcess(process, url, invitation, lines, stdout, stderr)
     finally:
         if process.poll() is None:

@@ -163,7 +163,7 @@ async def _health(service: RelayService, _: dict[str, Any]) -> dict[str, Any]:
 # Commands that only call the service.
 PLAIN: dict[str, Callable[[RelayService, dict[str, Any]], Awaitable[Any]]] = {
     "presence": lambda s, c: s.update_presence(c["body"], c.get("profile", "default")),
-    "pair": lambda s, c: s.pair(c["body"], c.get("profile", "default")),
+    "pair": lambda s, c: s.pair(c["body"], c.get("profile", "default"), operator=True),
     "start_service": lambda s, _: s.start(),
     "flush": lambda s, _: s.flush(),
     "changed": _changed,

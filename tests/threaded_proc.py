@@ -39,7 +39,7 @@ def handle(relay: ThreadedRelayService, host: Sessions, c: dict[str, Any]) -> An
     elif op == "presence":
         return relay.update_presence(c["body"], c.get("profile", "default"))
     elif op == "pair":
-        return relay.pair(c["body"], c.get("profile", "default"))
+        return relay.pair(c["body"], c.get("profile", "default"), operator=True)
     elif op == "start_service":
         return relay.start()
     elif op == "flush":

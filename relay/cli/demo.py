@@ -3,7 +3,8 @@
 It migrates the store, starts a dev relay on loopback (or uses one given), registers the server,
 enrolls a second profile, drives a `MemoryHost` through sessions that start, wait for approval,
 complete, get viewed and get deleted, mutes one profile's alerts with a presence lease, restarts
-the service and publishes again. With `replicas` it also runs that many service processes on the
+the service and publishes again, ends its last turn and stops cleanly (so `status` lists no live
+replica of it). With `replicas` it also runs that many service processes on the
 same store. It succeeds only when the relay accepted every request.
 """
 
@@ -29,6 +30,7 @@ from relay.service import RelayService
 from relay.store import RelayStore, StoreTarget, migrations, open_store, resolve
 from relay.store.url import default_sqlite_path
 from relay.testing import DevRelay, MemoryHost, serve
+from relay.testing.server import uvicorn_module
 
 PUBLISHER_ID = "http://hermes-demo.localhost"
 Say = Callable[[str], None]
@@ -76,6 +78,11 @@ class Demo:
         )
         return self.service
 
+    async def stop(self) -> None:
+        """Stop the current service (again is a no-op)."""
+        if self.service is not None:
+            await self.service.stop()
+
     async def publish(self, what: str) -> None:
         assert self.service is not None
         publisher = self.service.current()
@@ -105,15 +112,10 @@ async def run(
     if replicas and target.backend == "memory":
         raise InvalidInputError("replica processes cannot share a memory:// store")
     if relay_url is None:
+        uvicorn_module()  # without the `devrelay` extra: say so before the store is reset
         await _fresh(target, say)
-    held = await holdings(target)
-    if held is not None:
-        if skip_if_registered and held.startswith("a registration"):
-            say(f"{target.display} already holds {held}: registration skipped")
-            return True
-        raise InvalidInputError(
-            f"{target.display} already holds {held}: the demo writes only into an empty store"
-        )
+    if await _skipped(target, skip_if_registered, say):
+        return True
     responses = Responses()
     async with AsyncExitStack() as stack:
         relay: DevRelay | None = None
@@ -135,6 +137,8 @@ async def run(
         store = await stack.enter_async_context(open_store(_address(target)))
         profiles = ["default", "work", *(f"profile-{n}" for n in range(3, len(invitations) + 1))]
         demo = Demo(store, relay_url, http, MemoryHost(profiles), say, allow_insecure_loopback)
+        # A clean stop, however the demo ends: its fleet row stops counting as live at once.
+        stack.push_async_callback(demo.stop)
         await _pair(demo, profiles, invitations)
         await _sessions(demo)
         if replicas and not await _replicas(
@@ -142,6 +146,7 @@ async def run(
         ):
             responses.failures.append("a replica process failed")
         await _restart(demo)
+        await _wind_down(demo)  # before the store is shown: the demo is no live replica of it
         if relay is not None:
             _table(relay.state(), say)
         elif mint_invitations:
@@ -157,6 +162,25 @@ async def run(
         return False
     say(f"OK: the relay accepted and verified all {responses.count} requests")
     return True
+
+
+async def _skipped(target: StoreTarget, skip_if_registered: bool, say: Say) -> bool:
+    """True when the store holds a registration to skip; a store that holds anything else
+    is refused, saying how to go on."""
+    held = await holdings(target)
+    if held is None:
+        return False
+    registered = held.startswith("a registration")
+    if skip_if_registered and registered:
+        say(f"{target.display} already holds {held}: registration skipped")
+        return True
+    way_out = "give it an empty or new --store"
+    if registered:
+        way_out = "add --skip-if-registered to leave it as it is and exit 0, or " + way_out
+    raise InvalidInputError(
+        f"{target.display} already holds {held}: the demo writes only into an empty store "
+        f"({way_out})"
+    )
 
 
 async def _fresh(target: StoreTarget, say: Say) -> None:
@@ -289,6 +313,17 @@ async def _restart(demo: Demo) -> None:
     await demo.publish("after the restart")
     after = await demo.store.revision_floor()
     demo.say(f"  revisions continue above {floor}: now {after}")
+
+
+async def _wind_down(demo: Demo) -> None:
+    """End the turn still running and stop: a live turn's row keeps its lease past a stop, and
+    `status` would list the exited demo as a live replica until it ends."""
+    assert demo.service is not None
+    await demo.service.note_terminal("stream-review", "completed")
+    demo.host.end_run("stream-review")
+    await demo.publish("chat-review completed")
+    await demo.stop()
+    demo.say("the service stopped: no lease of it lives on")
 
 
 async def _replicas(

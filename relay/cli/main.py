@@ -26,6 +26,7 @@ from relay.cli.transfer import cmd_import
 from relay.cli.unpair import add_parser as add_unpair
 from relay.errors import (
     InvalidInputError,
+    MissingExtraError,
     RelayError,
     RelayHttpError,
     RelayPairingError,
@@ -42,21 +43,27 @@ from relay.version import __version__
 async def cmd_dev_relay(args: argparse.Namespace) -> int:
     from relay.testing import DevRelay, serve
 
-    relay = DevRelay()
+    relay = DevRelay(keep_requests=args.keep_requests)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     async with serve(relay, args.host, args.port) as url:
-        invitation = relay.mint_invitation()
+        # One grant per relay user: each profile needs an invitation of its own relay user.
+        owner, work = relay.mint_invitation("usr_owner"), relay.mint_invitation("usr_work")
         say(f"Talaria dev relay listening on {url}")
         say(f"relay URL:   {url}")
-        say(f"invitation:  {invitation}")
+        say(f"invitation:  {owner}  (relay user usr_owner: registers the server)")
+        say(f"invitation:  {work}  (relay user usr_work: enrolls a second profile)")
         say(
-            f"try:         talaria-relay demo --relay-url {url} --invitation={invitation} "
-            "--allow-insecure-loopback"
+            f"try:         talaria-relay demo --relay-url {url} --invitation={owner} "
+            f"--invitation={work} --allow-insecure-loopback"
         )
-        say(f"more invitations: POST {url}/admin/invitations; what it holds: GET {url}/admin/state")
+        say(
+            f'more invitations: POST {url}/admin/invitations with {{"userId": "usr_…"}}, '
+            "a new relay user for each further profile (docs/pairing.md); "
+            f"what it holds: GET {url}/admin/state"
+        )
         await stop.wait()
     say("dev relay stopped")
     return OK
@@ -247,6 +254,14 @@ def parser() -> argparse.ArgumentParser:
     sub = add("dev-relay", cmd_dev_relay, "run a dev Talaria Relay on loopback")
     sub.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
     sub.add_argument("--port", type=int, default=8787, help="port (default 8787; 0 picks one)")
+    sub.add_argument(
+        "--keep-requests",
+        type=int,
+        default=1_000,
+        metavar="N",
+        help="keep the last N requests it received (DevRelay.requests) "
+        "(default %(default)s): a dev relay left running stays one size",
+    )
 
     sub = add(
         "demo",
@@ -317,10 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(refusal(error))
         unreachable = isinstance(error.__cause__, RelayUnreachableError)
         return UNREACHABLE if unreachable else FAILED
-    except ModuleNotFoundError as error:
-        if error.name != "uvicorn":
-            raise
-        fail("the dev relay needs uvicorn: pip install 'talaria-relay[devrelay]'")
+    except MissingExtraError as error:
+        fail(str(error))
         return USAGE
     except OSError as error:
         # A file store's path that cannot be written (read-only, under a file): one line.

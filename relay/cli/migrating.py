@@ -57,6 +57,16 @@ async def _migrate_sql(target: StoreTarget, *, from_empty: bool, lock_ms: int) -
     """The DDL a DBA runs by hand: what the database lacks (it is read, not written), or with
     `from_empty` every revision without connecting. Notes go to stderr: stdout is only SQL."""
     if from_empty:
+        # A comment in the SQL itself, so a file of it says which database it is for.
+        say(
+            f"-- the {target.name} DDL of every revision to head {migrate.HEAD}, "
+            "from an empty database"
+        )
+        if target.written is None:
+            say(
+                "-- (no --store given: the embedded default's dialect; for Postgres give a "
+                "postgresql:// URL, which is not connected to)"
+            )
         migrate.offline_sql(target, lock_timeout_ms=lock_ms)
         return OK
     found = await migrate.standing(target)

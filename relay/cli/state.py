@@ -8,6 +8,7 @@ import json
 from relay.cli.output import FAILED, OK, fail, require_existing, say
 from relay.store import open_store, resolve, standing
 from relay.store.keys.keyring import Passphrase, passphrase_from_env, passphrase_from_file
+from relay.store.url import source
 
 # ── status ────────────────────────────────────────────────────────────────────
 
@@ -16,13 +17,13 @@ async def cmd_status(args: argparse.Namespace) -> int:
     from relay.cli.status import collect, render, unmigrated
 
     target = resolve(args.store)
-    require_existing(target)
+    require_existing(target, args.store)
     found = None
     if target.url is not None:
         # Read the schema state first: opening an unmigrated store would refuse without saying it.
         found = await standing(target)
         if found.below or not found.runnable:
-            status = unmigrated(target, found, args.store)
+            status = unmigrated(target, found)
             say(json.dumps(status, indent=2) if args.json else render(status))
             fail(status["hint"])
             return FAILED
@@ -42,6 +43,8 @@ async def cmd_check(args: argparse.Namespace) -> int:
     found = await probe(args.store)
     if args.json:
         say(json.dumps(found.document(), indent=2))
+    elif found.problem is not None:
+        say(f"{found.line()} (the store URL from {source(args.store)})")
     else:
         say(found.line())
     return found.code
@@ -61,7 +64,7 @@ def _new_passphrase(args: argparse.Namespace) -> Passphrase | None:
 
 async def cmd_rekey(args: argparse.Namespace) -> int:
     target = resolve(args.store)
-    require_existing(target)
+    require_existing(target, args.store)
     passphrase = _new_passphrase(args)
     async with open_store(args.store) as store:
         count = await store.rekey(passphrase)

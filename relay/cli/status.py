@@ -34,26 +34,23 @@ async def collect(
     return await gather(store, now_ms, standing=found)
 
 
-def unmigrated(target: StoreTarget, found: Standing, given: str | None) -> dict[str, Any]:
+def unmigrated(target: StoreTarget, found: Standing) -> dict[str, Any]:
     """The status of a SQL store this code does not run on: its schema state, and what fixes
     it (below head: the `migrate` command; ahead and not compatible: a newer release)."""
     return {
         "version": VERSION,
         "store": {"backend": target.backend, "url": target.display, "schema": found.document()},
-        "hint": unmigrated_hint(target, found, given),
+        "hint": unmigrated_hint(target, found),
     }
 
 
-def unmigrated_hint(target: StoreTarget, found: Standing, given: str | None) -> str:
+def unmigrated_hint(target: StoreTarget, found: Standing) -> str:
     """What fixes a store this code does not run on, with the store named to paste back."""
     if found.ahead:
         return (
             f"it needs {found.needs()}: run that release here (this code's `migrate` cannot help)"
         )
-    # The hint repeats the URL as the user gave it (password hidden), to paste back.
-    password = target.url.password if target.url is not None else None
-    shown = given.replace(password, "***") if given and isinstance(password, str) else given
-    return f"{migrate_hint(shown)} to bring it to head {found.head}"
+    return f"{migrate_hint(target)} to bring it to head {found.head}"
 
 
 def _key_text(registration: dict[str, Any]) -> str:

@@ -77,7 +77,7 @@ async def copy(args: argparse.Namespace) -> list[str]:
     if source_target.display == target_target.display:
         raise InvalidInputError("--from and --to name the same store")
     homes = profile_homes(args)  # a malformed flag is reported before any store is looked at
-    require_existing(source_target, "--from")
+    require_existing(source_target, args.source, "--from")
     with tempfile.TemporaryDirectory(prefix="talaria-relay-dry-run-") as scratch:
         destination = args.target
         if args.dry_run and missing(target_target):

@@ -29,7 +29,7 @@ def described(config: RelayConfig) -> str:
 
 async def cmd_unpair(args: argparse.Namespace, ask: Ask = input) -> int:
     target = resolve(args.store)
-    require_existing(target)
+    require_existing(target, args.store)
     async with open_store(args.store) as store:
         try:
             config = await store.load_config()

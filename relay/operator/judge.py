@@ -13,14 +13,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from relay.publishing.clock import WARN_S, offset_text
+from relay.store.url import StoreTarget, command
 
 _ORDER = ("ok", "warn", "bad")
 
 
-def migrate_hint(store: str | None = None) -> str:
-    """The command that brings a store below head to it: every hint that says so says it here."""
-    flag = f" --store '{store}'" if store else ""
-    return f"run `talaria-relay migrate{flag}`"
+def migrate_hint(store: StoreTarget | str | None) -> str:
+    """The command that brings a store below head to it: every hint that says so says it here,
+    naming the store in question (`relay.store.url.command`)."""
+    return f"run {command('migrate', store)}"
 
 
 def relative(delta_ms: int) -> str:
@@ -79,7 +80,7 @@ def judge(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
         level = "bad"
         problems.append(
             f"the schema is at {schema['current'] or 'no revision'}, not {schema['head']}: "
-            + migrate_hint()
+            + migrate_hint(store.get("url"))
         )
     if document.get("registration") is None and not store.get("error"):
         level = "bad"

@@ -138,7 +138,7 @@ def render(document: Mapping[str, Any]) -> str:
         f'<div class="verdict {level}" role="status">{_t(line)}'
         + (f"<ul>{listed}</ul>" if listed else "")
         + "</div>",
-        _fleet(document["fleet"], now_ms),
+        _fleet(document["fleet"], now_ms, document["store"]["url"]),
         _profiles(document["profiles"]),
         _registration(document.get("registration"), document["store"].get("schema")),
         "<footer>Read-only. No key material is shown: the key appears only as the fingerprint "
@@ -158,7 +158,7 @@ def _table(headings: Sequence[str], rows: Iterable[str]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
-def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
+def _fleet(fleet: Mapping[str, Any], now_ms: int, store_url: str) -> str:
     rows = []
     striped = any("ring" in row or row.get("passes") for row in fleet["replicas"])
     for row in fleet["replicas"]:
@@ -201,7 +201,7 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int) -> str:
     if fleet.get("source") != "fleet":
         notes.append(
             "replicas known from the leases they hold: this store keeps no fleet record "
-            f"({_t(migrate_hint())}), so another replica's last pass is not known"
+            f"({_t(migrate_hint(store_url))}), so another replica's last pass is not known"
         )
     extra = "".join(f'<p class="muted">{note}</p>' for note in notes)
     legend = (

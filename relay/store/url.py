@@ -136,9 +136,7 @@ def require_directory(target: StoreTarget) -> None:
     """`InvalidInputError` naming the fix when the directory `target` needs is missing."""
     parent = missing_directory(target)
     if parent is not None:
-        fix = ", or run `talaria-relay migrate --store URL`, which does" * (
-            target.backend == "sqlite"
-        )
+        fix = f", or run {command('migrate', target)}, which does" * (target.backend == "sqlite")
         raise InvalidInputError(
             f"no directory {parent} for the {target.name} store {target.display}: "
             f"create it{fix}; nothing created"
@@ -403,3 +401,32 @@ def schema_name(url: URL) -> str | None:
         return None
     first = found.group(1).strip('"')
     return None if first in ("", "public", "$user") else first
+
+
+def command(args: str, store: StoreTarget | str | None) -> str:
+    """A fix-it hint's command, complete, to paste as it stands: "`talaria-relay ARGS --store
+    'URL'`", about the store in question and not whichever the reader's shell would pick.
+
+    `store` is a target, or a URL as messages show it (`StoreTarget.display`). `--store` is left
+    out only for the embedded default (a target given no URL) and for None. A password shows as
+    `***`, and the hint then says to put it back: a hint never prints one.
+    """
+    if isinstance(store, StoreTarget):
+        store = None if store.written is None and store.backend == "sqlite" else store.display
+    if not store:
+        return f"`talaria-relay {args}`"
+    quoted = "'" + store.replace("'", "'\\''") + "'"
+    hint = f"`talaria-relay {args} --store {quoted}`"
+    if ":***@" in store:
+        hint += " (with the store's password in place of ***)"
+    return hint
+
+
+def source(raw: str | None) -> str:
+    """Where `resolve(raw)` takes its URL from, for messages: `--store`, the variable, or the
+    embedded default."""
+    if raw and raw.strip():
+        return "--store"
+    if os.environ.get(ENV_VAR, "").strip():
+        return f"${ENV_VAR}"
+    return "the embedded default"

@@ -16,10 +16,22 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from relay.errors import InvalidInputError
+from relay.errors import InvalidInputError, MissingExtraError
 
 # Enough for a quick answer to finish; a request stalled by an injected delay is cancelled.
 SHUTDOWN_GRACE_S = 1
+
+
+def uvicorn_module() -> Any:
+    """uvicorn, which the `devrelay` extra brings; without it, `MissingExtraError` naming the
+    extra (a caller checks this before it changes anything)."""
+    try:
+        import uvicorn
+    except ModuleNotFoundError as error:
+        if error.name != "uvicorn":
+            raise
+        raise MissingExtraError("the dev relay", "uvicorn", "devrelay") from None
+    return uvicorn
 
 
 def _loopback(host: str) -> str:
@@ -34,9 +46,7 @@ def _loopback(host: str) -> str:
 
 
 def _config(app: Any, host: str, port: int, **logging: Any) -> Any:
-    import uvicorn
-
-    return uvicorn.Config(
+    return uvicorn_module().Config(
         app,
         host=host,
         port=port,
@@ -57,6 +67,7 @@ async def serve(app: Any, host: str = "127.0.0.1", port: int = 0) -> AsyncIterat
     Port 0 picks a free ephemeral port. The socket is bound here, before uvicorn starts, so the
     URL is known and a bind error is raised to the caller rather than exiting the process.
     """
+    uvicorn_module()  # without the extra: the error that names it, not a bare ImportError
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -96,8 +107,6 @@ async def serve(app: Any, host: str = "127.0.0.1", port: int = 0) -> AsyncIterat
 
 def run(app: Any, host: str = "127.0.0.1", port: int = 8787) -> None:
     """Serve `app` on loopback until interrupted (blocking), for a CLI."""
-    import uvicorn
-
-    server = uvicorn.Server(_config(app, _loopback(host), port, log_level="info"))
+    server = uvicorn_module().Server(_config(app, _loopback(host), port, log_level="info"))
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it is meant to stop
         server.run()

@@ -95,9 +95,10 @@ class ThreadedRelayService:
         return self._call("start", lambda s: s.start(), timeout)
 
     def pair(
-        self, body: object, profile: str, *, operator: bool = True, timeout: float | None = None
+        self, body: object, profile: str, *, operator: bool, timeout: float | None = None
     ) -> dict[str, Any]:
-        """`POST /api/talaria/relay/pair`: register the server, or enroll another profile."""
+        """`POST /api/talaria/relay/pair`: register the server, or enroll another profile;
+        `operator` (required) as `RelayService.pair`."""
         self._started = True  # a publisher runs after it: a forked child resumes it
         return self._call("pair", lambda s: s.pair(body, profile, operator=operator), timeout)
 

@@ -66,3 +66,56 @@ def test_the_demo_runs_without_the_test_toolchain(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.splitlines()[-1].startswith("OK: the relay accepted")
+
+
+# The same, with uvicorn (the `devrelay` extra) out of reach too.
+NO_DEVRELAY = BLOCKER.replace(f"{BLOCKED!r}", f"{(*BLOCKED, 'uvicorn')!r}")
+QUICKSTART = re.search(
+    r"<!-- example: quickstart -->\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S
+)
+
+
+def test_without_the_extra_the_demo_names_it_and_keeps_its_store(tmp_path: Path) -> None:
+    """Without uvicorn, `demo` exits 2 naming `pip install 'talaria-relay[devrelay]'`, and the
+    demo store of an earlier run is left as it was (it used to be reset first)."""
+    state = tmp_path / "state"
+    demo_db = state / "talaria-relay" / "demo.db"
+    demo_db.parent.mkdir(parents=True)
+    demo_db.write_bytes(b"an earlier demo's store")
+    result = subprocess.run(
+        [sys.executable, "-c", NO_DEVRELAY, "demo"],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "XDG_STATE_HOME": str(state)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "pip install 'talaria-relay[devrelay]'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert demo_db.read_bytes() == b"an earlier demo's store"
+
+
+def test_without_the_extra_the_quick_start_names_it(tmp_path: Path) -> None:
+    """The README's quick start without uvicorn fails with `MissingExtraError` naming the extra
+    to install, not a bare `ModuleNotFoundError`."""
+    assert QUICKSTART is not None
+    (tmp_path / "quickstart.py").write_text(QUICKSTART.group(1))
+    runner = NO_DEVRELAY.replace(
+        "from relay.cli import main\nsys.exit(main(sys.argv[1:]))",
+        "import runpy\nrunpy.run_path('quickstart.py', run_name='__main__')",
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", runner],
+        cwd=tmp_path,
+        env={"PATH": "/usr/bin:/bin", "XDG_STATE_HOME": str(tmp_path / "state")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("relay.errors.MissingExtraError: the dev relay needs uvicorn"), last
+    assert "pip install 'talaria-relay[devrelay]'" in last

@@ -51,7 +51,7 @@ async def test_the_whole_publisher_lifecycle_over_loopback(store_url: str) -> No
 
         first = service()
         assert await first.start() is False  # nothing registered yet
-        assert await first.pair(pairing(relay, url, "usr_owner"), "default") == {
+        assert await first.pair(pairing(relay, url, "usr_owner"), "default", operator=True) == {
             "ok": True,
             "publisher_id": PUBLISHER_ID,
         }

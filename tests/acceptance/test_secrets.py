@@ -351,7 +351,7 @@ async def pair_with(relay_url: str, seen: list[httpx.Request]) -> RelayPairingEr
                 "publisher_invitation": INVITATION,
             }
             try:
-                await service.pair(body, "default")
+                await service.pair(body, "default", operator=True)
             except RelayPairingError as error:
                 return error
             finally:

@@ -115,7 +115,7 @@ def run_load(dev: RelayThread, url: str, seconds: float) -> None:
         host.create(f"chat-{n:02d}", "default", f"Chat {n}")
     relay = ThreadedRelayService(url, host, relay_url=dev.url, allow_insecure_loopback=True)
     relay.start()
-    relay.pair(dev.pairing(), "default")
+    relay.pair(dev.pairing(), "default", operator=True)
 
     quit_turns, quit_requests = threading.Event(), threading.Event()
     last: dict[str, str] = {}

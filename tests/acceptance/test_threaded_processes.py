@@ -183,7 +183,7 @@ def pair_first(store_url: str, dev: RelayThread) -> None:
     with ThreadedRelayService(
         store_url, Sessions(), relay_url=dev.url, allow_insecure_loopback=True
     ) as relay:
-        relay.pair(dev.pairing(), "default")
+        relay.pair(dev.pairing(), "default", operator=True)
 
 
 @pytest.mark.parametrize(

@@ -86,7 +86,7 @@ async def test_a_service_used_before_start_says_so_and_is_not_ready(store: Relay
             ("clear_deleted", lambda: late.clear_deleted("chat-1", "default")),
             ("profile_deleted", lambda: late.profile_deleted("default")),
             ("update_presence", lambda: late.update_presence({}, "default")),
-            ("pair", lambda: late.pair({}, "default")),
+            ("pair", lambda: late.pair({}, "default", operator=True)),
         ]
         for name, call in calls:
             with pytest.raises(ServiceNotStartedError) as caught:

@@ -247,7 +247,9 @@ def threaded(dev: RelayThread) -> Iterator[ThreadedRelayService]:
         "memory://", MemoryHost(["default"]), relay_url=dev.url, allow_insecure_loopback=True
     )
     service.start()
-    service.pair({**dev.pairing(), "publisher_id": "https://wsgi.example"}, "default")
+    service.pair(
+        {**dev.pairing(), "publisher_id": "https://wsgi.example"}, "default", operator=True
+    )
     yield service
     service.stop()
 

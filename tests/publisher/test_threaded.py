@@ -78,7 +78,7 @@ def test_every_method_is_a_plain_call(dev: RelayThread, tmp_path: Path) -> None:
     blocking calls, and `changed()` wakes the publisher."""
     host = Sessions()
     with make(dev, tmp_path, host) as relay:
-        assert relay.pair(dev.pairing(), "default")["ok"] is True
+        assert relay.pair(dev.pairing(), "default", operator=True)["ok"] is True
         host.create("chat-1", "default", "Plan")
         host.start_run("chat-1", "s1")
         relay.changed()
@@ -103,7 +103,7 @@ def test_a_first_call_starts_the_threaded_service(dev: RelayThread, tmp_path: Pa
     """Without `start()`, the threaded facade's first call (here a presence beat) starts the
     service, so a registered store publishes; `health()` alone starts nothing."""
     with make(dev, tmp_path, Sessions()) as relay:
-        relay.pair(dev.pairing(), "default")
+        relay.pair(dev.pairing(), "default", operator=True)
     relay = make(dev, tmp_path, Sessions())
     try:
         health = relay.health()
@@ -119,13 +119,13 @@ def test_unpair_through_the_threaded_facade(dev: RelayThread, tmp_path: Path) ->
     """`unpair()` forgets the registration without starting the service first; pairing again
     then registers anew."""
     with make(dev, tmp_path, Sessions()) as relay:
-        relay.pair(dev.pairing(), "default")
+        relay.pair(dev.pairing(), "default", operator=True)
     relay = make(dev, tmp_path, Sessions())
     try:
         assert not relay.unpair(if_relay_changed=True)  # the same relay: kept
         assert relay.unpair()
         assert not relay.health().registered
-        assert relay.pair(dev.pairing(), "default")["ok"] is True
+        assert relay.pair(dev.pairing(), "default", operator=True)["ok"] is True
         assert relay.health().registered
     finally:
         relay.stop()
@@ -135,9 +135,11 @@ def test_errors_are_the_async_services_own(dev: RelayThread, tmp_path: Path) -> 
     """What the service raises is raised in the calling thread, of the same class."""
     with make(dev, tmp_path, Sessions()) as relay:
         with pytest.raises(RelayPairingError) as refused:
-            relay.pair({**dev.pairing(), "relay_url": "https://evil.example"}, "default")
+            relay.pair(
+                {**dev.pairing(), "relay_url": "https://evil.example"}, "default", operator=True
+            )
         assert refused.value.status == 400
-        relay.pair(dev.pairing(), "default")
+        relay.pair(dev.pairing(), "default", operator=True)
         with pytest.raises(SessionNotFoundError):
             relay.mark_viewed("chat-404")
         with pytest.raises(RelayPairingError, match="Invalid presence request"):
@@ -155,7 +157,7 @@ def test_a_slow_host_call_stalls_nothing_else_and_times_out(
     after its timeout, and the service carries on."""
     host = GatedSessions()
     with make(dev, tmp_path, host) as relay:
-        relay.pair(dev.pairing(), "default")
+        relay.pair(dev.pairing(), "default", operator=True)
         host.create("chat-1", "default", "Plan")
         host.hold.set()
         began = time.monotonic()
@@ -178,7 +180,7 @@ def test_stop_cuts_calls_in_flight_short(dev: RelayThread, tmp_path: Path) -> No
     host = GatedSessions()
     relay = make(dev, tmp_path, host)
     relay.changed()  # before first use: nothing to wake
-    relay.pair(dev.pairing(), "default")
+    relay.pair(dev.pairing(), "default", operator=True)
     host.create("chat-1", "default", "Plan")
     host.hold.set()
     errors: list[BaseException] = []
@@ -244,7 +246,7 @@ def test_a_raising_host_method_is_warned_once(dev: RelayThread, tmp_path: Path) 
     host = GatedSessions()
     lines: list[str] = []
     with make(dev, tmp_path, host, log=lines.append) as relay:
-        relay.pair(dev.pairing(), "default")
+        relay.pair(dev.pairing(), "default", operator=True)
         host.failing.add("session_index")
         for n in range(4):
             host.create(f"chat-{n}", "default", "Plan")
@@ -275,7 +277,7 @@ def test_a_forked_child_gets_a_service_of_its_own(dev: RelayThread, tmp_path: Pa
     again because the parent's was), which publishes; the parent's goes on untouched."""
     host = Sessions()
     with make(dev, tmp_path, host, store="json") as relay:
-        relay.pair(dev.pairing(), "default")
+        relay.pair(dev.pairing(), "default", operator=True)
         parent_owner = relay.owner
         status, owner, presence, code = _forked(relay, host)
         assert status == "ok", owner
@@ -296,7 +298,7 @@ def test_a_forked_child_is_told_to_open_sqlite_after_the_fork(
     to start the service instead); the parent's service goes on untouched."""
     host = Sessions()
     with make(dev, tmp_path, host) as relay:
-        relay.pair(dev.pairing(), "default")
+        relay.pair(dev.pairing(), "default", operator=True)
         status, error, _, code = _forked(relay, host)
         assert status == "error"
         assert "StoreError" in error, error

@@ -207,7 +207,9 @@ async def test_rejects_untrusted_relays_and_malformed_fields_before_touching_the
         ("   ", {}, "Hermes profile is unavailable", 403),
     ]
     async with relay_env(store) as env:
-        error = await pairing_error(env.service.pair(["not", "an", "object"], "default"))
+        error = await pairing_error(
+            env.service.pair(["not", "an", "object"], "default", operator=True)
+        )
         assert (str(error), error.status) == ("Invalid pairing request", 400)
         for profile, body, message, status in cases:
             error = await pairing_error(env.pair(profile, **body))
@@ -323,6 +325,7 @@ async def test_re_pairing_to_a_different_relay_or_publisher_answers_409(store: R
                     "publisher_invitation": "invite",
                 },
                 "default",
+                operator=True,
             )
         )
         assert (str(error), error.status) == (

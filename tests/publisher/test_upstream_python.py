@@ -228,7 +228,7 @@ async def test_v1_relay_state_requires_registration_again(
         with pytest.raises(RelayPairingError, match="owner must register") as raised:
             await service.pair(pair_request(env, "usr_work"), "work", operator=False)
         assert raised.value.status == 409
-        assert await service.pair(pair_request(env, "usr_owner"), "default") == {
+        assert await service.pair(pair_request(env, "usr_owner"), "default", operator=True) == {
             "ok": True,
             "publisher_id": PUBLISHER_ID,
         }

@@ -68,7 +68,9 @@ def threaded(dev: RelayThread) -> Iterator[ThreadedRelayService]:
         "memory://", host, relay_url=dev.url, allow_insecure_loopback=True
     )
     service.start()
-    service.pair({**dev.pairing(), "publisher_id": "https://wsgi.example"}, "default")
+    service.pair(
+        {**dev.pairing(), "publisher_id": "https://wsgi.example"}, "default", operator=True
+    )
     yield service
     service.stop()
 
@@ -88,7 +90,7 @@ async def asgi_client(dev: RelayThread) -> AsyncIterator[httpx.AsyncClient]:
             store, MemoryHost(["default"]), relay_url=dev.url, allow_insecure_loopback=True
         )
         await service.start()
-        await service.pair(dev.pairing(), "default")
+        await service.pair(dev.pairing(), "default", operator=True)
         app = Starlette(routes=asgi.routes(service, identify_asgi))
         transport = httpx.ASGITransport(app=app)
         try:

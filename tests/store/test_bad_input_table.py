@@ -762,110 +762,112 @@ class ServiceCase(NamedTuple):
 SERVICE_CASES: list[ServiceCase] = [
     ServiceCase(
         "pair-body-none",
-        lambda e: e.service.pair(None, "beta"),
+        lambda e: e.service.pair(None, "beta", operator=True),
         RelayPairingError,
         "Invalid pairing request",
         400,
     ),
     ServiceCase(
         "pair-body-list",
-        lambda e: e.service.pair([], "beta"),
+        lambda e: e.service.pair([], "beta", operator=True),
         RelayPairingError,
         "Invalid pairing request",
         400,
     ),
     ServiceCase(
         "pair-body-text",
-        lambda e: e.service.pair("{}", "beta"),
+        lambda e: e.service.pair("{}", "beta", operator=True),
         RelayPairingError,
         "Invalid pairing request",
         400,
     ),
     ServiceCase(
         "pair-url-none",
-        lambda e: e.service.pair(pair_body(relay_url=None), "beta"),
+        lambda e: e.service.pair(pair_body(relay_url=None), "beta", operator=True),
         RelayPairingError,
         MISSING_PAIRING,
         400,
     ),
     ServiceCase(
         "pair-invitation-int",
-        lambda e: e.service.pair(pair_body(publisher_invitation=5), "beta"),
+        lambda e: e.service.pair(pair_body(publisher_invitation=5), "beta", operator=True),
         RelayPairingError,
         MISSING_PAIRING,
         400,
     ),
     ServiceCase(
         "pair-label-list",
-        lambda e: e.service.pair(pair_body(label=["x"]), "beta"),
+        lambda e: e.service.pair(pair_body(label=["x"]), "beta", operator=True),
         RelayPairingError,
         MISSING_PAIRING,
         400,
     ),
     ServiceCase(
         "pair-invitation-nul",
-        lambda e: e.service.pair(pair_body(publisher_invitation=NUL), "beta"),
+        lambda e: e.service.pair(pair_body(publisher_invitation=NUL), "beta", operator=True),
         RelayPairingError,
         INVALID_PAIRING,
         400,
     ),
     ServiceCase(
         "pair-invitation-surrogate",
-        lambda e: e.service.pair(pair_body(publisher_invitation=SURROGATE), "beta"),
+        lambda e: e.service.pair(pair_body(publisher_invitation=SURROGATE), "beta", operator=True),
         RelayPairingError,
         INVALID_PAIRING,
         400,
     ),
     ServiceCase(
         "pair-publisher-surrogate",
-        lambda e: e.service.pair(pair_body(publisher_id="https://h\ud800.example"), "beta"),
+        lambda e: e.service.pair(
+            pair_body(publisher_id="https://h\ud800.example"), "beta", operator=True
+        ),
         RelayPairingError,
         INVALID_PAIRING,
         400,
     ),
     ServiceCase(
         "pair-label-nul",
-        lambda e: e.service.pair(pair_body(label=NUL), "beta"),
+        lambda e: e.service.pair(pair_body(label=NUL), "beta", operator=True),
         RelayPairingError,
         INVALID_PAIRING,
         400,
     ),
     ServiceCase(
         "pair-url-nul",
-        lambda e: e.service.pair(pair_body(relay_url=RELAY_URL + "\x00"), "beta"),
+        lambda e: e.service.pair(pair_body(relay_url=RELAY_URL + "\x00"), "beta", operator=True),
         RelayPairingError,
         INVALID_PAIRING,
         400,
     ),
     ServiceCase(
         "pair-invitation-long",
-        lambda e: e.service.pair(pair_body(publisher_invitation="i" * 257), "beta"),
+        lambda e: e.service.pair(pair_body(publisher_invitation="i" * 257), "beta", operator=True),
         RelayPairingError,
         INVALID_PAIRING,
         400,
     ),
     ServiceCase(
         "pair-profile-none",
-        lambda e: e.service.pair(pair_body(), None),  # type: ignore[arg-type]
+        lambda e: e.service.pair(pair_body(), None, operator=True),  # type: ignore[arg-type]
         InvalidInputError,
         "profile must be a string",
     ),
     ServiceCase(
         "pair-profile-int",
-        lambda e: e.service.pair(pair_body(), 3),  # type: ignore[arg-type]
+        lambda e: e.service.pair(pair_body(), 3, operator=True),  # type: ignore[arg-type]
         InvalidInputError,
         "profile must be a string",
     ),
     ServiceCase(
         "pair-profile-nul",
-        lambda e: e.service.pair(pair_body(), "beta\x00"),
+        lambda e: e.service.pair(pair_body(), "beta\x00", operator=True),
         RelayPairingError,
         UNAVAILABLE,
         403,
     ),
     ServiceCase(
         "pair-profile-surrogate",
-        lambda e: e.service.pair(pair_body(), SURROGATE),
+        lambda e: e.service.pair(pair_body(), SURROGATE, operator=True),
         RelayPairingError,
         UNAVAILABLE,
         403,
@@ -1078,7 +1080,7 @@ async def test_refused_enrollment_mints_no_identity(
         await env.pair()
         before = await dump(store)
         with pytest.raises(RelayPairingError):
-            await env.service.pair(body(env), "beta")
+            await env.service.pair(body(env), "beta", operator=True)
         assert "beta" not in await store.identities()
         assert await dump(store) == before
 

@@ -21,7 +21,7 @@ async def test_a_read_only_open_creates_migrates_and_writes_nothing(tmp_path: Pa
         await open_store(url, read_only=True)
     assert not path.exists()
     await migrations.upgrade(resolve(url), "0004")  # below the revisions with head's tables
-    with pytest.raises(SchemaError, match="run `talaria-relay migrate`"):
+    with pytest.raises(SchemaError, match=f"run `talaria-relay migrate --store '{url}'`"):
         await open_store(url, read_only=True)
     assert (await standing(url)).current == "0004"
     await migrations.upgrade(resolve(url))

@@ -778,3 +778,27 @@ def test_public_names_are_exported() -> None:
         assert getattr(relay_testing, name) is not None
     records = {"DevRelay", "RecordedRequest", "SessionRow", "StartedEvent", "ViewedAck"}
     assert records | {"serve", "run"} <= set(relay_testing.__all__)
+
+
+# ── bounded memory ───────────────────────────────────────────────────────────
+
+
+async def test_the_dev_relay_keeps_only_its_last_requests(clock: Clock) -> None:
+    """Past `keep_requests` the oldest requests go: a dev relay left running stays one size,
+    and still counts every request and keeps the newest in order."""
+    relay = DevRelay(clock=clock, keep_requests=10)
+    transport = httpx.ASGITransport(app=relay)
+    async with httpx.AsyncClient(transport=transport, base_url="http://relay.test") as client:
+        for n in range(25):
+            await client.post(f"/v1/nowhere/{n}", content=b"x" * 1000)
+    assert relay.requests_seen == 25
+    assert [r.path for r in relay.requests] == [f"/v1/nowhere/{n}" for n in range(15, 25)]
+    assert DevRelay().keep_requests == 1_000
+    with pytest.raises(InvalidInputError):
+        DevRelay(keep_requests=0)
+    everything = DevRelay(clock=clock, keep_requests=None)
+    transport = httpx.ASGITransport(app=everything)
+    async with httpx.AsyncClient(transport=transport, base_url="http://relay.test") as client:
+        for n in range(25):
+            await client.get(f"/v1/nowhere/{n}")
+    assert len(everything.requests) == everything.requests_seen == 25

@@ -75,7 +75,7 @@ async def test_a_plain_http_relay_names_allow_insecure_loopback(relay_url: str) 
             "publisher_invitation": "invite",
         }
         with pytest.raises(RelayPairingError) as caught:
-            await pairing.pair(body, "default")
+            await pairing.pair(body, "default", operator=True)
     assert caught.value.status == 400
     assert str(caught.value).startswith("value must be an HTTPS origin")
     assert "allow_insecure_loopback=True" in str(caught.value)

@@ -108,7 +108,7 @@ class SqlBackend:
                 await ensure_sqlite_schema(target.path)
                 current = migrate.head_revision()
             elif not standing.runnable:
-                raise standing.error()
+                raise standing.error(target)
         except BaseException:
             await runner.close()
             raise

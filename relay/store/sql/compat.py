@@ -24,6 +24,7 @@ from sqlalchemy import (
 from relay.errors import SchemaError
 from relay.store.sql import schema
 from relay.store.sql.schema import HEAD_REVISION, SAME_TABLES
+from relay.store.url import StoreTarget, command
 from relay.version import __version__
 
 if TYPE_CHECKING:
@@ -114,8 +115,8 @@ class Standing:
             needed += f", such as talaria-relay {self.migrated_by}, which migrated it"
         return needed
 
-    def error(self) -> SchemaError:
-        """Why a store of this code does not open this database."""
+    def error(self, target: StoreTarget) -> SchemaError:
+        """Why a store of this code does not open the database of `target`."""
         if self.ahead:
             return SchemaError(
                 f"the relay database is at revision {self.current}, newer than this code "
@@ -125,7 +126,7 @@ class Standing:
         state = "has no relay schema" if self.current is None else f"is at revision {self.current}"
         return SchemaError(
             f"the relay database {state}, not at head {self.head}: "
-            "run `talaria-relay migrate` (or `alembic upgrade head`) first"
+            f"run {command('migrate', target)} (or `alembic upgrade head`) first"
         )
 
     def document(self) -> dict[str, Any]:

@@ -40,7 +40,7 @@ class DevRelay(Pairing, PublisherRoutes):
             status, payload = self._handle(method, path, headers, body)
         else:
             status, payload = fault.status, {"error": "injected", "status": fault.status}
-        self.requests.append(RecordedRequest(method, path, status, body, headers, route))
+        self.record(RecordedRequest(method, path, status, body, headers, route))
         if fault is not None and fault.delay:
             await asyncio.sleep(fault.delay)
         # A Date as every real server sends: a publisher tells a skewed clock by it.

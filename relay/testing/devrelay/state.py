@@ -30,6 +30,9 @@ DEFAULT_USER = "usr_dev"
 INVITATION_TTL_MS = 10 * 60_000
 # A fault whose request is handled as usual, only answered late.
 SLOW = 0
+# The requests a dev relay keeps by default, newest last: a dev relay left running through a day
+# of development would otherwise keep every snapshot it was ever sent.
+KEEP_REQUESTS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,15 +74,25 @@ class Fault:
 
 
 class RelayState:
-    """The relay's records, set-up and fault injection, and the views tests read."""
+    """The relay's records, set-up and fault injection, and the views tests read.
+
+    `requests` holds the last `keep_requests` requests (None: every one), so a long-running dev
+    relay stays the same size; `requests_seen` counts them all.
+    """
 
     def __init__(
         self,
         clock: Callable[[], float] = time.time,
         random_bytes: Callable[[int], bytes] = os.urandom,
+        *,
+        keep_requests: int | None = KEEP_REQUESTS,
     ) -> None:
+        if keep_requests is not None and (type(keep_requests) is not int or keep_requests < 1):
+            raise InvalidInputError("keep_requests must be a whole number above 0, or None")
         self._clock = clock
         self._random = random_bytes
+        self.keep_requests = keep_requests
+        self.requests_seen = 0
         self.requests: list[RecordedRequest] = []
         self.started_events: list[StartedEvent] = []
         self.viewed: list[ViewedAck] = []
@@ -91,6 +104,13 @@ class RelayState:
         self._keys: dict[str, KeyInfo] = {}
         self._grants: dict[tuple[str, str], Grant] = {}  # (relay user, publisher)
         self._nonces: dict[tuple[str, str, str], int] = {}  # (owner, publisher, nonce) -> expiry
+
+    def record(self, request: RecordedRequest) -> None:
+        """Keep `request`, dropping the oldest past `keep_requests`."""
+        self.requests_seen += 1
+        self.requests.append(request)
+        if self.keep_requests is not None and len(self.requests) > self.keep_requests:
+            del self.requests[: len(self.requests) - self.keep_requests]
 
     # ── set-up and fault injection ──
 

@@ -24,7 +24,7 @@ import asyncpg
 from sqlalchemy import URL
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
-from relay.refused import nothing_listening
+from relay.refused import nothing_listening, unknown_host
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
 from relay.store.sql.drivers import keepalive, pgbatch, sqlstate
 from relay.store.sql.drivers.budget import PARAMETERS as BUDGET_PARAMETERS
@@ -288,6 +288,8 @@ class PostgresRunner:
             text = sqlstate.described(state, text)
         elif (refused := nothing_listening(error)) is not None:
             text = refused
+        elif (unknown := unknown_host(error)) is not None:
+            text = unknown
         if lost:
             text = f"the connection was lost ({text})"
         if self._password:

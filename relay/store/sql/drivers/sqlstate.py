@@ -13,7 +13,7 @@ from sqlalchemy import URL
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from relay.errors import StoreError, StoreUnavailableError
-from relay.refused import nothing_listening
+from relay.refused import nothing_listening, unknown_host
 
 # Classes and codes after which the same request may work later: the connection or the server
 # (08, 57: shutdown, crash, not accepting connections yet), a login refused (28: pg_hba, a
@@ -92,6 +92,8 @@ def driver_error(exc: BaseException, target: Named) -> StoreError:
         message = described(state, message)
     elif (refused := nothing_listening(exc)) is not None:
         message = refused
+    elif (unknown := unknown_host(exc)) is not None:
+        message = unknown
     if isinstance(state, str) and unavailable(state):
         return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")
     if isinstance(exc, DBAPIError) and not (
