@@ -19,8 +19,8 @@ from relay.errors import CorruptStateError
 from relay.protocol import STARTED_WINDOW_MS
 from relay.store import RelayStore, RunState
 from relay.store.backend import RunSync
+from relay.store.requests import TURN_MEMORY_MS
 from relay.store.rules import runs as run_rules
-from relay.store.store import TURN_MEMORY_MS
 
 PROBE = "crash-probe"
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from relay.store import RunState, StartedEntry
-from relay.store.store import TURN_MEMORY_MS
+from relay.store.requests import TURN_MEMORY_MS
 
 Turn = tuple[int, str]
 

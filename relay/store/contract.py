@@ -262,7 +262,7 @@ class RunStates(Protocol):
     The replica hosting a turn owns its row and keeps its lease; a row whose owner stops renewing
     is taken over by another replica, and a turn still live in it ends as `failed`. A session's
     row never goes back to an older turn: a pruned row's turn is remembered a day
-    (`relay.store.store.TURN_MEMORY_MS`), and only a newer turn is stored after it.
+    (`relay.store.requests.TURN_MEMORY_MS`), and only a newer turn is stored after it.
     """
 
     async def release_runs(self, owner: str) -> None:

@@ -7,6 +7,7 @@ under this process's passphrase on their way in and opened on their way out, so 
 behaves the same. Each public method is timed into `relay.store.transaction.duration`.
 
 One cohesive class, kept whole in one module: its sections follow the aggregates of the contract.
+The requests it hands the backend are built and checked in `requests`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from relay.store import checks
 from relay.store.backend import (
     Backend,
     Binding,
-    Claim,
     Deletion,
     PresenceUpdate,
     RunSync,
@@ -52,11 +52,7 @@ from relay.store.records import (
     StartedScope,
     StateBatch,
 )
-
-# How long the store remembers a session's newest turn after its row is pruned: far past the
-# longest any replica may still offer an older one (its outcome memory, 15 min; a lease; a turn
-# superseded while it still runs), so an older turn never becomes the session's row again.
-TURN_MEMORY_MS = 24 * 3600 * 1000
+from relay.store.requests import claim, names, run_sync, scope_session, sightings
 
 PAST_THE_CAP = "the revision counter would pass 2^53-1; nothing was handed out"
 
@@ -219,7 +215,7 @@ class Store:
     # ── started ledger ────────────────────────────────────────────────────────
 
     async def track_started(self, profile_ids: Iterable[str], now_ms: int) -> None:
-        scopes = _names("profile_id", profile_ids, "profile_ids")
+        scopes = names("profile_id", profile_ids, "profile_ids")
         checks.time_ms("now_ms", now_ms)
         if scopes:
             await self._backend.track_started(scopes, now_ms)
@@ -245,9 +241,9 @@ class Store:
         *,
         sent: Iterable[tuple[str, str]] = (),
     ) -> list[StartedEntry]:
-        scopes = _names("profile_id", profile_ids, "profile_ids")
+        scopes = names("profile_id", profile_ids, "profile_ids")
         lease = claim(owner, now_ms, lease_ms, limit)
-        marks = tuple(dict.fromkeys(_scope_session(pair) for pair in checks.items("sent", sent)))
+        marks = tuple(dict.fromkeys(scope_session(pair) for pair in checks.items("sent", sent)))
         if not scopes and not marks:
             return []
         request = StartedClaim(scopes, lease, marks)
@@ -360,7 +356,7 @@ class Store:
         self, owner: str, profiles: Iterable[str], scopes: Iterable[str], now_ms: int
     ) -> PassView:
         checks.text("owner", owner, OWNER_LIMIT)
-        query = ViewQuery(owner, _names("profile", profiles), _names("profile_id", scopes), now_ms)
+        query = ViewQuery(owner, names("profile", profiles), names("profile_id", scopes), now_ms)
         checks.time_ms("now_ms", now_ms)
         return await read("pass view", self._view(query))
 
@@ -419,73 +415,6 @@ class Store:
 
     async def merge_state(self, batch: StateBatch) -> None:
         await self._backend.merge_state(checks.instance("batch", batch, StateBatch))
-
-
-def sightings(seen: object) -> dict[str, int]:
-    """The announceable sightings: trimmed ids of 1..191 chars at safe-integer times.
-
-    As upstream, a sighting with another id or time is passed over, and the first of an id wins;
-    what is not a list of (id, time) pairs is refused.
-    """
-    fresh: dict[str, int] = {}
-    for pair in checks.items("seen", seen):
-        if isinstance(pair, str | bytes) or not isinstance(pair, tuple | list) or len(pair) != 2:
-            raise InvalidInputError("seen must hold (session_id, started_at) pairs")
-        raw_id, started_at = pair
-        session_id = raw_id.strip() if type(raw_id) is str else ""
-        if not session_id or session_id in fresh:
-            continue
-        try:
-            checks.text("session_id", session_id, 191)
-            checks.time_ms("started_at", started_at)
-        except InvalidInputError:
-            continue
-        fresh[session_id] = started_at
-    return fresh
-
-
-def claim(owner: str, now_ms: int, lease_ms: int, limit: int | None) -> Claim:
-    """The one rule for every leased claim's arguments."""
-    checks.text("owner", owner, OWNER_LIMIT)
-    checks.time_ms("now_ms", now_ms)
-    until = checks.until("lease", now_ms, checks.safe_int("lease_ms", lease_ms, 1))
-    if limit is not None and not 1 <= checks.safe_int("limit", limit) <= checks.MAX_BATCH:
-        raise InvalidInputError(f"limit must be an integer in 1..{checks.MAX_BATCH}")
-    return Claim(owner, now_ms, until, limit)
-
-
-def run_sync(
-    owner: str, live: Iterable[RunState], now_ms: int, lease_ms: int, retention_ms: int
-) -> RunSync:
-    """A pass's run work, checked: the live runs in session order, the lease's end, the
-    retention's cutoff, and when remembered turns are forgotten."""
-    lease = claim(owner, now_ms, lease_ms, None)
-    runs: dict[str, RunState] = {}
-    for run in checks.items("live", live):
-        checks.instance("live run", run, RunState)
-        if run.owner != owner:
-            raise InvalidInputError(f"live run {run.session_id!r} is not owned by {owner!r}")
-        if run.session_id in runs:
-            raise InvalidInputError(f"live runs name session {run.session_id!r} twice")
-        runs[run.session_id] = run
-    cutoff = max(now_ms - checks.time_ms("retention_ms", retention_ms), 0)
-    forget_before = max(now_ms - max(TURN_MEMORY_MS, retention_ms), 0)
-    # Rows are locked in one order by every replica.
-    ordered = tuple(runs[sid] for sid in sorted(runs))
-    return RunSync(owner, ordered, now_ms, lease.until, cutoff, forget_before)
-
-
-def _names(kind: str, values: Iterable[str], name: str | None = None) -> tuple[str, ...]:
-    """Distinct texts of `kind`, in order, from the iterable argument `name` (else `kind`)."""
-    listed = checks.items(name or kind, values)
-    return tuple(dict.fromkeys(checks.text(kind, value) for value in listed))
-
-
-def _scope_session(pair: object) -> tuple[str, str]:
-    """A (profile_id, session_id) pair of texts."""
-    if isinstance(pair, str | bytes) or not isinstance(pair, tuple | list) or len(pair) != 2:
-        raise InvalidInputError("sent must hold (profile_id, session_id) pairs")
-    return checks.text("profile_id", pair[0]), checks.text("session_id", pair[1])
 
 
 def _revisions(count: int, last: object) -> range:

@@ -33,7 +33,7 @@ from store_model import Model
 
 from relay.protocol import STARTED_WINDOW_MS, TERMINAL_PHASES
 from relay.store import DeletedScope, PresenceLease, RelayStore, RunState, open_store
-from relay.store.store import TURN_MEMORY_MS
+from relay.store.requests import TURN_MEMORY_MS
 
 T = TypeVar("T")
 START = 1_800_000_000_000

@@ -45,10 +45,11 @@ Hook = Callable[Concatenate["SqlBackend", P], Coroutine[Any, Any, T]]
 
 def hook(function: Callable[Concatenate[Runner, P], Coroutine[Any, Any, T]]) -> Hook[P, T]:
     """`function(runner, …)` as a method of `SqlBackend` on its runner. Typed through, so mypy
-    holds each one to its `Backend` hook."""
+    holds each one to its `Backend` hook. It hands back the function's own coroutine: no frame
+    of its own to await through on every call."""
 
-    async def method(self: SqlBackend, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await function(self._db, *args, **kwargs)
+    def method(self: SqlBackend, /, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
+        return function(self._db, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = function.__name__
     method.__doc__ = function.__doc__

@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Literal
 
 from sqlalchemy import (
@@ -57,15 +58,25 @@ class Compiled:
     # boolean or string type (not a void function's, nor a float's NaN, nor a timestamp).
     returns: bool = False
     json_rows: bool = False
+    # The positional values from a parameter mapping, in C: `args` runs on every call.
+    _pick: Callable[[Params], tuple[Any, ...]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        names = self.names or ()
+        # itemgetter of one name answers the value itself, not a tuple of it.
+        pick = itemgetter(*names) if len(names) > 1 else lambda values: (values[names[0]],)
+        object.__setattr__(self, "_pick", pick if names else lambda values: ())
 
     def args(self, params: Params) -> Any:
         values = {**self.defaults, **params} if self.defaults else params
         if self.names is None:
             return values
-        return tuple(values[name] for name in self.names)
+        return self._pick(values)
 
 
-@dataclass(frozen=True, slots=True)
+# Compared and hashed by identity (there are two, `SQLITE` and `POSTGRES`): each aggregate's
+# statements are cached by dialect, and a field-wise hash is a Python call on every statement.
+@dataclass(frozen=True, slots=True, eq=False)
 class Dialect:
     """What differs between SQLite and Postgres, and the compiler for each."""
 

@@ -113,7 +113,9 @@ def record_steps(d: Dialect, seen: Mapping[str, Mapping[str, int]], now_ms: int)
     return steps
 
 
-def _one_or_many(rows: list[dict[str, Any]]) -> Mapping[str, Any] | Sequence[Mapping[str, Any]]:
+def _one_or_many(
+    rows: Sequence[Mapping[str, Any]],
+) -> Mapping[str, Any] | Sequence[Mapping[str, Any]]:
     # One parameter set runs as a plain statement: no executemany for a batch of one.
     return rows[0] if len(rows) == 1 else rows
 
@@ -143,19 +145,22 @@ def claim_step(d: Dialect, scopes: Sequence[str], lease: Claim) -> Call:
 
 
 async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]:
-    d, scopes, marks = db.dialect, request.scopes, request.sent
-    claim = claim_step(d, scopes, request.claim)
-
-    async def body(tx: Tx) -> list[StartedEntry]:
-        if marks:
-            await tx.many(*mark_step(d, marks))
-        if not scopes:
-            return []
-        return [entry(row) for row in await tx.rows(*claim)]
-
-    single = not marks or (not scopes and len(marks) == 1)
-    claimed = await db.write(body, single=single)
+    """Mark `request.sent` announced, then claim the unsent entries of its scopes: one
+    statement in autocommit, or both as one batch (on Postgres, one `relay_batch` round trip)."""
+    d, scopes = db.dialect, request.scopes
+    steps: list[Step] = []
+    if request.sent:
+        q, marks = mark_step(d, request.sent)
+        steps.append((q, _one_or_many(marks)))
+    if scopes:
+        steps.append(claim_step(d, scopes, request.claim))
+    q, params = steps[0]
+    if len(steps) == 1 and isinstance(params, Mapping):
+        found = await db.write(lambda tx: tx.rows(q, params), single=True)
+    else:
+        found = await db.batch(steps)
     rank = {p: n for n, p in enumerate(scopes)}
+    claimed = [entry(row) for row in found] if scopes else []
     return sorted(claimed, key=lambda e: (rank[e.profile_id], e.started_at, e.session_id))
 
 

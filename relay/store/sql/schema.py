@@ -192,7 +192,7 @@ runs = Table(
 
 # The newest turn of each session whose run row was pruned, and when: a replica may still offer an
 # older turn of that session (a superseded run, a remembered outcome), and that must never become
-# the session's row again. Forgotten a day later (`relay.store.store.TURN_MEMORY_MS`).
+# the session's row again. Forgotten a day later (`relay.store.requests.TURN_MEMORY_MS`).
 turns = Table(
     "relay_turns",
     metadata,

@@ -8,7 +8,8 @@ nothing left on the session (PgBouncer's transaction mode is safe).
 
 How a step travels: its SQL as `Compiled.batched` gives it, each `$n` read as `($1[n]::TYPE)`
 from one text array (the function `EXECUTE`s it `USING` that array, so no value is ever part of
-the SQL text); every value as Postgres' text form of it, which the cast reads back exactly.
+the SQL text); every value as Postgres' text form of it, which the cast reads back exactly (a
+list of texts, a listed parameter, as an array literal of quoted members).
 The last step's rows come back as one JSON object each (`json`, not `jsonb`: it keeps the
 column order), decoded to tuples in that order.
 
@@ -111,4 +112,12 @@ def _text(value: Any) -> str | None:
         return str.__str__(value)
     if isinstance(value, float):
         return float.__repr__(value)
+    if isinstance(value, list) and all(type(member) is str for member in value):
+        # A text[] (a listed parameter): an array literal of quoted members, read by its cast.
+        return "{" + ",".join(_quoted(member) for member in value) + "}"
     raise _Unsendable(type(value).__name__)
+
+
+def _quoted(member: str) -> str:
+    """An array literal's member: double-quoted, so no comma, brace, space or NULL is special."""
+    return '"' + member.replace("\\", "\\\\").replace('"', '\\"') + '"'

@@ -86,12 +86,13 @@ class Pool:
         """Take `conn` back; one closed, still inside a transaction, or past its lifetime or
         generation is dropped."""
         try:
+            now = self._clock()  # read once per release
             if conn.is_closed():
                 self._forget(conn)
-            elif conn.is_in_transaction() or self._spent(conn, self._clock()):
+            elif conn.is_in_transaction() or self._spent(conn, now):
                 self._retire(conn)
             else:
-                self._idle.append((conn, self._clock()))
+                self._idle.append((conn, now))
                 self._schedule()
         finally:
             self._slots.release()
