@@ -105,8 +105,9 @@ def test_after_the_demo_no_replica_of_it_lives_and_a_second_run_says_how_to_go_o
     status = run(home, "status", "--json", "--store", url, timeout=30, process=True)
     assert status.code == 0, status.describe()
     document = json.loads(status.stdout)
-    assert document["replicas"], status.describe()  # the demo's rows are there, handed over
-    assert not [r for r in document["replicas"] if r["alive"]], status.describe()
+    replicas = document["fleet"]["replicas"]
+    assert replicas, status.describe()  # the demo's rows are there, handed over
+    assert not [r for r in replicas if r["alive"]], status.describe()
     again = run(home, "demo", "--store", url, timeout=60, process=True)
     assert again.code == 2, again.describe()
     assert "--skip-if-registered" in again.stderr

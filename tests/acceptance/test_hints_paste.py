@@ -16,7 +16,7 @@ import pytest
 from cli_support import asyncpg_dsn, cli, expect, run, sqlite_url
 
 from relay.errors import SchemaError
-from relay.operator.page import verdict
+from relay.operator.judge import judge
 from relay.store import migrations, open_store, resolve, standing
 from relay.store.url import command
 
@@ -95,16 +95,15 @@ async def test_schema_error_hint_migrates_the_store(home: Path, odd_dir: Path) -
 async def test_operator_page_schema_hint_migrates_the_store(home: Path, odd_dir: Path) -> None:
     """The page's schema verdict names `migrate` with the store the page reads."""
     url = await below_head(odd_dir)
+    schema = {"current": "0004", "head": migrations.HEAD, "at_head": False, "compatible": False}
     document = {
-        "store": {"backend": "sqlite", "url": resolve(url).display},
-        "schema": {"revision": "0004", "head": migrations.HEAD, "at_head": False},
+        "store": {"backend": "sqlite", "url": resolve(url).display, "schema": schema},
         "registration": {"url": "https://relay.example"},
-        "problems": [],
         "profiles": [],
         "fleet": {"source": "fleet", "replicas": [], "more": 0},
         "generated_at": 0,
     }
-    _level, _line, reasons = verdict(document)
+    _level, _line, reasons = judge(document)
     (hint,) = [reason for reason in reasons if "talaria-relay" in reason]
     run_pasted(home, hint)
     assert await at_head(url)
