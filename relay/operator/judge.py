@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from relay.pairing import DISABLED_PROFILE_HELP
 from relay.publishing.clock import WARN_S, offset_text
 from relay.store.url import StoreTarget, command
 
@@ -114,7 +115,8 @@ def judge(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
         if not profile["enrolled"]:
             level = _worse(level, "warn")
             problems.append(
-                f"profile {profile['name']} is not publishing: {profile['disabled_why']}"
+                f"profile {profile['name']} is not publishing: {profile['disabled_why']} "
+                f"(how to recover: the manual's {DISABLED_PROFILE_HELP})"
             )
     live = [r for r in replicas if r["alive"]]
     enrolled = sum(bool(p["enrolled"]) for p in profiles)
