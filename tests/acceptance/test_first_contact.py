@@ -12,15 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cli_support import ROOT, child_env, dev_relay, run, sqlite_url
+from cli_support import ROOT, child_env, dev_relay, home, run, sqlite_url
 
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    """The XDG_STATE_HOME of the children: where the default store would be made."""
-    path = tmp_path / "xdg"
-    path.mkdir()
-    return path
+__all__ = ["home"]  # the fixture, imported for the tests below
 
 
 @pytest.mark.sqlite

@@ -13,12 +13,14 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from cli_support import asyncpg_dsn, cli, expect, run, sqlite_url
+from cli_support import asyncpg_dsn, cli, expect, home, run, sqlite_url
 
 from relay.errors import SchemaError
 from relay.operator.judge import judge
 from relay.store import migrations, open_store, resolve, standing
 from relay.store.url import command
+
+__all__ = ["home"]  # the fixture, imported for the tests below
 
 # A hint's command, as printed between backticks.
 _HINT = re.compile(r"`(talaria-relay [^`]*)`")
@@ -48,14 +50,6 @@ async def below_head(directory: Path) -> str:
     url = sqlite_url(directory / "relay.db")
     await migrations.upgrade(resolve(url), "0004")
     return url
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> Path:
-    """The XDG_STATE_HOME of the children: where the default store would be made."""
-    path = tmp_path / "xdg"
-    path.mkdir()
-    return path
 
 
 @pytest.fixture
