@@ -24,7 +24,8 @@ from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engin
 from relay.store.sql.drivers.sqlite import connect_read_only
 from relay.store.sql.drivers.sqlstate import driver_error
 from relay.store.sql.schema import HEAD_REVISION
-from relay.store.url import StoreTarget, command, resolve, schema_name
+from relay.store.url import StoreTarget, resolve, schema_name
+from relay.store.url import command as cli_command
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -344,7 +345,8 @@ def migration_error(exc: BaseException, target: StoreTarget) -> StoreError:
         return StoreUnavailableError(
             f"relay store {target.display}: the migration waited past its lock timeout for a "
             "table that a transaction holds, and changed nothing: run it again when that "
-            f"transaction ends, or give it longer ({command('migrate --lock-timeout 60', target)})"
+            "transaction ends, or give it longer "
+            f"({cli_command('migrate --lock-timeout 60', target)})"
         )
     return error
 
