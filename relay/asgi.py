@@ -8,28 +8,19 @@
 
     app.router.routes.extend(routes(service, identify))   # or: app.mount("/api/talaria", app(…))
 
-| route | answers |
-| --- | --- |
-| `POST /api/talaria/relay/pair` | 200 `{"ok": true, "publisher_id"}`; `RelayPairingError.status` |
-| `POST /api/talaria/presence` | 200 `{"ok": true, "lease_seconds"}` (90, 0 on revoke); 400; 403 |
-| `POST /api/talaria/viewed` | 200 `{"ok": true}`; 400; 404 for an unknown session |
-| `GET /api/talaria/relay/health` | 200 `{"ok": true}` when the store answers; 503 when not |
-| `GET /api/talaria/relay/operator` | the operator page, for a caller `operator(caller)` accepts |
-| `GET /api/talaria/relay/operator.json` | the same facts as JSON |
-
 Every error is `{"error": message}`, as upstream's `bad(handler, message, status)`. Whatever a
 client sends, the answer is never 500: a body over `max_body` is 413, one that is not JSON 400, a
 `Content-Type` other than JSON 415 (a cross-site form cannot send JSON without a preflight), a
 caller `identify` refuses 401 (or the `Refused` status it raises), a store that cannot be reached
 503. Starlette is an optional extra: only importing this module needs it. The routes themselves
-(statuses, limits, bodies) are `relay.routes`, which `relay.wsgi` serves too.
+(their table, statuses, limits, bodies) are `relay.routes`, which `relay.wsgi` serves too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 try:
     from starlette.applications import Starlette
@@ -41,26 +32,8 @@ except ImportError as error:  # pragma: no cover - exercised in a subprocess wit
         "relay.asgi needs Starlette, an optional extra: pip install 'talaria-relay[web]'"
     ) from error
 
-from relay.routes import (
-    DEFAULT_PREFIX,
-    MAX_BODY,
-    ROUTES,
-    Answer,
-    Call,
-    Caller,
-    Document,
-    Effect,
-    MayOperate,
-    Operator,
-    ReadBody,
-    Refused,
-    WhoCalls,
-    check_options,
-    drive_async,
-    encode,
-    may_operate,
-)
-from relay.routes import Route as _Table
+from relay import routes as table
+from relay.routes import DEFAULT_PREFIX, MAX_BODY, Caller, Operator, Refused
 from relay.service import RelayService
 
 __all__ = [
@@ -82,15 +55,6 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 ServiceSource: TypeAlias = RelayService | Callable[[], RelayService | None]
 
 
-class _Json(Response):
-    """JSON that is always encodable: ASCII escapes, so a lone surrogate echoed back is no 500."""
-
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return encode(content)
-
-
 def routes(
     service: ServiceSource,
     identify: Identify,
@@ -103,7 +67,7 @@ def routes(
 
     `operator(caller)` says who may read the operator page; without it nobody may.
     """
-    check_options(prefix, max_body)
+    table.check_options(prefix, max_body)
     return [
         Route(
             f"{prefix}{route.path}",
@@ -112,7 +76,7 @@ def routes(
             # the shared table says (Starlette's own would be plain text, and answer HEAD).
             methods=list(_METHODS),
         )
-        for route in ROUTES
+        for route in table.ROUTES
     ]
 
 
@@ -132,7 +96,7 @@ def app(
 class _Endpoint:
     """One route of the shared table, its effects performed with Starlette and the async service."""
 
-    route: _Table
+    route: table.Route
     source: ServiceSource
     identify: Identify
     max_body: int
@@ -140,31 +104,22 @@ class _Endpoint:
 
     async def handle(self, request: Request) -> Response:
         if request.method != self.route.method:
-            return _response(*self.route.wrong_method())
+            return _response(self.route.wrong_method())
         service = self.source if isinstance(self.source, RelayService) else self.source()
         headers = {"content-type": request.headers.get("content-type", "")}
         if (declared := request.headers.get("content-length")) is not None:
             headers["content-length"] = declared
 
-        async def perform(effect: Effect) -> Any:
-            if isinstance(effect, WhoCalls):
-                return await self.identify(request)
-            if isinstance(effect, ReadBody):
-                return await _read(request, effect.limit)
-            if isinstance(effect, MayOperate):
-                return may_operate(self.operator, effect.caller)
-            assert isinstance(effect, Call)
-            assert service is not None
-            return await getattr(service, effect.name)(*effect.args, **effect.kwargs)
-
+        perform = table.performer(
+            service, self.operator, lambda: self.identify(request), lambda n: _read(request, n)
+        )
         flow = self.route.flow(service is not None, headers, self.max_body)
-        return _response(*await drive_async(flow, perform))
+        return _response(await table.drive_async(flow, perform))
 
 
-def _response(status: int, payload: dict[str, Any] | Document) -> Response:
-    if isinstance(payload, Document):
-        return Response(payload.body, status, dict(payload.headers), payload.media_type)
-    return _Json(payload, status)
+def _response(reply: table.Reply) -> Response:
+    status, document = table.rendered(reply)
+    return Response(document.body, status, dict(document.headers), document.media_type)
 
 
 async def _read(request: Request, limit: int) -> bytes:
@@ -174,7 +129,7 @@ async def _read(request: Request, limit: int) -> bytes:
         async for chunk in request.stream():
             body += chunk
             if len(body) > limit:  # chunked, or a Content-Length that lied
-                raise Answer(413, "Request body too large")
+                raise table.Answer(413, "Request body too large")
     except ClientDisconnect as error:
-        raise Answer(400, "Request body incomplete") from error
+        raise table.Answer(400, "Request body incomplete") from error
     return bytes(body)

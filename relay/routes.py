@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -178,23 +178,25 @@ def _guarded(
 
     def flow(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
         try:
-            if not started:
-                raise Answer(503, "Talaria relay is not started")
-            # Who asks comes before the body: a stranger costs no parsing.
-            caller = yield WhoCalls()
-            if caller is None:
-                raise Refused()
-            if not isinstance(caller, Caller):
-                raise TypeError(f"identify must return a Caller or None, not {caller!r}")
+            caller = yield from _caller(started)
             body = yield from _read_json(headers, limit)
             return (yield from action(body, caller))
-        except Answer as answer:
-            return answer.status, {"error": answer.message}
-        except RelayError as error:
-            status, message = status_of(error)
-            return status, {"error": message}
+        except (Answer, RelayError) as error:
+            return _error_body(error)
 
     return flow
+
+
+def _caller(started: bool) -> Generator[Effect, Any, Caller]:
+    """Who calls, asked before the body: a stranger costs no parsing."""
+    if not started:
+        raise Answer(503, "Talaria relay is not started")
+    caller = yield WhoCalls()
+    if caller is None:
+        raise Refused()
+    if not isinstance(caller, Caller):
+        raise TypeError(f"identify must return a Caller or None, not {caller!r}")
+    return caller
 
 
 def _pair(body: object, caller: Caller) -> Flow:
@@ -234,22 +236,14 @@ def _operator(html: bool) -> Callable[[bool, Mapping[str, str], int], Flow]:
 
     def flow(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
         try:
-            if not started:
-                raise Answer(503, "Talaria relay is not started")
-            caller = yield WhoCalls()
-            if caller is None:
-                raise Refused()
-            if not isinstance(caller, Caller):
-                raise TypeError(f"identify must return a Caller or None, not {caller!r}")
+            caller = yield from _caller(started)
             allowed = yield MayOperate(caller)
             if allowed is None:
                 raise Refused(NO_PREDICATE, 403)
             if allowed is not True:
                 raise Refused("Only an operator may read this page", 403)
             document = yield Call("operator_facts")
-        except Answer as answer:
-            return _secured(answer.status, {"error": answer.message})
-        except RelayError as error:
+        except (Answer, RelayError) as error:
             return _secured(*_error_body(error))
         if html:
             body = page.render(document).encode("utf-8")
@@ -259,13 +253,9 @@ def _operator(html: bool) -> Callable[[bool, Mapping[str, str], int], Flow]:
     return flow
 
 
-def may_operate(operator: Operator | None, caller: Caller) -> bool | None:
-    """What a face answers `MayOperate`: the predicate's verdict (only `True` lets in), or None
-    without a predicate, so the 403 can say what is missing."""
-    return None if operator is None else operator(caller) is True
-
-
-def _error_body(error: RelayError) -> tuple[int, dict[str, Any]]:
+def _error_body(error: Answer | RelayError) -> tuple[int, dict[str, Any]]:
+    if isinstance(error, Answer):
+        return error.status, {"error": error.message}
     status, message = status_of(error)
     return status, {"error": message}
 
@@ -337,35 +327,67 @@ def _no_constant(name: str) -> object:
 # ── drivers: one per face ─────────────────────────────────────────────────────
 
 
+def rendered(reply: Reply) -> tuple[int, Document]:
+    """A reply as bytes to send: a plain JSON body becomes its `Document`."""
+    status, payload = reply
+    if isinstance(payload, Document):
+        return status, payload
+    return status, Document(encode(payload), "application/json")
+
+
+def performer(
+    service: Any,
+    operator: Operator | None,
+    who: Callable[[], Any],
+    read: Callable[[int], Any],
+) -> Callable[[Effect], Any]:
+    """How a face performs effects: `who()` asks its `identify`, `read(limit)` reads the body,
+    a `Call` goes to `service`; in the async face all three answer awaitables."""
+
+    def perform(effect: Effect) -> Any:
+        if isinstance(effect, WhoCalls):
+            return who()
+        if isinstance(effect, ReadBody):
+            return read(effect.limit)
+        if isinstance(effect, MayOperate):
+            # The predicate's verdict (only `True` lets in), or None without a predicate, so
+            # the 403 can say what is missing.
+            return None if operator is None else operator(effect.caller) is True
+        assert service is not None
+        return getattr(service, effect.name)(*effect.args, **effect.kwargs)
+
+    return perform
+
+
 def drive(flow: Flow, perform: Callable[[Effect], Any]) -> Reply:
     """Run `flow`, performing each effect with a blocking `perform`."""
-    value: Any = None
-    error: Exception | None = None
-    while True:
+    step = _resume(flow, None, None)
+    while not isinstance(step, tuple):
         try:
-            effect = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as stop:
-            reply: Reply = stop.value
-            return reply
-        value, error = None, None
-        try:
-            value = perform(effect)
+            value, error = perform(step), None
         except Exception as raised:  # thrown back in: the flow maps what it knows
-            error = raised
+            value, error = None, raised
+        step = _resume(flow, value, error)
+    return step
 
 
-async def drive_async(flow: Flow, perform: Callable[[Effect], Awaitable[Any]]) -> Reply:
-    """Run `flow`, awaiting each effect's `perform`."""
-    value: Any = None
-    error: Exception | None = None
-    while True:
+async def drive_async(flow: Flow, perform: Callable[[Effect], Any]) -> Reply:
+    """Run `flow`, awaiting what `perform` answers (but the predicate's verdict)."""
+    step = _resume(flow, None, None)
+    while not isinstance(step, tuple):
         try:
-            effect = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as stop:
-            reply: Reply = stop.value
-            return reply
-        value, error = None, None
-        try:
-            value = await perform(effect)
+            value = perform(step)
+            value, error = (value if isinstance(step, MayOperate) else await value), None
         except Exception as raised:  # thrown back in: the flow maps what it knows
-            error = raised
+            value, error = None, raised
+        step = _resume(flow, value, error)
+    return step
+
+
+def _resume(flow: Flow, value: Any, error: Exception | None) -> Effect | Reply:
+    """The flow's next effect, or its reply once it returns."""
+    try:
+        return flow.send(value) if error is None else flow.throw(error)
+    except StopIteration as stop:
+        reply: Reply = stop.value
+        return reply

@@ -18,29 +18,12 @@ library.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from relay.routes import (
-    DEFAULT_PREFIX,
-    MAX_BODY,
-    ROUTES,
-    Answer,
-    Call,
-    Caller,
-    Document,
-    Effect,
-    MayOperate,
-    Operator,
-    ReadBody,
-    Refused,
-    Reply,
-    WhoCalls,
-    check_options,
-    drive,
-    encode,
-    may_operate,
-)
+from relay import routes as table
+from relay.routes import DEFAULT_PREFIX, MAX_BODY, Caller, Operator, Refused, Reply
 from relay.threaded import ThreadedRelayService
 
 if TYPE_CHECKING:
@@ -67,27 +50,25 @@ ServiceSource: TypeAlias = ThreadedRelayService | Callable[[], ThreadedRelayServ
 _CHUNK = 16 * 1024
 
 
+@dataclass(frozen=True, slots=True)
 class Router:
-    """The relay routes under `prefix`; a WSGI app that hands other paths to `fallback`."""
+    """The relay routes under `prefix`; a WSGI app that hands other paths to `fallback`.
 
-    def __init__(
-        self,
-        service: ServiceSource,
-        identify: Identify,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        max_body: int = MAX_BODY,
-        fallback: WSGIApplication | None = None,
-        operator: Operator | None = None,
-    ) -> None:
-        """`operator(caller)` says who may read the operator page; without it nobody may."""
-        check_options(prefix, max_body)
-        self._operator = operator
-        self._source = service
-        self._identify = identify
-        self._max_body = max_body
-        self._fallback = fallback
-        self._paths = {f"{prefix}{route.path}": route for route in ROUTES}
+    `operator(caller)` says who may read the operator page; without it nobody may."""
+
+    service: ServiceSource
+    identify: Identify
+    _: KW_ONLY
+    prefix: str = DEFAULT_PREFIX
+    max_body: int = MAX_BODY
+    fallback: WSGIApplication | None = None
+    operator: Operator | None = None
+    _paths: dict[str, table.Route] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        table.check_options(self.prefix, self.max_body)
+        paths = {f"{self.prefix}{route.path}": route for route in table.ROUTES}
+        object.__setattr__(self, "_paths", paths)
 
     def dispatch(
         self,
@@ -104,21 +85,10 @@ class Router:
             return None
         if method != route.method:
             return route.wrong_method()
-        source = self._source
+        source = self.service
         service = source if isinstance(source, ThreadedRelayService) else source()
-
-        def perform(effect: Effect) -> Any:
-            if isinstance(effect, WhoCalls):
-                return who()
-            if isinstance(effect, ReadBody):
-                return read(effect.limit)
-            if isinstance(effect, MayOperate):
-                return may_operate(self._operator, effect.caller)
-            assert isinstance(effect, Call)
-            assert service is not None
-            return getattr(service, effect.name)(*effect.args, **effect.kwargs)
-
-        return drive(route.flow(service is not None, headers, self._max_body), perform)
+        perform = table.performer(service, self.operator, who, read)
+        return table.drive(route.flow(service is not None, headers, self.max_body), perform)
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         headers = {"content-type": environ.get("CONTENT_TYPE") or ""}
@@ -129,24 +99,16 @@ class Router:
             environ.get("PATH_INFO", ""),
             headers,
             lambda limit: _read(environ, limit),
-            lambda: self._identify(environ),
+            lambda: self.identify(environ),
         )
         if reply is None:
-            if self._fallback is not None:
-                return self._fallback(environ, start_response)
+            if self.fallback is not None:
+                return self.fallback(environ, start_response)
             reply = 404, {"error": "Not found"}
-        status, payload = reply
-        extra: list[tuple[str, str]] = []
-        if isinstance(payload, Document):
-            body, media_type = payload.body, payload.media_type
-            extra += payload.headers
-        else:
-            body, media_type = encode(payload), "application/json"
-        start_response(
-            f"{status} {_phrase(status)}",
-            [("Content-Type", media_type), ("Content-Length", str(len(body))), *extra],
-        )
-        return [body]
+        status, document = table.rendered(reply)
+        head = [("Content-Type", document.media_type), ("Content-Length", str(len(document.body)))]
+        start_response(f"{status} {_phrase(status)}", [*head, *document.headers])
+        return [document.body]
 
 
 def app(
@@ -193,7 +155,7 @@ def _read(environ: WSGIEnvironment, limit: int) -> bytes:
         while len(body) < size:
             chunk = stream.read(min(size - len(body), _CHUNK))
             if not chunk:
-                raise Answer(400, "Request body incomplete")
+                raise table.Answer(400, "Request body incomplete")
             body += chunk
         return bytes(body)
     if not environ.get("wsgi.input_terminated"):
@@ -202,5 +164,5 @@ def _read(environ: WSGIEnvironment, limit: int) -> bytes:
     while chunk := stream.read(_CHUNK):
         body += chunk
         if len(body) > limit:  # chunked
-            raise Answer(413, "Request body too large")
+            raise table.Answer(413, "Request body too large")
     return bytes(body)
