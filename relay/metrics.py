@@ -50,36 +50,34 @@ class Instruments:
     @classmethod
     def of(cls, provider: Any) -> Instruments:
         meter = provider.get_meter(METER_NAME)
-        sent = "{request}"
+
+        def make(kind: str, name: str, unit: str) -> Any:
+            return getattr(meter, f"create_{kind}")(name, unit, _DESCRIPTIONS[name])
+
         return cls(
-            snapshots=meter.create_counter(
-                "relay.snapshots", sent, "Snapshots sent to the relay, by outcome and status"
-            ),
-            announcements=meter.create_counter(
-                "relay.announcements", sent, "Session-started announcements, by outcome and status"
-            ),
-            acknowledgements=meter.create_counter(
-                "relay.acknowledgements", sent, "Viewed acknowledgements, by outcome and status"
-            ),
-            pass_duration=meter.create_histogram(
-                "relay.pass.duration", "s", "How long one publishing pass took"
-            ),
-            backoff_active=meter.create_up_down_counter(
-                "relay.backoff.active", "{publisher}", "Publishers backing off after a failure"
-            ),
-            outbox_depth=meter.create_up_down_counter(
-                "relay.outbox.depth", "{view}", "Deleted sessions awaiting the relay's ack"
-            ),
-            ledger_unsent=meter.create_up_down_counter(
-                "relay.ledger.unsent", "{session}", "Started sessions not yet announced"
-            ),
-            store_duration=meter.create_histogram(
-                "relay.store.transaction.duration", "s", "One store method call, by backend"
-            ),
-            clock_offset=meter.create_up_down_counter(
-                "relay.clock.offset", "ms", "This replica's wall clock minus the store's"
-            ),
+            snapshots=make("counter", "relay.snapshots", "{request}"),
+            announcements=make("counter", "relay.announcements", "{request}"),
+            acknowledgements=make("counter", "relay.acknowledgements", "{request}"),
+            pass_duration=make("histogram", "relay.pass.duration", "s"),
+            backoff_active=make("up_down_counter", "relay.backoff.active", "{publisher}"),
+            outbox_depth=make("up_down_counter", "relay.outbox.depth", "{view}"),
+            ledger_unsent=make("up_down_counter", "relay.ledger.unsent", "{session}"),
+            store_duration=make("histogram", "relay.store.transaction.duration", "s"),
+            clock_offset=make("up_down_counter", "relay.clock.offset", "ms"),
         )
+
+
+_DESCRIPTIONS = {
+    "relay.snapshots": "Snapshots sent to the relay, by outcome and status",
+    "relay.announcements": "Session-started announcements, by outcome and status",
+    "relay.acknowledgements": "Viewed acknowledgements, by outcome and status",
+    "relay.pass.duration": "How long one publishing pass took",
+    "relay.backoff.active": "Publishers backing off after a failure",
+    "relay.outbox.depth": "Deleted sessions awaiting the relay's ack",
+    "relay.ledger.unsent": "Started sessions not yet announced",
+    "relay.store.transaction.duration": "One store method call, by backend",
+    "relay.clock.offset": "This replica's wall clock minus the store's",
+}
 
 
 _CHOSEN = Chosen(
