@@ -122,7 +122,6 @@ class RelayService:
         )
         self._cleared: set[tuple[str, str]] = set()
         self._gatherer: Gatherer | None = None
-        # Set once `start()` has read the store, whatever it found there.
         self._started = False
 
     @property
@@ -163,6 +162,7 @@ class RelayService:
         loop = self._publisher.health() if self._publisher is not None else None
         last = loop.last_success if loop else None
         age = loop.pass_age_s if loop else None
+        silent = self.store_watch.silent_s()
         # A pass that has run a lease is failing: its rows' trust window has shut.
         hung = age is not None and age >= self.publishing.lease_s
         return Health(
@@ -177,12 +177,8 @@ class RelayService:
             stopped=loop.stopped if loop else False,
             clock_offset_s=self.store_clock.offset_s,
             pass_age_s=None if age is None else round(age, 3),
-            store_silent_s=self._silent_s(),
+            store_silent_s=None if silent is None else round(silent, 3),
         )
-
-    def _silent_s(self) -> float | None:
-        silent = self.store_watch.silent_s()
-        return None if silent is None else round(silent, 3)
 
     async def start(self) -> bool:
         """Resume from stored state; an invalid stored registration disables the publisher.
@@ -191,9 +187,10 @@ class RelayService:
         started all the same: `pair` then registers). A store that cannot be reached raises
         `StoreUnavailableError` and leaves the service not started, to start again later.
         """
-        running = await self._start()
+        if self._publisher is None and (candidate := await self._stored_publisher()) is not None:
+            await self._adopt(candidate, None)
         self._started = True
-        return running
+        return self._publisher is not None
 
     def _require_started(self, what: str) -> None:
         if not self._started:
@@ -202,13 +199,12 @@ class RelayService:
                 "(in the web app's startup or lifespan)"
             )
 
-    async def _start(self) -> bool:
-        if self._publisher is not None:
-            return True
+    async def _stored_publisher(self) -> RelayPublisher | None:
+        """A publisher for the stored registration; None (said in the log) when it is unusable."""
         try:
             config = await self.store.load_config()
             if config is None:
-                return False
+                return None
             # A registration with another relay (the trusted one changed, or the store came from
             # elsewhere) would send signed session data where this server was not told to.
             if config.url != self._pairing.trusted_origin:
@@ -216,7 +212,7 @@ class RelayService:
                     f"registered with {config.url}, not the trusted relay "
                     f"{self._pairing.trusted_origin}"
                 )
-            candidate = await self._publisher_for(config)
+            return await self._publisher_for(config)
         except StoreUnavailableError:
             raise  # not an invalid registration: the caller may start again later
         except KeyPassphraseError as error:
@@ -225,7 +221,6 @@ class RelayService:
                 f"[relay] Talaria relay publisher disabled: {error}",
                 of_error("publisher_disabled", error),
             )
-            return False
         except Exception as error:  # whatever is wrong with it, the web app runs on without
             # An unreadable key or registration is expected; anything else is a bug: its traceback.
             bug = None if isinstance(error, RelayError | ValueError) else error
@@ -234,17 +229,12 @@ class RelayService:
                 of_error("publisher_disabled", error),
                 error=bug,
             )
-            return False
-        await self._adopt(candidate, None)
-        await candidate.start(publish_initial=False)
-        return True
+        return None
 
     async def stop(self) -> None:
         """Stop publishing and hand this replica's finished rows over at once (`retire_runs`:
         another replica, or this one restarted, takes them now, not when their leases end)."""
-        previous, self._publisher, self._candidate = self._publisher, None, None
-        if previous is not None:
-            await previous.stop()
+        if await self._stop_publisher():
             try:
                 await self.store.retire_runs(self.owner, self._now_ms())
             except Exception as error:  # a courtesy: the leases end by themselves anyway
@@ -374,9 +364,7 @@ class RelayService:
             else:
                 if config is None or config.url == keep:
                     return False
-        previous, self._publisher, self._candidate = self._publisher, None, None
-        if previous is not None:
-            await previous.stop()
+        await self._stop_publisher()
         forgotten = await unpair(self.store, keep_relay=keep)
         if forgotten is not None:
             self._report.info(
@@ -413,7 +401,6 @@ class RelayService:
                 "Could not publish the initial Talaria Relay snapshot", 502
             ) from error
         await self._adopt(candidate, previous)
-        await candidate.start(publish_initial=False)
         candidate.changed()
 
     async def _adopt(self, candidate: RelayPublisher, previous: RelayPublisher | None) -> None:
@@ -422,6 +409,14 @@ class RelayService:
             # What reached the old publisher during validation is carried over too.
             candidate.inherit(previous)
             await previous.stop()
+        await candidate.start(publish_initial=False)
+
+    async def _stop_publisher(self) -> bool:
+        """Stop this service's publisher, if it runs one; whether it did."""
+        previous, self._publisher, self._candidate = self._publisher, None, None
+        if previous is not None:
+            await previous.stop()
+        return previous is not None
 
     async def _publisher_for(self, config: RelayConfig) -> RelayPublisher:
         publisher = RelayPublisher(
