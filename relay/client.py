@@ -13,6 +13,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Generator
+from dataclasses import KW_ONLY, dataclass
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any, Self, cast
@@ -37,7 +38,7 @@ from relay.protocol import (
     canonical_string,
     validated_origin,
 )
-from relay.refused import nothing_listening, unknown_host
+from relay.refused import chain, nothing_listening, unknown_host
 
 UNREACHABLE = "Could not reach Talaria Relay"
 # An error answer is read this far for its reason; it is a code, not a document.
@@ -50,35 +51,29 @@ DRAIN_CAP = 64 * 1024
 DRAIN_S = 0.5
 
 
+@dataclass(frozen=True, slots=True)
 class TalariaAuth(httpx.Auth):
     """Signs a request with the publisher's Ed25519 key, over the bytes that go on the wire."""
 
     # httpx reads the body before `auth_flow`, so `request.content` is exactly what is sent.
     requires_request_body = True
 
-    def __init__(
-        self,
-        key: Ed25519PrivateKey,
-        key_id: str,
-        *,
-        clock: Callable[[], float] = time.time,
-        nonce: Callable[[], str] = lambda: uuid.uuid4().hex,
-    ) -> None:
-        self._key = key
-        self._key_id = key_id
-        self._clock = clock
-        self._nonce = nonce
+    key: Ed25519PrivateKey
+    key_id: str
+    _: KW_ONLY
+    clock: Callable[[], float] = time.time
+    nonce: Callable[[], str] = lambda: uuid.uuid4().hex
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         # `raw_path` is the request target httpx sends; the relay verifies over the pathname alone.
         path = request.url.raw_path.partition(b"?")[0].decode("ascii")
-        timestamp = str(int(self._clock()))
-        nonce = self._nonce()
+        timestamp = str(int(self.clock()))
+        nonce = self.nonce()
         message = canonical_string(request.method, path, timestamp, nonce, request.content)
-        request.headers["X-Talaria-Key-Id"] = self._key_id
+        request.headers["X-Talaria-Key-Id"] = self.key_id
         request.headers["X-Talaria-Timestamp"] = timestamp
         request.headers["X-Talaria-Nonce"] = nonce
-        request.headers["X-Talaria-Signature"] = b64url(self._key.sign(message))
+        request.headers["X-Talaria-Signature"] = b64url(self.key.sign(message))
         yield request
 
 
@@ -131,24 +126,6 @@ class RelayClient:
         self, method: str, path: str, body: bytes, auth: httpx.Auth | None, cap: int | None
     ) -> bytes:
         """Send one request; the 2xx answer's body up to `cap` bytes, or none without a cap."""
-        with tracing.http_span(method, self._origin + path) as span:
-            try:
-                return await self._exchange(method, path, body, auth, cap, span)
-            except RelayRequestError as error:
-                if span is not None:
-                    status = error.status if isinstance(error, RelayHttpError) else None
-                    tracing.failed(span, error, None if status is None else str(status))
-                raise
-
-    async def _exchange(
-        self,
-        method: str,
-        path: str,
-        body: bytes,
-        auth: httpx.Auth | None,
-        cap: int | None,
-        span: Any,
-    ) -> bytes:
         try:
             url = httpx.URL(self._origin + path)
         except httpx.InvalidURL as exc:
@@ -157,13 +134,22 @@ class RelayClient:
         # not be sent, since the relay would route (and verify) a different path than was built.
         if not path.startswith("/") or url.raw_path != path.encode("utf-8"):
             raise InvalidInputError(f"path would not be sent as built: {path!r}")
+        headers = {"Content-Type": "application/json"}
         request = self._http.build_request(
-            method,
-            url,
-            content=body,
-            headers={"Content-Type": "application/json"},
-            timeout=self._timeout,
+            method, url, content=body, headers=headers, timeout=self._timeout
         )
+        with tracing.http_span(method, self._origin + path) as span:
+            try:
+                return await self._exchange(request, auth, cap, span)
+            except RelayRequestError as error:
+                if span is not None:
+                    status = error.status if isinstance(error, RelayHttpError) else None
+                    tracing.failed(span, error, None if status is None else str(status))
+                raise
+
+    async def _exchange(
+        self, request: httpx.Request, auth: httpx.Auth | None, cap: int | None, span: Any
+    ) -> bytes:
         try:
             # httpx's timeout bounds each network operation; this bounds the whole exchange, as
             # upstream's abort signal does, so a relay trickling bytes cannot hold the loop.
@@ -306,14 +292,7 @@ def describe(exc: Exception) -> str:
         return refused
     if (unknown := unknown_host(exc, _host(exc))) is not None:
         return unknown
-    cause: BaseException | None = exc
-    for _ in range(8):  # a bounded walk: a chain may loop
-        if cause is None:
-            break
-        if str(cause):
-            return str(cause)
-        cause = cause.__cause__ or cause.__context__
-    return type(exc).__name__
+    return next((str(cause) for cause in chain(exc) if str(cause)), type(exc).__name__)
 
 
 def _host(exc: Exception) -> str | None:

@@ -9,9 +9,20 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Iterator
 
 # asyncio's words for a refused connect: `('host', port)` or, for IPv6, `('::1', port, 0, 0)`.
 _FAILED = re.compile(r"Connect call failed \('([^']*)', (\d+)")
+
+
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what it was raised from, and so on: a bounded walk, since a chain may loop."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return
+        yield seen
+        seen = seen.__cause__ or seen.__context__
 
 
 def nothing_listening(exc: BaseException) -> str | None:
@@ -19,14 +30,10 @@ def nothing_listening(exc: BaseException) -> str | None:
     connection; None otherwise."""
     places: dict[str, None] = {}
     refused = False
-    seen: BaseException | None = exc
-    for _ in range(8):  # a bounded walk: a chain may loop
-        if seen is None:
-            break
+    for seen in chain(exc):
         refused = refused or isinstance(seen, ConnectionRefusedError)
         for host, port in _FAILED.findall(str(seen)):
             places[f"[{host}]:{port}" if ":" in host else f"{host}:{port}"] = None
-        seen = seen.__cause__ or seen.__context__
     if not places or not (refused or "Errno 111" in str(exc)):
         return None
     return f"nothing is listening at {' or '.join(places)} (is the server up, on that port?)"
@@ -36,14 +43,10 @@ def unknown_host(exc: BaseException, host: str | None = None) -> str | None:
     """`no host named HOST was found (DNS: …): check its spelling` when `exc` (or what it was
     raised from) is a failed name lookup; None otherwise. Without `host` (a driver's error does
     not say which of a URL's hosts it looked up) the message points at the URL beside it."""
-    seen: BaseException | None = exc
-    for _ in range(8):  # a bounded walk: a chain may loop
-        if seen is None:
-            return None
+    for seen in chain(exc):
         if isinstance(seen, socket.gaierror):
             reason = seen.strerror or str(seen)
             if host:
                 return f"no host named {host} was found (DNS: {reason}): check its spelling"
             return f"its host name was not found (DNS: {reason}): check its spelling in the URL"
-        seen = seen.__cause__ or seen.__context__
     return None
