@@ -52,8 +52,21 @@ DISABLED_PROFILE_HELP = "pairing.md#when-a-profile-is-disabled"
 # Enrollments racing on several replicas retry their save this often before giving up.
 SAVE_ATTEMPTS = 5
 
+INVALID_RESPONSE = "Talaria Relay returned an invalid response"
+
 # (config, profile_id, identity): validate a saved registration with a real publish, then swap.
 Configure = Callable[[RelayConfig, str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """A pairing request, checked; `profile` is the host's name for the caller's profile."""
+
+    relay_url: str
+    publisher_id: str
+    invitation: str
+    label: str
+    profile: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +95,6 @@ class Pairing:
         if type(profile) is not str:
             raise InvalidInputError("profile must be a string")
         checks.flag("operator", operator)
-        return await self._pair(body, profile, operator)
-
-    async def _pair(self, body: object, raw_profile: str, operator: bool) -> dict[str, Any]:
         if not isinstance(body, dict):
             raise RelayPairingError("Invalid pairing request", 400)
         fields = [body.get(name) for name in ("relay_url", "publisher_id", "publisher_invitation")]
@@ -103,29 +113,28 @@ class Pairing:
             raise RelayPairingError("Untrusted Talaria Relay origin", 400)
         if not 1 <= len(invitation) <= 256 or not 1 <= len(label) <= 80:
             raise RelayPairingError("Invalid relay pairing fields", 400)
-        canonical = await self._available_profile(raw_profile)
+        asked = _Asked(relay_url, publisher_id, invitation, label, await self._available(profile))
         existing = await self.store.load_config()
         if existing is not None:
-            return await self._enroll(existing, relay_url, publisher_id, invitation, canonical)
+            return await self._enroll(existing, asked)
         if not operator:
             raise RelayPairingError(
                 "An owner must register this Hermes server with Talaria Relay before profile "
                 "enrollment",
                 409,
             )
-        return await self._register(relay_url, publisher_id, invitation, label, canonical)
+        return await self._register(asked)
 
-    async def _available_profile(self, raw_profile: str) -> str:
+    async def _available(self, raw_profile: str) -> str:
         profile = raw_profile.strip()
         try:
             if not profile or not checks.storable(profile):
                 raise ValueError(profile)
             canonical = self.host.canonical_profile(profile)
-            available = await self.host.profile_available(canonical)
+            if not await self.host.profile_available(canonical):
+                raise LookupError(canonical)
         except (ValueError, LookupError, OSError, RelayError) as error:
             raise RelayPairingError("Hermes profile is unavailable", 403) from error
-        if not available:
-            raise RelayPairingError("Hermes profile is unavailable", 403)
         return canonical
 
     async def _profile_identity(self, canonical: str) -> str:
@@ -135,15 +144,9 @@ class Pairing:
         except (ValueError, LookupError, OSError, RelayError) as error:
             raise RelayPairingError("Hermes profile is unavailable", 403) from error
 
-    async def _enroll(
-        self,
-        existing: RelayConfig,
-        relay_url: str,
-        publisher_id: str,
-        invitation: str,
-        canonical: str,
-    ) -> dict[str, Any]:
-        if existing.url != relay_url or existing.publisher_id != publisher_id:
+    async def _enroll(self, existing: RelayConfig, asked: _Asked) -> dict[str, Any]:
+        publisher_id, canonical = asked.publisher_id, asked.profile
+        if existing.url != asked.relay_url or existing.publisher_id != publisher_id:
             raise RelayPairingError(DIFFERENT_RELAY, 409)
         known = existing.profiles.get(canonical)
         # Read, not minted: the identity is minted only once the relay took the enrollment.
@@ -153,7 +156,7 @@ class Pairing:
         profile_id = known.profile_id if known and reuse else _new_id("prf")
         key = load_key(await self.store.load_key(existing.key_ref))
         request = compact(
-            {"invitation": invitation, "publisherId": publisher_id, "profileId": profile_id}
+            {"invitation": asked.invitation, "publisherId": publisher_id, "profileId": profile_id}
         )
         payload = await self._redeem(
             existing.url,
@@ -168,7 +171,7 @@ class Pairing:
             or payload.get("publisherId") != publisher_id
             or payload.get("profileId") != profile_id
         ):
-            raise RelayPairingError("Talaria Relay returned an invalid response", 502)
+            raise RelayPairingError(INVALID_RESPONSE, 502)
         identity = await self._profile_identity(canonical)
         if stored is not None and identity != stored:
             raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
@@ -198,28 +201,21 @@ class Pairing:
             raise StaleConfigError("the relay registration vanished as it was saved")
         return saved
 
-    async def _register(
-        self,
-        relay_url: str,
-        publisher_id: str,
-        invitation: str,
-        label: str,
-        canonical: str,
-    ) -> dict[str, Any]:
+    async def _register(self, asked: _Asked) -> dict[str, Any]:
         key = Ed25519PrivateKey.generate()
         profile_id = _new_id("prf")
         public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         request = compact(
             {
-                "invitation": invitation,
-                "publisherId": publisher_id,
+                "invitation": asked.invitation,
+                "publisherId": asked.publisher_id,
                 "profileId": profile_id,
-                "label": label,
+                "label": asked.label,
                 "publicKey": b64url(public),
             }
         )
         payload = await self._redeem(
-            relay_url, PUBLISHER_REDEEM, request, "Talaria Relay rejected server registration"
+            asked.relay_url, PUBLISHER_REDEEM, request, "Talaria Relay rejected server registration"
         )
         key_id, paired_profile = payload.get("keyId"), payload.get("profileId")
         paired_publisher, preserved = payload.get("publisherId"), payload.get("profileIdPreserved")
@@ -233,17 +229,17 @@ class Pairing:
             or not isinstance(preserved, bool)
             or (paired_profile != profile_id and not preserved)
         ):
-            raise RelayPairingError("Talaria Relay returned an invalid response", 502)
+            raise RelayPairingError(INVALID_RESPONSE, 502)
         try:
             final_publisher = validated_origin(paired_publisher)
         except RelayError as error:
-            raise RelayPairingError("Talaria Relay returned an invalid response", 502) from error
-        identity = await self._profile_identity(canonical)
+            raise RelayPairingError(INVALID_RESPONSE, 502) from error
+        identity = await self._profile_identity(asked.profile)
         pem = key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption()).decode()
         # Durable before the registration names it.
         key_ref = await self.store.save_key(key_id, pem)
-        grants = {canonical: ProfileGrant(identity, paired_profile)}
-        config = RelayConfig(relay_url, final_publisher, key_id, key_ref, grants)
+        grants = {asked.profile: ProfileGrant(identity, paired_profile)}
+        config = RelayConfig(asked.relay_url, final_publisher, key_id, key_ref, grants)
         try:
             await self.store.save_config(config, expected_generation=0)
         except StaleConfigError as error:
@@ -275,7 +271,7 @@ class Pairing:
         except RelayUnreachableError as error:
             raise RelayPairingError("Could not reach Talaria Relay", 502) from error
         except RelayResponseError as error:
-            raise RelayPairingError("Talaria Relay returned an invalid response", 502) from error
+            raise RelayPairingError(INVALID_RESPONSE, 502) from error
 
     # ── origins ───────────────────────────────────────────────────────────────
 
