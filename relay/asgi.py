@@ -111,9 +111,10 @@ class _Endpoint:
             headers["content-length"] = declared
 
         perform = table.performer(
-            service, self.operator, lambda: self.identify(request), lambda n: _read(request, n)
+            service, lambda: self.identify(request), lambda n: _read(request, n)
         )
-        flow = self.route.flow(service is not None, headers, self.max_body)
+        asked = table.Asked(service is not None, headers, self.max_body, self.operator)
+        flow = self.route.flow(asked)
         return _response(await table.drive_async(flow, perform))
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
@@ -109,14 +109,6 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
-class MayOperate:
-    """Ask the app's `operator` predicate whether `caller` may read the operator page: True or
-    False, or None when the app gave no predicate (`may_operate`)."""
-
-    caller: Caller
-
-
-@dataclass(frozen=True, slots=True)
 class Document:
     """An answer that is not the routes' plain JSON: its bytes, media type and headers."""
 
@@ -125,7 +117,7 @@ class Document:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-Effect: TypeAlias = WhoCalls | ReadBody | Call | MayOperate
+Effect: TypeAlias = WhoCalls | ReadBody | Call
 Reply: TypeAlias = tuple[int, dict[str, Any] | Document]
 # The app's operator predicate: whether an identified caller may read the operator page.
 Operator: TypeAlias = Callable[[Caller], bool]
@@ -138,13 +130,23 @@ Flow: TypeAlias = Generator[Effect, Any, Reply]
 
 
 @dataclass(frozen=True, slots=True)
+class Asked:
+    """One request as a face hands it to a flow: whether the service has started, its headers
+    (lowercase names), the body cap, and the app's operator predicate (None: nobody is one)."""
+
+    started: bool
+    headers: Mapping[str, str]
+    max_body: int
+    operator: Operator | None
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     """One route: its method, its path under the prefix, and its flow."""
 
-    name: str
     method: str
     path: str
-    flow: Callable[[bool, Mapping[str, str], int], Flow]
+    flow: Callable[[Asked], Flow]
     # The operator routes: every answer, refusals included, carries the page's headers.
     secured: bool = False
 
@@ -171,15 +173,13 @@ def encode(payload: dict[str, Any]) -> bytes:
 # ── the routes ────────────────────────────────────────────────────────────────
 
 
-def _guarded(
-    action: Callable[[object, Caller], Flow],
-) -> Callable[[bool, Mapping[str, str], int], Flow]:
+def _guarded(action: Callable[[object, Caller], Flow]) -> Callable[[Asked], Flow]:
     """A route that needs a started service, a caller and a JSON body, with its errors mapped."""
 
-    def flow(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
+    def flow(asked: Asked) -> Flow:
         try:
-            caller = yield from _caller(started)
-            body = yield from _read_json(headers, limit)
+            caller = yield from _caller(asked.started)
+            body = yield from _read_json(asked.headers, asked.max_body)
             return (yield from action(body, caller))
         except (Answer, RelayError) as error:
             return _error_body(error)
@@ -219,9 +219,9 @@ def _viewed(body: object, caller: Caller) -> Flow:
     return 200, {"ok": True}
 
 
-def _health(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
+def _health(asked: Asked) -> Flow:
     """Ready when the store answers; it needs no caller, so a load balancer can ask."""
-    if not started:
+    if not asked.started:
         return 503, {"ok": False, "error": "Talaria relay is not started"}
     found: Health = yield Call("health")
     # Serving needs the store, at head; an unregistered server or a publisher in backoff
@@ -231,16 +231,16 @@ def _health(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
     return 200, {"ok": True}
 
 
-def _operator(html: bool) -> Callable[[bool, Mapping[str, str], int], Flow]:
+def _operator(html: bool) -> Callable[[Asked], Flow]:
     """The operator page (`html`) or its JSON twin: read-only, for operators only."""
 
-    def flow(started: bool, headers: Mapping[str, str], limit: int) -> Flow:
+    def flow(asked: Asked) -> Flow:
         try:
-            caller = yield from _caller(started)
-            allowed = yield MayOperate(caller)
-            if allowed is None:
+            caller = yield from _caller(asked.started)
+            if asked.operator is None:
                 raise Refused(NO_PREDICATE, 403)
-            if allowed is not True:
+            # Only `True` lets in: a truthy answer that is not is the app's slip, not a yes.
+            if asked.operator(caller) is not True:
                 raise Refused("Only an operator may read this page", 403)
             document = yield Call("operator_facts")
         except (Answer, RelayError) as error:
@@ -265,12 +265,12 @@ def _secured(status: int, payload: dict[str, Any]) -> Reply:
 
 
 ROUTES: tuple[Route, ...] = (
-    Route("pair", "POST", "/relay/pair", _guarded(_pair)),
-    Route("presence", "POST", "/presence", _guarded(_presence)),
-    Route("viewed", "POST", "/viewed", _guarded(_viewed)),
-    Route("health", "GET", "/relay/health", _health),
-    Route("operator", "GET", "/relay/operator", _operator(html=True), secured=True),
-    Route("operator.json", "GET", "/relay/operator.json", _operator(html=False), secured=True),
+    Route("POST", "/relay/pair", _guarded(_pair)),
+    Route("POST", "/presence", _guarded(_presence)),
+    Route("POST", "/viewed", _guarded(_viewed)),
+    Route("GET", "/relay/health", _health),
+    Route("GET", "/relay/operator", _operator(html=True), secured=True),
+    Route("GET", "/relay/operator.json", _operator(html=False), secured=True),
 )
 
 
@@ -336,10 +336,7 @@ def rendered(reply: Reply) -> tuple[int, Document]:
 
 
 def performer(
-    service: Any,
-    operator: Operator | None,
-    who: Callable[[], Any],
-    read: Callable[[int], Any],
+    service: Any, who: Callable[[], Any], read: Callable[[int], Any]
 ) -> Callable[[Effect], Any]:
     """How a face performs effects: `who()` asks its `identify`, `read(limit)` reads the body,
     a `Call` goes to `service`; in the async face all three answer awaitables."""
@@ -349,10 +346,6 @@ def performer(
             return who()
         if isinstance(effect, ReadBody):
             return read(effect.limit)
-        if isinstance(effect, MayOperate):
-            # The predicate's verdict (only `True` lets in), or None without a predicate, so
-            # the 403 can say what is missing.
-            return None if operator is None else operator(effect.caller) is True
         assert service is not None
         return getattr(service, effect.name)(*effect.args, **effect.kwargs)
 
@@ -371,13 +364,12 @@ def drive(flow: Flow, perform: Callable[[Effect], Any]) -> Reply:
     return step
 
 
-async def drive_async(flow: Flow, perform: Callable[[Effect], Any]) -> Reply:
-    """Run `flow`, awaiting what `perform` answers (but the predicate's verdict)."""
+async def drive_async(flow: Flow, perform: Callable[[Effect], Awaitable[Any]]) -> Reply:
+    """Run `flow`, awaiting each effect's `perform`."""
     step = _resume(flow, None, None)
     while not isinstance(step, tuple):
         try:
-            value = perform(step)
-            value, error = (value if isinstance(step, MayOperate) else await value), None
+            value, error = await perform(step), None
         except Exception as raised:  # thrown back in: the flow maps what it knows
             value, error = None, raised
         step = _resume(flow, value, error)

@@ -87,8 +87,8 @@ class Router:
             return route.wrong_method()
         source = self.service
         service = source if isinstance(source, ThreadedRelayService) else source()
-        perform = table.performer(service, self.operator, who, read)
-        return table.drive(route.flow(service is not None, headers, self.max_body), perform)
+        asked = table.Asked(service is not None, headers, self.max_body, self.operator)
+        return table.drive(route.flow(asked), table.performer(service, who, read))
 
     def __call__(self, environ: WSGIEnvironment, start_response: StartResponse) -> Iterable[bytes]:
         headers = {"content-type": environ.get("CONTENT_TYPE") or ""}
