@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from relay.errors import RelayError, StoreUnavailableError
+from relay.publishing.loop import LoopHealth
 from relay.publishing.storewatch import StoreWatch
 from relay.store import StoreTarget, open_store, resolve
 from relay.store.contract import Handle, Registration, Revisions
@@ -42,6 +43,10 @@ class StoreHealth:
     def ready(self) -> bool:
         at_head = self.schema_at_head is not False
         return self.reachable and at_head and self.registered and self.writable
+
+
+# A store that did not answer: nothing is known of it.
+UNKNOWN = StoreHealth(reachable=False, schema_at_head=None, registered=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,14 +82,38 @@ class Health:
     @property
     def ready(self) -> bool:
         """Reachable store at head, registered, and a publisher that runs (not stopped for good)."""
-        at_head = self.schema_at_head is not False
-        return (
-            self.store_reachable
-            and at_head
-            and self.registered
-            and self.publishing
-            and not self.stopped
-        )
+        store = StoreHealth(self.store_reachable, self.schema_at_head, self.registered)
+        return store.ready and self.publishing and not self.stopped
+
+
+def service_health(
+    found: StoreHealth,
+    loop: LoopHealth | None,
+    *,
+    now: float,
+    lease_s: float,
+    clock_offset_s: float | None,
+    silent_s: float | None,
+) -> Health:
+    """A service's `Health`: its store probe's answers and its publisher's loop (None: none)."""
+    last = loop.last_success if loop else None
+    age = loop.pass_age_s if loop else None
+    # A pass that has run a lease is failing: its rows' trust window has shut.
+    hung = age is not None and age >= lease_s
+    return Health(
+        store_reachable=found.reachable,
+        schema_at_head=found.schema_at_head,
+        registered=found.registered,
+        publishing=loop is not None and not loop.stopped,
+        last_success=last,
+        last_success_age_s=None if last is None else max(now - last, 0.0),
+        consecutive_failures=(loop.failures if loop else 0) + int(hung),
+        backoff_until=loop.backoff_until if loop else None,
+        stopped=loop.stopped if loop else False,
+        clock_offset_s=clock_offset_s,
+        pass_age_s=None if age is None else round(age, 3),
+        store_silent_s=None if silent_s is None else round(silent_s, 3),
+    )
 
 
 class Probed(Handle, Registration, Revisions, Protocol):
@@ -96,7 +125,7 @@ async def store_health(store: Probed) -> StoreHealth:
     try:
         await store.revision_floor()
     except RelayError:
-        return StoreHealth(reachable=False, schema_at_head=None, registered=False)
+        return UNKNOWN
     try:
         registered = await store.load_config() is not None
     except RelayError:
@@ -142,7 +171,7 @@ class StoreProbe:
         try:
             self._last = await self._watch.call(answered())
         except StoreUnavailableError:
-            self._last = StoreHealth(reachable=False, schema_at_head=None, registered=False)
+            self._last = UNKNOWN
         return self._last
 
     async def close(self) -> None:
@@ -214,10 +243,9 @@ async def probe(url: str | None) -> Probe:
     """Readiness of the store at `url`, read only: a missing store is not created, a SQLite file
     is not migrated, and the relay is never called."""
     target = resolve(url)
-    unknown = StoreHealth(reachable=False, schema_at_head=None, registered=False)
     # Before the schema: a file that is not there has no schema to be below (`status` agrees).
     if (absent := absence(target)) is not None:
-        return Probe(target, unknown, absent)
+        return Probe(target, UNKNOWN, absent)
     schema = None
     try:
         if target.url is not None:
@@ -233,7 +261,7 @@ async def probe(url: str | None) -> Probe:
             found = await store_health(store)
             refusal = await store.unwritable() if found.reachable else None
     except StoreUnavailableError as error:
-        return Probe(target, unknown, str(error), schema)
+        return Probe(target, UNKNOWN, str(error), schema)
     if not found.reachable:
         return Probe(target, found, "the store did not answer", schema)
     if refusal is not None:

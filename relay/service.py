@@ -28,7 +28,7 @@ from relay.errors import (
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from relay.health import Health, StoreProbe
+from relay.health import Health, StoreProbe, service_health
 from relay.host import Host
 from relay.logfields import fields, of_error
 from relay.operator.facts import Gatherer, Own
@@ -160,24 +160,13 @@ class RelayService:
         """
         found = await self._probe()
         loop = self._publisher.health() if self._publisher is not None else None
-        last = loop.last_success if loop else None
-        age = loop.pass_age_s if loop else None
-        silent = self.store_watch.silent_s()
-        # A pass that has run a lease is failing: its rows' trust window has shut.
-        hung = age is not None and age >= self.publishing.lease_s
-        return Health(
-            store_reachable=found.reachable,
-            schema_at_head=found.schema_at_head,
-            registered=found.registered,
-            publishing=loop is not None and not loop.stopped,
-            last_success=last,
-            last_success_age_s=None if last is None else max(self._clock() - last, 0.0),
-            consecutive_failures=(loop.failures if loop else 0) + int(hung),
-            backoff_until=loop.backoff_until if loop else None,
-            stopped=loop.stopped if loop else False,
+        return service_health(
+            found,
+            loop,
+            now=self._clock(),
+            lease_s=self.publishing.lease_s,
             clock_offset_s=self.store_clock.offset_s,
-            pass_age_s=None if age is None else round(age, 3),
-            store_silent_s=None if silent is None else round(silent, 3),
+            silent_s=self.store_watch.silent_s(),
         )
 
     async def start(self) -> bool:
