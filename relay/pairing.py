@@ -36,7 +36,7 @@ from relay.errors import (
 from relay.host import Host
 from relay.protocol import b64url, compact, validated_origin
 from relay.publishing.publisher import load_key
-from relay.store import ProfileGrant, RelayConfig, checks
+from relay.store import DeletedScope, ProfileGrant, RelayConfig, checks
 from relay.store.contract import Registration
 
 PUBLISHER_REDEEM = "/v1/pairings/publisher/redeem"
@@ -272,6 +272,28 @@ class Pairing:
             raise RelayPairingError("Could not reach Talaria Relay", 502) from error
         except RelayResponseError as error:
             raise RelayPairingError(INVALID_RESPONSE, 502) from error
+
+    async def binding(
+        self, profile: str, config: RelayConfig | None
+    ) -> tuple[str | None, DeletedScope | None]:
+        """What a deletion of `profile`'s session binds to, as far as can be read now: the
+        profile's identity and its relay scope (`config`: the running one, else the stored)."""
+        if config is None:
+            try:
+                config = await self.store.load_config()
+            except RelayError:
+                config = None  # keep the deletion; it binds once a registration is readable
+        grant = config.profiles.get(profile) if config else None
+        identity = grant.identity if grant else None
+        if identity is None:
+            try:
+                if await self.host.profile_available(profile):
+                    identity = await self.store.profile_identity(profile)
+            except RelayError:
+                identity = None  # bind when this profile becomes available
+        if config is None or grant is None:
+            return identity, None
+        return identity, DeletedScope(config.url, config.publisher_id, grant.profile_id)
 
     # ── origins ───────────────────────────────────────────────────────────────
 

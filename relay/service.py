@@ -8,6 +8,7 @@ otherwise be dropped without a word (upstream's silence cost a newcomer an hour)
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -41,7 +42,7 @@ from relay.publishing.logs import Log, Reporter
 from relay.publishing.options import PublisherOptions
 from relay.publishing.publisher import RelayPublisher
 from relay.publishing.storewatch import STORE_WAIT_SHARE, StoreWatch
-from relay.store import DeletedScope, RelayConfig, RelayStore, checks
+from relay.store import RelayConfig, RelayStore, checks
 from relay.store.records import OWNER_LIMIT
 from relay.unpairing import unpair
 
@@ -121,7 +122,8 @@ class RelayService:
             configure=self._configure,
         )
         self._cleared: set[tuple[str, str]] = set()
-        self._gatherer: Gatherer | None = None
+        # The store's clock: the leases, presence and queues the operator page judges are on it.
+        self._gatherer = Gatherer(store, self.own, self.store_clock.time)
         self._started = False
 
     @property
@@ -134,9 +136,6 @@ class RelayService:
 
     async def operator_facts(self) -> dict[str, Any]:
         """The operator page's document (`relay.operator.facts`): one gather per few seconds."""
-        if self._gatherer is None:
-            # The store's clock: the leases, presence and queues it judges are stamped on it.
-            self._gatherer = Gatherer(self.store, self.own, self.store_clock.time)
         return await self._gatherer()
 
     def own(self) -> Own:
@@ -204,17 +203,14 @@ class RelayService:
             return await self._publisher_for(config)
         except StoreUnavailableError:
             raise  # not an invalid registration: the caller may start again later
-        except KeyPassphraseError as error:
-            # The registration is fine; this process lacks the passphrase (the message says so).
-            self._report.error(
-                f"[relay] Talaria relay publisher disabled: {error}",
-                of_error("publisher_disabled", error),
-            )
         except Exception as error:  # whatever is wrong with it, the web app runs on without
+            # A missing passphrase is this process's (the message says so), not the registration's.
+            passphrase = isinstance(error, KeyPassphraseError)
+            why = error if passphrase else f"invalid configuration ({error})"
             # An unreadable key or registration is expected; anything else is a bug: its traceback.
             bug = None if isinstance(error, RelayError | ValueError) else error
             self._report.error(
-                f"[relay] Talaria relay publisher disabled: invalid configuration ({error})",
+                f"[relay] Talaria relay publisher disabled: {why}",
                 of_error("publisher_disabled", error),
                 error=bug,
             )
@@ -225,7 +221,7 @@ class RelayService:
         another replica, or this one restarted, takes them now, not when their leases end)."""
         if await self._stop_publisher():
             try:
-                await self.store.retire_runs(self.owner, self._now_ms())
+                await self.store.retire_runs(self.owner, self.store_clock.now_ms())
             except Exception as error:  # a courtesy: the leases end by themselves anyway
                 self._report.warning(
                     f"[relay] could not hand this replica's rows over as it stopped: {error}",
@@ -280,34 +276,18 @@ class RelayService:
         if not live and (name, session_id) in self._cleared:
             return  # a later lookup of the same deleted id does not queue it again
         config = self._publisher.config if self._publisher else None
-        if config is None:
-            try:
-                config = await self.store.load_config()
-            except RelayError:
-                config = None  # keep the deletion; it binds once a registration is readable
-        grant = config.profiles.get(name) if config else None
-        identity = grant.identity if grant else None
-        if identity is None:
-            try:
-                if await self.host.profile_available(name):
-                    identity = await self.store.profile_identity(name)
-            except RelayError:
-                identity = None  # bind when this profile becomes available
-        scope = None
-        if config is not None and grant is not None:
-            scope = DeletedScope(config.url, config.publisher_id, grant.profile_id)
+        identity, scope = await self._pairing.binding(name, config)
         await self.store.enqueue_deleted(
             session_id,
             name,
-            self._now_ms(),
+            self.store_clock.now_ms(),
             session_live=live,
             identity=identity,
             scope=scope,
         )
         # One id per deleted session per process, as upstream: the relay's ack is idempotent.
         self._cleared.add((name, session_id))
-        if self._publisher is not None:
-            self._publisher.changed()
+        self.changed()
 
     async def profile_deleted(self, profile: str) -> None:
         """The web app deleted a profile: one recreated under its name is a new relay scope."""
@@ -346,11 +326,9 @@ class RelayService:
         checks.flag("if_relay_changed", if_relay_changed)
         keep = self._pairing.trusted_origin if if_relay_changed else None
         if keep is not None:
-            try:
+            # An unreadable registration is forgotten below, whatever relay it named.
+            with contextlib.suppress(CorruptStateError):
                 config = await self.store.load_config()
-            except CorruptStateError:
-                config = None  # unreadable: forgotten below, whatever relay it named
-            else:
                 if config is None or config.url == keep:
                     return False
         await self._stop_publisher()
@@ -386,9 +364,8 @@ class RelayService:
                 self._candidate = None
             if isinstance(error, RelayPairingError):
                 raise
-            raise RelayPairingError(
-                "Could not publish the initial Talaria Relay snapshot", 502
-            ) from error
+            message = "Could not publish the initial Talaria Relay snapshot"
+            raise RelayPairingError(message, 502) from error
         await self._adopt(candidate, previous)
         candidate.changed()
 
@@ -428,6 +405,3 @@ class RelayService:
         if base_url not in self._clients:
             self._clients[base_url] = RelayClient(base_url, http=self._http, clock=self._clock)
         return self._clients[base_url]
-
-    def _now_ms(self) -> int:
-        return self.store_clock.now_ms()
