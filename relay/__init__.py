@@ -2,18 +2,10 @@
 
     from relay import RelayService, open_store
 
-The modules, top down: `service` (the current publisher and its swaps, tuned by
-`PublisherOptions`), `pairing` and `unpairing` (registration and enrollment; forgetting them),
-`publishing` (the package of the publisher: `publishing.publisher.RelayPublisher` composing its
-parts, `states`, the pure row builder; `outbox`, viewed and deleted acknowledgements;
-`announcements`; `loop`, passes and backoff; `logs`; and the rest, one concept each),
-`presence`, `client` (signed HTTP), `protocol` (the wire), `host` (the port the web app
-implements), `store` (all state, one repository), `errors`, `health` (what a probe asks),
-`metrics` and `tracing` (OpenTelemetry, no-ops without an SDK); `routes`, the browser-facing
-routes once, served by `asgi` for Starlette or FastAPI (the optional extra `web`, imported only
-on request) and by `wsgi` for WSGI apps; `operator`, the operator page; `threaded`, the service
-behind blocking calls for threaded servers; `testing`, a dev relay and a host in memory for
-tests; and `cli`, the `talaria-relay` command.
+This module gathers the public names; the modules and their layers are mapped in docs/design.md.
+The web faces (`asgi` for Starlette or FastAPI, the optional extra `web`; `wsgi`), `threaded`
+(blocking calls for threaded servers) and `testing` (a dev relay, a host in memory) are imported
+only on request.
 """
 
 from relay.errors import (

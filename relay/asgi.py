@@ -8,12 +8,9 @@
 
     app.router.routes.extend(routes(service, identify))   # or: app.mount("/api/talaria", app(…))
 
-Every error is `{"error": message}`, as upstream's `bad(handler, message, status)`. Whatever a
-client sends, the answer is never 500: a body over `max_body` is 413, one that is not JSON 400, a
-`Content-Type` other than JSON 415 (a cross-site form cannot send JSON without a preflight), a
-caller `identify` refuses 401 (or the `Refused` status it raises), a store that cannot be reached
-503. Starlette is an optional extra: only importing this module needs it. The routes themselves
-(their table, statuses, limits, bodies) are `relay.routes`, which `relay.wsgi` serves too.
+The routes themselves (statuses, limits, `{"error": …}` bodies; never a 500 for what a client
+sends) are `relay.routes`, which `relay.wsgi` serves too. Starlette is an optional extra: only
+importing this module needs it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from relay.errors import InvalidInputError, RelayPairingError
@@ -23,16 +24,13 @@ from relay.store import checks
 from relay.store.contract import PresenceLeases
 from relay.store.records import PassView
 
-# Upstream admits 2^53 itself; one less keeps every stored sequence a safe integer.
-MAX_SEQ = MAX_SAFE_INTEGER
 
-
+@dataclass(frozen=True, slots=True)
 class Presence:
-    """Presence leases of every profile, on the shared store."""
+    """Presence leases of every profile, on the shared store, stamped by `clock` (Unix seconds)."""
 
-    def __init__(self, store: PresenceLeases, clock: Callable[[], float] = time.time) -> None:
-        self._store = store
-        self._clock = clock
+    store: PresenceLeases
+    clock: Callable[[], float] = time.time
 
     async def update(self, body: object, profile: str) -> dict[str, Any]:
         """Apply a browser's `{tab_id, active, seq}`; the answer of `POST /api/talaria/presence`."""
@@ -49,13 +47,14 @@ class Presence:
             or not isinstance(active, bool)
             or not isinstance(seq, int)
             or isinstance(seq, bool)
-            or not 0 <= seq <= MAX_SEQ
+            # Upstream admits 2^53 itself; one less keeps every stored sequence a safe integer.
+            or not 0 <= seq <= MAX_SAFE_INTEGER
         ):
             raise RelayPairingError("Invalid presence request", 400)
         name = profile.strip()
         if not name or not checks.storable(name):
             raise RelayPairingError("Hermes profile is unavailable", 403)
-        await self._store.apply_presence(
+        await self.store.apply_presence(
             name,
             tab_id,
             seq,
@@ -73,7 +72,7 @@ class Presence:
         checks.text("profile", profile)
         if view is not None and profile in view.presence:
             return view.presence[profile]
-        return await self._store.presence_active(profile, self._now_ms())
+        return await self.store.presence_active(profile, self._now_ms())
 
     def _now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        return int(self.clock() * 1000)

@@ -3,16 +3,8 @@
 Each route is a generator that says what it needs as effects it yields (who calls, the body, a
 service call) and returns `(status, json body)`. A face performs the effects its own way (awaiting
 them, or calling the blocking facade) and throws their errors back in, so statuses, limits, the
-content-type rule and the `{"error": …}` bodies are decided here alone.
-
-| route | answers |
-| --- | --- |
-| `POST /relay/pair` | 200 `{"ok": true, "publisher_id"}`; `RelayPairingError.status` |
-| `POST /presence` | 200 `{"ok": true, "lease_seconds"}` (90, 0 on revoke); 400; 403 |
-| `POST /viewed` | 200 `{"ok": true}`; 400; 404 for an unknown session |
-| `GET /relay/health` | 200 `{"ok": true}` when the store answers; 503 when not |
-| `GET /relay/operator` | the operator page (HTML); 401 for nobody, 403 for a non-operator |
-| `GET /relay/operator.json` | the same facts as JSON |
+content-type rule and the `{"error": …}` bodies are decided here alone (the manual's table of
+them: docs/web-hosts.md, "The browser routes").
 
 The operator routes answer only a caller that `identify` names and the app's `operator`
 predicate accepts; without a predicate nobody is an operator (the 403 says so). Their answers
@@ -173,16 +165,18 @@ def encode(payload: dict[str, Any]) -> bytes:
 # ── the routes ────────────────────────────────────────────────────────────────
 
 
-def _guarded(action: Callable[[object, Caller], Flow]) -> Callable[[Asked], Flow]:
-    """A route that needs a started service, a caller and a JSON body, with its errors mapped."""
+def _guarded(action: Callable[[object, Caller], Call]) -> Callable[[Asked], Flow]:
+    """A route that needs a started service, a caller and a JSON body, with its errors mapped:
+    the service's answer, or `{"ok": true}` for a call that answers nothing."""
 
     def flow(asked: Asked) -> Flow:
         try:
             caller = yield from _caller(asked.started)
             body = yield from _read_json(asked.headers, asked.max_body)
-            return (yield from action(body, caller))
+            result = yield action(body, caller)
         except (Answer, RelayError) as error:
             return _error_body(error)
+        return 200, {"ok": True} if result is None else result
 
     return flow
 
@@ -199,24 +193,21 @@ def _caller(started: bool) -> Generator[Effect, Any, Caller]:
     return caller
 
 
-def _pair(body: object, caller: Caller) -> Flow:
+def _pair(body: object, caller: Caller) -> Call:
     # A non-object body is the service's own 400 ("Invalid pairing request").
-    result = yield Call("pair", (body, caller.profile), {"operator": caller.operator})
-    return 200, result
+    return Call("pair", (body, caller.profile), {"operator": caller.operator})
 
 
-def _presence(body: object, caller: Caller) -> Flow:
-    result = yield Call("update_presence", (body, caller.profile))
-    return 200, result
+def _presence(body: object, caller: Caller) -> Call:
+    return Call("update_presence", (body, caller.profile))
 
 
-def _viewed(body: object, caller: Caller) -> Flow:
+def _viewed(body: object, caller: Caller) -> Call:
     session_id = body.get("session_id") if isinstance(body, dict) else None
     # Checked here too: without a publisher the service ignores the id unread.
     if type(session_id) is not str:
         raise Answer(400, "Invalid viewed request")
-    yield Call("mark_viewed", (checks.text("session_id", session_id),))
-    return 200, {"ok": True}
+    return Call("mark_viewed", (checks.text("session_id", session_id),))
 
 
 def _health(asked: Asked) -> Flow:
