@@ -57,32 +57,24 @@ class Host(Protocol):
 
     def canonical_profile(self, profile: str) -> str:
         """The profile's canonical name (the root profile is `default`); raises if it has none."""
-        ...
 
     def profiles_match(self, row_profile: str | None, profile: str) -> bool:
         """Whether a session or index row of `row_profile` belongs to `profile`."""
-        ...
 
     async def profile_available(self, profile: str) -> bool:
         """Whether the profile exists (its home is there); a deleted one publishes nothing."""
-        ...
 
     async def active_runs(self) -> Sequence[ActiveRun]:
         """Every run in progress, of every profile."""
-        ...
 
     async def session_meta(self, session_id: str) -> SessionMeta | None:
         """The session's metadata, or None when it does not exist."""
-        ...
 
     async def session_exists(self, session_id: str) -> bool:
         """Whether the session still has data (a deletion that failed or was interrupted)."""
-        ...
 
     async def session_index(self) -> Sequence[IndexRow]:
         """The Web session index, every profile."""
-        ...
 
     async def agent_sessions(self, profile: str) -> Sequence[AgentSessionRow]:
         """The profile's messageful Agent sessions."""
-        ...
