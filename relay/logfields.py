@@ -1,12 +1,9 @@
 """The facts of a `[relay]` line as `extra` fields, so a JSON formatter emits them as fields.
 
 The message text stays what it always was (people and old log filters read it); the same facts go
-on the `LogRecord` as attributes, under names that cannot collide with `logging`'s own or with
-the web app's: `relay_event` (a stable name of what happened: `snapshot_failed`, …),
-`relay_profile`, `relay_status` (an HTTP status), `relay_failure` (the failure's class),
-`relay_retry_in` (seconds), `relay_owner` (this replica, `name/<12 hex>`), `relay_kind` (a host
-call), `relay_clock_offset_s` (this server's clock minus the store's). A field without a value
-is left out. docs/observability.md lists each event.
+on the `LogRecord` as attributes named `relay_…`, which cannot collide with `logging`'s own or
+with the web app's. A field without a value is left out. docs/observability.md lists each field
+and each event.
 """
 
 from __future__ import annotations

@@ -166,11 +166,7 @@ class Pairing:
             key=key,
             key_id=existing.key_id,
         )
-        if (
-            payload.get("protocolVersion") != 2
-            or payload.get("publisherId") != publisher_id
-            or payload.get("profileId") != profile_id
-        ):
+        if payload.get("publisherId") != publisher_id or payload.get("profileId") != profile_id:
             raise RelayPairingError(INVALID_RESPONSE, 502)
         identity = await self._profile_identity(canonical)
         if stored is not None and identity != stored:
@@ -220,8 +216,7 @@ class Pairing:
         key_id, paired_profile = payload.get("keyId"), payload.get("profileId")
         paired_publisher, preserved = payload.get("publisherId"), payload.get("profileIdPreserved")
         if (
-            payload.get("protocolVersion") != 2
-            or not isinstance(key_id, str)
+            not isinstance(key_id, str)
             or not key_id
             or not isinstance(paired_publisher, str)
             or not isinstance(paired_profile, str)
@@ -262,9 +257,9 @@ class Pairing:
         key: Ed25519PrivateKey | None = None,
         key_id: str | None = None,
     ) -> dict[str, Any]:
-        client = self.client(relay_url)
+        """The relay's answer to a redeem, in protocol 2, or the `RelayPairingError` to answer."""
         try:
-            return await client.post(path, body, key=key, key_id=key_id)
+            payload = await self.client(relay_url).post(path, body, key=key, key_id=key_id)
         except RelayHttpError as error:
             status = 409 if 400 <= error.status < 500 else 502
             raise RelayPairingError(f"{rejected} (HTTP {error.status})", status) from error
@@ -272,6 +267,9 @@ class Pairing:
             raise RelayPairingError("Could not reach Talaria Relay", 502) from error
         except RelayResponseError as error:
             raise RelayPairingError(INVALID_RESPONSE, 502) from error
+        if payload.get("protocolVersion") != 2:
+            raise RelayPairingError(INVALID_RESPONSE, 502)
+        return payload
 
     async def binding(
         self, profile: str, config: RelayConfig | None
