@@ -163,17 +163,13 @@ class RelayClient:
                 if span is not None:
                     span.set_attribute("http.response.status_code", response.status_code)
                 if not response.is_success:
-                    try:
+                    async with contextlib.aclosing(response):
                         # A PUT's refusal stays unread (as upstream); a redeem's says why.
                         code = None if cap is None else await _error_code(response)
-                    finally:
-                        await response.aclose()
                     raise _http_error(response, self._clock(), code)
                 if cap is not None:
-                    try:
+                    async with contextlib.aclosing(response):
                         return await _read_capped(response, cap)
-                    finally:
-                        await response.aclose()
         except (httpx.TimeoutException, TimeoutError) as exc:
             raise RelayTimeoutError(f"{UNREACHABLE}: {describe(exc)}") from exc
         except httpx.TransportError as exc:
