@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from relay.errors import RelayError, StoreUnavailableError
+from relay.publishing.clock import StoreClock
 from relay.publishing.loop import LoopHealth
+from relay.publishing.options import PublisherOptions
 from relay.publishing.storewatch import StoreWatch
 from relay.store import StoreTarget, open_store, resolve
 from relay.store.contract import Handle, Registration, Revisions
@@ -89,17 +91,19 @@ class Health:
 def service_health(
     found: StoreHealth,
     loop: LoopHealth | None,
+    clock: StoreClock,
+    watch: StoreWatch,
+    options: PublisherOptions,
     *,
     now: float,
-    lease_s: float,
-    clock_offset_s: float | None,
-    silent_s: float | None,
 ) -> Health:
-    """A service's `Health`: its store probe's answers and its publisher's loop (None: none)."""
+    """A service's `Health`: its store probe's answers, its publisher's loop (None: none), its
+    time base and its watch of the store; `now` is the service's clock."""
     last = loop.last_success if loop else None
     age = loop.pass_age_s if loop else None
+    silent_s = watch.silent_s()
     # A pass that has run a lease is failing: its rows' trust window has shut.
-    hung = age is not None and age >= lease_s
+    hung = age is not None and age >= options.lease_s
     return Health(
         store_reachable=found.reachable,
         schema_at_head=found.schema_at_head,
@@ -110,7 +114,7 @@ def service_health(
         consecutive_failures=(loop.failures if loop else 0) + int(hung),
         backoff_until=loop.backoff_until if loop else None,
         stopped=loop.stopped if loop else False,
-        clock_offset_s=clock_offset_s,
+        clock_offset_s=clock.offset_s,
         pass_age_s=None if age is None else round(age, 3),
         store_silent_s=None if silent_s is None else round(silent_s, 3),
     )

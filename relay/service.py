@@ -139,8 +139,7 @@ class RelayService:
         return await self._gatherer()
 
     def own(self) -> Own:
-        """What this replica knows of itself, for the operator page: its owner id, its clock's
-        offset to the store's, its running publisher and its store's silence."""
+        """What this replica knows of itself, for the operator page (`Own`)."""
         watch = self.store_watch
         return Own(
             self.owner,
@@ -159,14 +158,8 @@ class RelayService:
         """
         found = await self._probe()
         loop = self._publisher.health() if self._publisher is not None else None
-        return service_health(
-            found,
-            loop,
-            now=self._clock(),
-            lease_s=self.publishing.lease_s,
-            clock_offset_s=self.store_clock.offset_s,
-            silent_s=self.store_watch.silent_s(),
-        )
+        clock, watch = self.store_clock, self.store_watch
+        return service_health(found, loop, clock, watch, self.publishing, now=self._clock())
 
     async def start(self) -> bool:
         """Resume from stored state; an invalid stored registration disables the publisher.
@@ -264,10 +257,8 @@ class RelayService:
         publisher.mark_viewed(session_id, meta.profile)
 
     async def clear_deleted(self, session_id: str, profile: str | None) -> None:
-        """Queue the acknowledgement of a deleted session's runs; call it before reporting success.
-
-        It is persisted even with no publisher, and bound to a relay scope at most once.
-        """
+        """Queue the acknowledgement of a deleted session's runs, persisted even with no publisher
+        and bound to a relay scope at most once; call it before reporting success."""
         self._require_started("clear_deleted")
         checks.text("session_id", session_id)
         checks.optional_text("profile", profile)
