@@ -48,7 +48,7 @@ from relay.publishing.clock import StoreClock
 from relay.publishing.fleet import Membership
 from relay.publishing.leases import Leases
 from relay.publishing.levels import Levels
-from relay.publishing.logs import Log, Reporter, Swallowed
+from relay.publishing.logs import Log, Reporter, Sender, Swallowed
 from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
 from relay.publishing.options import PublisherOptions
 from relay.publishing.outbox import Outbox, View
@@ -71,6 +71,9 @@ from relay.store.records import PassRows, PassView
 
 # The name predates this module's move into `publishing/`; operators filter on it.
 logger = logging.getLogger("relay.publisher")
+# What a relay that refuses viewed acknowledgements or session-started events (404) means.
+VIEWED_UNSUPPORTED = "Live Activities clear only from the app"
+STARTED_UNSUPPORTED = "devices refresh on their own schedule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,15 +168,11 @@ class RelayPublisher:
         self._fleet = Membership(store, self._leases, self._time, self._loop, self._report)
         self._runs.fleet_row = self._fleet.member
         self._loop.on_backoff = self._fleet.failed
-        self._outbox = Outbox(store, host, self._put, self._publishes, self._report, self._leases)
-        self._announcements = Announcements(
-            store,
-            host,
-            self._put,
-            leases=self._leases,
-            swallowed=self._swallowed,
-            report=self._report,
-        )
+        sender = functools.partial(Sender, self._put, self._report)
+        viewed = sender("acknowledgements", "viewed acknowledgement", VIEWED_UNSUPPORTED)
+        self._outbox = Outbox(store, host, viewed, self._leases, self._publishes)
+        started = sender("announcements", "session-started event", STARTED_UNSUPPORTED)
+        self._announcements = Announcements(store, host, started, self._leases, self._swallowed)
         # A pass's one read, and its one write: the rows this replica publishes, and the
         # revisions allocated for them, handed out as the profiles' states are built.
         self._view: PassView | None = None
