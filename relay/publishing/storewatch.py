@@ -17,6 +17,7 @@ import itertools
 import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from relay.errors import StoreUnavailableError
@@ -30,18 +31,15 @@ T = TypeVar("T")
 STORE_WAIT_SHARE = 0.2
 
 
+@dataclass(eq=False)
 class StoreWatch:
     """The store's answers as this replica saw them; one per service, shared by its publishers."""
 
-    def __init__(
-        self,
-        wait_s: float,
-        report: Reporter,
-        ticks: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.wait_s = wait_s
-        self._report = report
-        self._ticks = ticks
+    wait_s: float
+    report: Reporter
+    ticks: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
         self._tokens = itertools.count()
         # Calls in flight, by token: when each began.
         self._calls: dict[int, float] = {}
@@ -55,7 +53,7 @@ class StoreWatch:
     async def call(self, awaitable: Awaitable[T]) -> T:
         """`await awaitable`, a store call, noting whether the store answered it."""
         token = next(self._tokens)
-        began = self._ticks()
+        began = self.ticks()
         self._calls[token] = began
         if self._since is None:
             self._since = began
@@ -85,7 +83,7 @@ class StoreWatch:
         """The store answered a call: the silence, if any, is over (said once)."""
         if self._warned:
             silent = self.silent_s()
-            self._report.info(
+            self.report.info(
                 f"[relay] Talaria relay store answers again after {silent or 0.0:.1f}s",
                 fields("store_recovered", retry_in=silent),
             )
@@ -97,7 +95,7 @@ class StoreWatch:
         """A call was given up without an answer (unavailable, past its bounded wait)."""
         self._failed = True
         if self._since is None:
-            self._since = self._ticks()
+            self._since = self.ticks()
         self.check()
 
     def silent_s(self) -> float | None:
@@ -105,7 +103,7 @@ class StoreWatch:
         call in flight counts from its start: a few milliseconds are normal)."""
         if self._since is None:
             return None
-        return max(self._ticks() - self._since, 0.0)
+        return max(self.ticks() - self._since, 0.0)
 
     @property
     def silent(self) -> bool:
@@ -120,7 +118,7 @@ class StoreWatch:
         if silent is not None and silent >= self.wait_s and not self._warned:
             self._warned = True
             silent = self.silent_s() or 0.0
-            self._report.warning(
+            self.report.warning(
                 f"[relay] Talaria relay store has not answered for {silent:.1f}s "
                 f"(calls wait {self.wait_s:.1f}s at most); this replica's leases lapse "
                 "unless it answers again",
@@ -142,6 +140,6 @@ class StoreWatch:
             if self._calls and not self._warned:
                 self._arm()
 
-        oldest = min(self._calls.values(), default=self._ticks())
-        delay = max(oldest + self.wait_s - self._ticks(), 0.0) + 0.001
+        oldest = min(self._calls.values(), default=self.ticks())
+        delay = max(oldest + self.wait_s - self.ticks(), 0.0) + 0.001
         self._timer = loop.call_later(delay, fire)
