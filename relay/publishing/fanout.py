@@ -54,11 +54,15 @@ async def attempt_all(
 Failed = tuple[str, str, Exception]  # a profile, its relay scope, what its attempt raised
 
 
-def sort_out(failed: Sequence[Failed]) -> tuple[list[Failed], list[Exception]]:
+def sort_out(
+    failed: Sequence[Failed],
+) -> tuple[list[tuple[str, str, RelayHttpError]], list[Exception]]:
     """The permanent refusals (each disables its profile alone) and the failures that back off
     the publisher (network errors, retryable statuses, anything unexpected)."""
     permanent = [
-        one for one in failed if isinstance(one[2], RelayHttpError) and not one[2].retryable
+        (profile, scope, error)
+        for profile, scope, error in failed
+        if isinstance(error, RelayHttpError) and not error.retryable
     ]
     return permanent, [one[2] for one in failed if one not in permanent]
 
@@ -72,8 +76,4 @@ def longest_wait(errors: Sequence[Exception]) -> Exception:
     """The failure a pass raises for its backoff: the one whose Retry-After is longest, so the
     backoff honours it; of equals the first given (the earliest profile), so what is raised does
     not depend on which PUT came back first."""
-    chosen = errors[0]
-    for error in errors[1:]:
-        if _wait_asked(error) > _wait_asked(chosen):
-            chosen = error
-    return chosen
+    return max(errors, key=_wait_asked)  # `max` keeps the first of equals

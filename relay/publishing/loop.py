@@ -121,14 +121,13 @@ class PassLoop:
         self._begun = 0
         self._finished = 0
         self._progress = asyncio.Condition()
-        # The last pass failed on a store that did not answer: its backoff ends when it does.
-        self._store_down = False
         self._dirty = False
         self.stopped = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._passing = asyncio.Lock()
         self._recent: collections.deque[PassRecord] = collections.deque(maxlen=RECENT_PASSES)
+        # The last failure: after a store that did not answer, its backoff ends when it does.
         self._error: BaseException | None = None
 
     @property
@@ -249,7 +248,6 @@ class PassLoop:
 
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
         failures = self._health.failures + 1
-        self._store_down = isinstance(error, StoreUnavailableError)
         self._error = error
         delay = retry_delay(failures, error, self.uniform)
         self._health = replace(
@@ -322,7 +320,8 @@ class PassLoop:
             delay = await self.run_once()
             if delay is not None:
                 # Not `_sleep`: a change must not cut the delay short. `stop()` cancels this.
-                waiting = self._until_store_answers if self._store_down else asyncio.sleep
+                silent = isinstance(self._error, StoreUnavailableError)
+                waiting = self._until_store_answers if silent else asyncio.sleep
                 await waiting(delay)
                 if not self.stopped:
                     self._dirty = True

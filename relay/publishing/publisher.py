@@ -35,7 +35,7 @@ from relay.errors import (
     StoreUnavailableError,
 )
 from relay.host import ActiveRun, Host
-from relay.logfields import fields
+from relay.logfields import fields, of_error
 from relay.presence import Presence
 from relay.protocol import (
     RelayState,
@@ -129,7 +129,7 @@ class RelayPublisher:
         """`clock` is this process's wall clock; `store_clock` the time base shared with the
         other replicas and `store_watch` the store's answers (a service's publishers share both;
         by default their own); `options` its lease, heartbeat and pacing (`PublisherOptions`)."""
-        options = options or PublisherOptions()
+        self._options = options = options or PublisherOptions()
         lease_s = options.lease_s
         self.config = config
         self._store = store
@@ -138,11 +138,8 @@ class RelayPublisher:
         self._presence = presence
         self._clock = clock
         self._report = Reporter(log, logger, owner)
-        self._new_id = options.new_id
-        self._background = options.background
         self._key: Ed25519PrivateKey | None = None
         self._following = asyncio.Lock()
-        self._disabled: set[str] = set()
         # Only what this process saw, for the operator page: why a profile was disabled (by
         # profile_id) and each profile's last accepted snapshot (by profile name).
         self.disabled: dict[str, str] = {}
@@ -213,7 +210,7 @@ class RelayPublisher:
     async def start(self, publish_initial: bool = True) -> None:
         if self._loop.running or self._loop.stopped:
             return
-        if self._background:
+        if self._options.background:
             self._loop.start()
         if publish_initial or await self._store.pending_deleted():
             self.changed()
@@ -240,11 +237,9 @@ class RelayPublisher:
         await self._loop.flush()
 
     def note_terminal(self, run: ActiveRun, phase: str) -> None:
-        sid = run.session_id.strip()
-        if not sid:
-            return
-        self._runs.ended(run, phase)
-        self.changed()
+        if run.session_id.strip():
+            self._runs.ended(run, phase)
+            self.changed()
 
     def mark_viewed(self, session_id: str, profile: str | None) -> None:
         """Queue an acknowledgement, sent after the snapshot carrying the session's outcome."""
@@ -268,8 +263,7 @@ class RelayPublisher:
         self._identities = {}
         try:
             ready = await self._outbox.ready(self.config, claim=self._view.deleted)
-            self._rows = await self._runs.sync()
-            self._revisions = iter(self._rows.revisions)
+            await self._write()
             try:
                 await self.publish_snapshot(isolate_permanent=True)
             finally:
@@ -281,6 +275,10 @@ class RelayPublisher:
             self._identities = None
             self._view, self._rows, self._revisions = None, None, iter(())
             self._swallowed.settle()
+
+    async def _write(self) -> None:
+        self._rows = await self._runs.sync()
+        self._revisions = iter(self._rows.revisions)
 
     async def _read_view(self, following: bool = True) -> PassView:
         """The pass's view; after adopting another replica's registration, that one's."""
@@ -329,8 +327,7 @@ class RelayPublisher:
             # Frozen or held up past the rows' leases since they were written: another replica
             # may publish some of them by now. Write again; what the store says now is sent.
             if self._rows is not None:  # in a pass; outside one, each build writes anew
-                self._rows = await self._runs.sync()
-                self._revisions = iter(self._rows.revisions)
+                await self._write()
             built = await self._build_all()
             if self._runs.lapsing():
                 raise StoreUnavailableError(
@@ -352,8 +349,7 @@ class RelayPublisher:
             raise failed[0][2]
         permanent, backoff = fanout.sort_out(failed)
         for profile, profile_id, error in permanent:
-            self._disabled.add(profile_id)
-            status = error.status if isinstance(error, RelayHttpError) else None
+            status = error.status
             self.disabled[profile_id] = f"the relay refused its snapshot for good (HTTP {status})"
             line = f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
             if status == 401 and (note := self._time.note()):
@@ -361,25 +357,17 @@ class RelayPublisher:
                     f"; {note}: the relay refuses signatures more than 300s off its own clock, "
                     "check this server's clock (NTP)"
                 )
-            self._report.error(
-                line,
-                fields(
-                    "profile_disabled",
-                    profile=profile,
-                    status=status,
-                    failure=type(error).__name__,
-                ),
-            )
+            # The error names its profile (`_put_snapshot`).
+            self._report.error(line, of_error("profile_disabled", error))
         if backoff:
             raise fanout.longest_wait(backoff)
 
     async def _build_all(self) -> list[tuple[str, str, list[RelayState]]]:
         """Every published profile's states: (profile, profile id, states)."""
-        built: list[tuple[str, str, list[RelayState]]] = []
-        for profile, grant in self.config.profiles.items():
-            if await self._publishes(profile, grant):
-                built.append((profile, grant.profile_id, await self.build_states(profile)))
-        return built
+        return [
+            (profile, grant.profile_id, await self.build_states(profile))
+            for profile, grant in await self._publishing()
+        ]
 
     async def publish_profile(self, profile_id: str, expected_identity: str) -> None:
         """The validation publish of a newly enrolled profile."""
@@ -418,7 +406,9 @@ class RelayPublisher:
     async def _put_snapshot(
         self, profile: str, profile_id: str, built: list[RelayState], *, with_eligibility: bool
     ) -> None:
-        body = snapshot_body(f"webui:{self._new_id()}", built, with_eligibility=with_eligibility)
+        body = snapshot_body(
+            f"webui:{self._options.new_id()}", built, with_eligibility=with_eligibility
+        )
         try:
             await self._put(snapshot_path(self.config.publisher_id, profile_id), body)
         except RelayRequestError as error:
@@ -446,11 +436,17 @@ class RelayPublisher:
             revisions += await self._store.allocate_revisions(len(planned) - len(revisions), now_ms)
         return states.states(planned, revisions, eligible=eligible)
 
+    async def _publishing(self) -> list[tuple[str, ProfileGrant]]:
+        profiles = self.config.profiles.items()
+        return [
+            (profile, grant) for profile, grant in profiles if await self._publishes(profile, grant)
+        ]
+
     async def _publishes(self, profile: str, grant: ProfileGrant) -> bool:
         """Whether the profile is still the one enrolled (not recreated) and not disabled."""
         if grant.identity and await self._identity(profile) != grant.identity:
             return False
-        return grant.profile_id not in self._disabled
+        return grant.profile_id not in self.disabled
 
     async def _identity(self, profile: str) -> str | None:
         """The profile's identity, None when the profile is gone or its identity unreadable."""
@@ -471,12 +467,7 @@ class RelayPublisher:
 
     async def publish_started(self) -> None:
         """Announce each newly seen session once, oldest first, to its own profile's scope."""
-        publishing = [
-            (profile, grant)
-            for profile, grant in self.config.profiles.items()
-            if await self._publishes(profile, grant)
-        ]
-        await self._announcements.publish(self.config, publishing, self._view)
+        await self._announcements.publish(self.config, await self._publishing(), self._view)
 
     # ── helpers ───────────────────────────────────────────────────────────────
 

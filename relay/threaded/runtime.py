@@ -46,7 +46,7 @@ class Runtime:
         )
         self.store: RelayStore | None = None
         self.service: RelayService | None = None
-        self._opening: asyncio.Lock | None = None
+        self._opening = asyncio.Lock()
         self._calls: set[asyncio.Task[Any]] = set()
         # Set but while a restart after fork runs: calls wait for it, so they see its publisher.
         self._booted = asyncio.Event()
@@ -80,8 +80,6 @@ class Runtime:
     async def opened(self) -> RelayService:
         """The service, its store opened on first use (a failed open is tried again next time)."""
         if self.service is None:
-            if self._opening is None:
-                self._opening = asyncio.Lock()
             async with self._opening:
                 if self.service is None:
                     store = await open_store(self._url)
