@@ -24,8 +24,9 @@ from relay.store.contract import Fleet
 from relay.store.fleet import CLASS_LIMIT, FleetMember, this_process
 
 
-def _ms(seconds: float | None) -> int | None:
-    return None if seconds is None else max(math.floor(seconds * 1000), 0)
+def _ms(seconds: float | None, offset: float = 0.0) -> int | None:
+    """Unix seconds of this host's wall clock, `offset` ahead of the store's, as the store's ms."""
+    return None if seconds is None else max(math.floor((seconds - offset) * 1000), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,18 +61,13 @@ class FleetRow:
         row = replace(row, clock_offset_ms=None if offset_s is None else round(offset_s * 1000))
         if health is None:
             return row
-
-        def moved(at: float | None) -> int | None:
-            return _ms(None if at is None else at - offset)
-
-        pass_at = moved(health.last_pass)
-        backing_off = health.backoff_until is not None
+        pass_at = _ms(health.last_pass, offset)
         return replace(
             row,
             pass_at=pass_at,
             pass_outcome=health.last_outcome,
-            backoff_until=moved(health.backoff_until),
-            backoff_class=_failure(health) if backing_off else None,
+            backoff_until=_ms(health.backoff_until, offset),
+            backoff_class=None if health.backoff_until is None else _failure(health),
             passes=_ring(recent, pass_at, offset),
         )
 
@@ -93,10 +89,10 @@ def _ring(recent: Sequence[PassRecord], pass_at: int | None, offset: float) -> s
     start = pass_at - fleet_passes.SLOTS * fleet_passes.SLOT_MS
     passes = []
     for one in reversed(recent):
-        at = _ms(one.at - offset) or 0
+        at = _ms(one.at, offset) or 0
         if at < start:
             break
-        until = None if one.backoff_until is None else _ms(one.backoff_until - offset)
+        until = _ms(one.backoff_until, offset)
         passes.append(fleet_passes.Pass(at, one.outcome == "ok", until))
     return fleet_passes.encode(passes, pass_at)
 

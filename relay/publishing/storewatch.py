@@ -58,26 +58,24 @@ class StoreWatch:
         if self._since is None:
             self._since = began
         self._arm()
+        # Whether the store answered; any error but these is its answer (a refusal, a bad row).
+        heard: bool | None = True
         try:
-            result = await awaitable
+            return await awaitable
         except StoreUnavailableError:
-            del self._calls[token]
-            self.unanswered()
+            heard = False
             raise
         except asyncio.CancelledError:
-            # A cancel says nothing of the store.
+            heard = None  # a cancel says nothing of the store
+            raise
+        finally:
             del self._calls[token]
-            if not self._calls and not self._failed:
+            if heard:
+                self.answered()
+            elif heard is False:
+                self.unanswered()
+            elif not self._calls and not self._failed:
                 self._since = None
-            raise
-        except BaseException:
-            # Any other error is the store's answer (a refusal, a bad row).
-            del self._calls[token]
-            self.answered()
-            raise
-        del self._calls[token]
-        self.answered()
-        return result
 
     def answered(self) -> None:
         """The store answered a call: the silence, if any, is over (said once)."""

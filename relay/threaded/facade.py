@@ -95,7 +95,6 @@ class ThreadedRelayService:
     ) -> dict[str, Any]:
         """`POST /api/talaria/relay/pair`: register the server, or enroll another profile;
         `operator` (required) as `RelayService.pair`."""
-        self._started = True  # a publisher runs after it: a forked child resumes it
         return self._call("pair", lambda s: s.pair(body, profile, operator=operator), timeout)
 
     def update_presence(
