@@ -46,17 +46,32 @@ class Outbox:
     _asked: float = field(default=0.0, init=False)
 
     async def ready(self, config: RelayConfig, *, claim: bool = True) -> list[tuple[str, View]]:
-        """What a pass sends after its snapshot: the queued views, then the deleted outbox.
+        """What a pass sends after its snapshot: the queued views, then the deleted outbox bound
+        once to this registration's scope, minus sessions that still exist.
 
-        Without `claim` (the pass's view found nothing this replica would claim) the outbox is
-        left alone: this replica holds no claim on it either.
+        Only deletions this replica claimed: another replica's are delivered by it, once. Without
+        `claim` (the pass's view found nothing this replica would claim) the outbox is left
+        alone: this replica holds no claim on it either.
         """
         ready = list(self.views.items())
         if not claim:
             self._claimed = set()
             return ready
-        deleted = await self._deleted(config)
-        return ready + [(v.session_id, View(v.profile, v.through, v)) for v in deleted]
+        views = await self._claim()
+        bound = 0
+        for profile in {view.profile for view in views if view.scope is None}:
+            grant = config.profiles.get(profile)
+            if grant is not None and await self.publishes(profile, grant):
+                bound += await self.store.bind_deleted(
+                    profile, grant.identity, scope(config, grant)
+                )
+        if bound:
+            views = await self._claim()
+        # A staged deletion must not clear a session that survived a failed removal.
+        for v in views:
+            if not await self.host.session_exists(v.session_id):
+                ready.append((v.session_id, View(v.profile, v.through, v)))
+        return ready
 
     async def _claim(self) -> list[DeletedView]:
         """Claim what no other replica is delivering (and renew what this one is)."""
@@ -71,24 +86,6 @@ class Outbox:
             await self._claim()
         # A claim that outlasted its own window is not trusted either: the next pass asks again.
         return view.id in self._claimed and not self.leases.lapsing(self._asked)
-
-    async def _deleted(self, config: RelayConfig) -> list[DeletedView]:
-        """The outbox, bound once to this registration's scope, minus sessions that still exist.
-
-        Only deletions this replica claimed: another replica's are delivered by it, once.
-        """
-        views = await self._claim()
-        bound = 0
-        for profile in {view.profile for view in views if view.scope is None}:
-            grant = config.profiles.get(profile)
-            if grant is not None and await self.publishes(profile, grant):
-                bound += await self.store.bind_deleted(
-                    profile, grant.identity, scope(config, grant)
-                )
-        if bound:
-            views = await self._claim()
-        # A staged deletion must not clear a session that survived a failed removal.
-        return [view for view in views if not await self.host.session_exists(view.session_id)]
 
     async def flush(self, config: RelayConfig, ready: list[tuple[str, View]]) -> None:
         """Send the views queued before the snapshot just published."""

@@ -152,7 +152,7 @@ class RelayPublisher:
         # swap keeps them.
         self._leases = Leases(owner, math.ceil(lease_s * 1000), self._time.time, self._time.ticks)
         watch = self._watch = store_watch or StoreWatch(STORE_WAIT_SHARE * lease_s, self._report)
-        self._runs = HostedRuns(store, host, self._leases, self._swallowed, self._time.time, watch)
+        self._runs = HostedRuns(store, host, self._leases, self._swallowed, watch)
         self._loop = PassLoop(
             self._pass,
             report=self._report,
@@ -371,19 +371,18 @@ class RelayPublisher:
 
     async def publish_profile(self, profile_id: str, expected_identity: str) -> None:
         """The validation publish of a newly enrolled profile."""
-        for profile, grant in self.config.profiles.items():
-            if grant.profile_id != profile_id:
-                continue
-            current = await self._identity(profile)
-            if grant.identity != expected_identity or current != expected_identity:
-                raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
-            try:
-                built = await self.build_states(profile)
-                await self._send_snapshot(profile, profile_id, built)
-            finally:
-                await self._runs.release()
-            return
-        raise RelayPairingError("Talaria Relay profile enrollment is unavailable", 502)
+        grants = self.config.profiles.items()
+        profile = next((name for name, g in grants if g.profile_id == profile_id), None)
+        if profile is None:
+            raise RelayPairingError("Talaria Relay profile enrollment is unavailable", 502)
+        grant = self.config.profiles[profile]
+        current = await self._identity(profile)
+        if grant.identity != expected_identity or current != expected_identity:
+            raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
+        try:
+            await self._send_snapshot(profile, profile_id, await self.build_states(profile))
+        finally:
+            await self._runs.release()
 
     async def _send_snapshot(self, profile: str, profile_id: str, built: list[RelayState]) -> None:
         """One profile's snapshot; sent again without alertEligible if the relay refuses it."""

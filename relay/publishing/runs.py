@@ -43,7 +43,6 @@ class HostedRuns:
     host: Host
     leases: Leases
     swallowed: Swallowed
-    clock: Callable[[], float]
     watch: StoreWatch
     # Outcomes not yet published, by session: kept for the retention, as upstream.
     terminal: dict[str, Terminal] = field(default_factory=dict, init=False)
@@ -60,7 +59,7 @@ class HostedRuns:
         self.offered.update(previous.offered)
 
     def ended(self, run: ActiveRun, phase: str) -> None:
-        self.terminal[run.session_id.strip()] = Terminal(run, phase, self.clock())
+        self.terminal[run.session_id.strip()] = Terminal(run, phase, self.leases.clock())
 
     async def sync(self) -> PassRows:
         """Tell the others what this replica hosts; the rows it publishes (its own, taken over),
@@ -71,7 +70,7 @@ class HostedRuns:
         allocates revisions anew; those of the earlier tries are never used, a gap the relay
         does not mind: revisions only have to rise).
         """
-        now = self.clock()
+        now = self.leases.clock()
         self.terminal = states.retained(self.terminal, now)
         hosted = []
         owner = self.leases.owner

@@ -22,7 +22,7 @@ from relay.errors import CallTimeoutError, RelayError, ServiceStoppedError
 from relay.host import Host
 from relay.logfields import fields, of_error
 from relay.service import RelayService, ServiceOptions
-from relay.store import RelayStore, open_store
+from relay.store import open_store
 from relay.threaded.host import OffLoopHost, SyncHost, is_async_host
 
 logger = logging.getLogger("relay.threaded")
@@ -44,7 +44,6 @@ class Runtime:
         self.host: Host = (
             host if is_async_host(host) else OffLoopHost(cast(SyncHost, host), self.pool)
         )
-        self.store: RelayStore | None = None
         self.service: RelayService | None = None
         self._opening = asyncio.Lock()
         self._calls: set[asyncio.Task[Any]] = set()
@@ -88,7 +87,6 @@ class Runtime:
                     except BaseException:
                         await store.close()
                         raise
-                    self.store = store
         return self.service
 
     def changed(self) -> None:
@@ -167,12 +165,11 @@ class Runtime:
             for task in list(self._calls):
                 task.cancel()
             await asyncio.gather(*self._calls, return_exceptions=True)
-            try:
-                if self.service is not None:
+            if self.service is not None:
+                try:
                     await self.service.stop()
-            finally:
-                if self.store is not None:
-                    await self.store.close()
+                finally:
+                    await self.service.store.close()
 
         try:
             asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout * 0.8)
