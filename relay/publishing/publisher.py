@@ -11,7 +11,6 @@ The parts live in `relay.publishing`; this class gathers the records and compose
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import itertools
@@ -21,9 +20,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from relay import metrics, tracing
 from relay.client import RelayClient
@@ -53,6 +49,7 @@ from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
 from relay.publishing.options import PublisherOptions
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
+from relay.publishing.signing import Signer, load_key
 from relay.publishing.states import Terminal
 from relay.publishing.storewatch import STORE_WAIT_SHARE, StoreWatch
 from relay.store import ProfileGrant, RelayConfig
@@ -69,6 +66,8 @@ from relay.store.contract import (
 )
 from relay.store.records import PassRows, PassView
 
+# `load_key` moved to `signing`; pairing and the tests still import it from here.
+__all__ = ["Accepted", "PublisherStore", "RelayPublisher", "load_key"]
 # The name predates this module's move into `publishing/`; operators filter on it.
 logger = logging.getLogger("relay.publisher")
 # What a relay that refuses viewed acknowledgements or session-started events (404) means.
@@ -100,14 +99,6 @@ class PublisherStore(
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
 
 
-def load_key(pem: str) -> Ed25519PrivateKey:
-    """The publisher's Ed25519 key from its PKCS#8 PEM."""
-    key = load_pem_private_key(pem.encode(), password=None)
-    if not isinstance(key, Ed25519PrivateKey):
-        raise CorruptStateError("Talaria publisher key must be an Ed25519 private key")
-    return key
-
-
 class RelayPublisher:
     """Publishes one registration's profiles; `await initialize()` before anything else."""
 
@@ -131,15 +122,11 @@ class RelayPublisher:
         by default their own); `options` its lease, heartbeat and pacing (`PublisherOptions`)."""
         self._options = options = options or PublisherOptions()
         lease_s = options.lease_s
-        self.config = config
         self._store = store
         self._host = host
-        self._client = client
         self._presence = presence
         self._clock = clock
         self._report = Reporter(log, logger, owner)
-        self._key: Ed25519PrivateKey | None = None
-        self._following = asyncio.Lock()
         # Only what this process saw, for the operator page: why a profile was disabled (by
         # profile_id) and each profile's last accepted snapshot (by profile name).
         self.disabled: dict[str, str] = {}
@@ -148,6 +135,7 @@ class RelayPublisher:
         self._identities: dict[str, str | None] | None = None
         self._swallowed = Swallowed(self._report)
         self._time = store_clock or StoreClock(clock, lease_s=lease_s, report=self._report)
+        self._signer = Signer(config, store, client, self._time)
         # The owner names this replica's claims and runs: shared by a service's publishers, so a
         # swap keeps them.
         self._leases = Leases(owner, math.ceil(lease_s * 1000), self._time.time, self._time.ticks)
@@ -165,7 +153,7 @@ class RelayPublisher:
         self._fleet = Membership(store, self._leases, self._time, self._loop, self._report)
         self._runs.fleet_row = self._fleet.member
         self._loop.on_backoff = self._fleet.failed
-        sender = functools.partial(Sender, self._put, self._report)
+        sender = functools.partial(Sender, self._signer.put, self._report)
         viewed = sender("acknowledgements", "viewed acknowledgement", VIEWED_UNSUPPORTED)
         self._outbox = Outbox(store, host, viewed, self._leases, self._publishes)
         started = sender("announcements", "session-started event", STARTED_UNSUPPORTED)
@@ -176,6 +164,11 @@ class RelayPublisher:
         self._rows: PassRows | None = None
         self._revisions: Iterator[int] = iter(())
         self._levels = Levels(store)
+
+    @property
+    def config(self) -> RelayConfig:
+        """The registration published (another replica's newer one once adopted)."""
+        return self._signer.config
 
     @property
     def terminal(self) -> dict[str, Terminal]:
@@ -189,7 +182,7 @@ class RelayPublisher:
 
     async def initialize(self) -> None:
         """Load the key; start the started-ledger floors now, so the chat that wakes us is new."""
-        self._key = load_key(await self._store.load_key(self.config.key_ref))
+        await self._signer.load()
         with contextlib.suppress(Exception):  # the first pass tracks them, and reports a failure
             if not self._time.asked:
                 # The store's clock first (one read, once a process): a floor set on a wall clock
@@ -288,31 +281,8 @@ class RelayPublisher:
         view = await self._watch.call(reading)
         self._time.read(sent, self._time.ticks(), view.store_ms)
         if following and view.generation not in (None, self.config.generation):
-            return await self._read_view(False) if await self._follow_registration() else view
+            return await self._read_view(False) if await self._signer.follow() else view
         return view
-
-    async def _follow_registration(self, refused: int | None = None) -> bool:
-        """Adopt a registration another replica saved (a new key or profile); whether one was.
-
-        `refused`: the generation a request the relay refused (401) was signed under. Requests
-        side by side may all be refused at once: the first adopts the new registration, the
-        others find it adopted and need not read the store again.
-        """
-        async with self._following:  # one swap at a time; held over store reads, never a PUT
-            if refused is not None and refused != self.config.generation:
-                return True
-            latest = await self._store.load_config()
-            # Another relay is another registration: the service swaps publishers for that.
-            if (
-                latest is None
-                or latest.generation == self.config.generation
-                or latest.url != self.config.url
-            ):
-                return False
-            key = load_key(await self._store.load_key(latest.key_ref))
-            # Key and config change together, with no await between: a PUT signs with a pair.
-            self._key, self.config = key, latest
-            return True
 
     # ── snapshots ─────────────────────────────────────────────────────────────
 
@@ -409,7 +379,7 @@ class RelayPublisher:
             f"webui:{self._options.new_id()}", built, with_eligibility=with_eligibility
         )
         try:
-            await self._put(snapshot_path(self.config.publisher_id, profile_id), body)
+            await self._signer.put(snapshot_path(self.config.publisher_id, profile_id), body)
         except RelayRequestError as error:
             metrics.count("snapshots", error)
             error.profile = error.profile or profile
@@ -467,23 +437,3 @@ class RelayPublisher:
     async def publish_started(self) -> None:
         """Announce each newly seen session once, oldest first, to its own profile's scope."""
         await self._announcements.publish(self.config, await self._publishing(), self._view)
-
-    # ── helpers ───────────────────────────────────────────────────────────────
-
-    async def _put(self, path: str, body: bytes) -> None:
-        if self._key is None:
-            raise RuntimeError("RelayPublisher.initialize() was not awaited")
-        key, key_id, generation = self._key, self.config.key_id, self.config.generation
-        try:
-            try:
-                await self._client.put(path, body, key=key, key_id=key_id)
-            except RelayHttpError as error:
-                # Another replica may have re-registered: the old key's 401 is no reason to stop.
-                if error.status != 401 or not await self._follow_registration(generation):
-                    raise
-                await self._client.put(path, body, key=self._key, key_id=self.config.key_id)
-        except RelayHttpError as error:
-            if error.status == 401 and (note := self._time.note()):
-                # A refused signature from a server whose clock is far off: say so, not only 401.
-                error.args = (f"{error}; {note}",)
-            raise
