@@ -54,15 +54,11 @@ async def attempt_all(
 Failed = tuple[str, str, Exception]  # a profile, its relay scope, what its attempt raised
 
 
-def sort_out(
-    failed: Sequence[Failed],
-) -> tuple[list[tuple[str, str, RelayHttpError]], list[Exception]]:
+def sort_out(failed: Sequence[Failed]) -> tuple[list[Failed], list[Exception]]:
     """The permanent refusals (each disables its profile alone) and the failures that back off
     the publisher (network errors, retryable statuses, anything unexpected)."""
     permanent = [
-        (profile, scope, error)
-        for profile, scope, error in failed
-        if isinstance(error, RelayHttpError) and not error.retryable
+        one for one in failed if isinstance(one[2], RelayHttpError) and not one[2].retryable
     ]
     return permanent, [one[2] for one in failed if one not in permanent]
 

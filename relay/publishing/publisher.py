@@ -319,7 +319,7 @@ class RelayPublisher:
             raise failed[0][2]
         permanent, backoff = fanout.sort_out(failed)
         for profile, profile_id, error in permanent:
-            status = error.status
+            status = error.status if isinstance(error, RelayHttpError) else None
             self.disabled[profile_id] = f"the relay refused its snapshot for good (HTTP {status})"
             line = f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
             if status == 401 and (note := self._time.note()):
