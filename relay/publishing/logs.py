@@ -15,9 +15,10 @@ from typing import TypeVar
 from relay import metrics
 from relay.errors import RelayHttpError, RelayRequestError
 from relay.logfields import Facts, fields, of_error
-from relay.publishing import Put
 
 Log = Callable[[str], None]
+# A signed PUT to the relay under the publisher's current key.
+Put = Callable[[str, bytes], Awaitable[None]]
 T = TypeVar("T")
 
 

@@ -6,15 +6,18 @@ is persisted in the store, bound once to one relay scope, and removed only by th
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from relay.host import Host
 from relay.protocol import session_path, viewed_body
-from relay.publishing import Publishes
 from relay.publishing.leases import Leases
 from relay.publishing.logs import Sender
 from relay.store import DeletedScope, DeletedView, ProfileGrant, RelayConfig
 from relay.store.contract import DeletedOutbox
+
+# Whether a profile is still the one enrolled (not recreated) and not disabled.
+Publishes = Callable[[str, ProfileGrant], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
