@@ -102,9 +102,9 @@ class Swallowed:
 
 @dataclass(eq=False, slots=True)
 class Sender:
-    """PUTs of one kind, counted under `metric`: a retryable failure raises, a permanent refusal
-    is logged and counts as answered, a 404 (a relay older than the request, so every later one
-    would say the same) logged once, as `what` and what a relay `without_it` means."""
+    """PUTs of one kind (`what`), counted under `metric`. A retryable failure raises, naming its
+    profile; a permanent refusal is logged and counts as answered, a 404 (a relay older than the
+    request: every later one would say the same) once, with what a relay `without_it` means."""
 
     put: Put
     report: Reporter
