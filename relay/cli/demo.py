@@ -153,7 +153,7 @@ async def run(
             _table(await _admin_state(relay_url), say)
         say("")
         say("what the store holds")
-        say(render(await collect(store, target)))
+        say(render(await collect(store)))
     say("")
     if responses.failures:
         say(f"FAILED: the relay refused {len(responses.failures)} of {responses.count} requests:")
