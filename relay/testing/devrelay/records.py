@@ -29,22 +29,14 @@ def wire(record: Any) -> dict[str, Any]:
     return {camel(name): value for name, value in asdict(record).items()}
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRow:
-    """A session's current state as one relay user sees it."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRow(StateInput):
+    """A session's current state as one relay user sees it: the state that wrote it (its
+    `alert_eligible` as its run inherits it), and what the relay keeps beside it."""
 
     user_id: str
     publisher_id: str
     profile_id: str
-    session_id: str
-    stream_id: str | None
-    event_id: str
-    revision: int
-    title: str
-    phase: str
-    updated_at: int | float
-    deep_link: str
-    alert_eligible: bool | None  # None: omitted, which means eligible
     run_key: str
     expires_at: int
     terminal_expires_at: int | None
@@ -165,9 +157,9 @@ class Grant:
         else:
             expires_at, terminal_at = now + LEASE_MS, None
         row = SessionRow(
-            self.user_id, self.publisher_id, self.profile_id, state.session_id, state.stream_id,
-            state.event_id, state.revision, state.title, state.phase, state.updated_at,
-            state.deep_link, alert_eligible, run_key, expires_at, terminal_at, now,
+            **asdict(replace(state, alert_eligible=alert_eligible)), user_id=self.user_id,
+            publisher_id=self.publisher_id, profile_id=self.profile_id, run_key=run_key,
+            expires_at=expires_at, terminal_expires_at=terminal_at, received_at=now,
         )  # fmt: skip
         if terminal:
             self._record_completion(row)
