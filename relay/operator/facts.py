@@ -141,12 +141,10 @@ async def _fill(document: dict[str, Any], store: RelayStore, now_ms: int, own: O
             queued = backlog.deleted.get(name)
             live = [lease for lease in leases if lease.profile == name]
             matches = identities.get(name) == grant.identity
-            why = None
+            why = None if publisher is None else publisher.disabled.get(grant.profile_id)
             if not matches:
                 why = "the profile was recreated since it was enrolled: pair it again"
-            elif publisher is not None and grant.profile_id in publisher.disabled:
-                why = publisher.disabled[grant.profile_id]
-            accepted = publisher.accepted.get(name) if publisher is not None else None
+            accepted = None if publisher is None else publisher.accepted.get(name)
             document["profiles"].append(
                 {
                     "name": name,

@@ -278,19 +278,10 @@ class RelayState:
         """Nonce bookkeeping and key activation; the profile's grants, or why there are none.
 
         As in the relay's mutation, a request whose profile has no grant still spends its nonce
-        and activates its key: only `replay` leaves everything as it was.
+        and activates its key: only `replay` leaves everything as it was. The mutation checks the
+        key and the publisher again; here nothing can change them after `_authenticate`.
         """
-        publisher = self._publishers.get(publisher_id)
-        key = self._keys.get(auth.key_id)
-        if (
-            publisher is None
-            or not publisher.enabled
-            or publisher.owner_user_id != auth.owner_user_id
-            or key is None
-            or (key.owner_user_id, key.publisher_id) != (auth.owner_user_id, publisher_id)
-            or key.revoked_at is not None
-        ):
-            return [], "unauthorized"
+        key = self._keys[auth.key_id]
         now = auth.received_at
         self._nonces = {k: expiry for k, expiry in self._nonces.items() if expiry > now}
         nonce_key = (auth.owner_user_id, publisher_id, auth.nonce)
