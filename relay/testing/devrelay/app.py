@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import asdict
 from email.utils import formatdate
 from typing import Any
 
@@ -292,10 +293,5 @@ class DevRelay(RelayState):
         _, refusal = self._authorize(auth, publisher_id, profile_id)
         if refusal:
             return 409, {"status": refusal}
-        self.started_events.append(
-            StartedEvent(
-                publisher_id, profile_id, session_id, event.event_id, event.started_at,
-                auth.received_at,
-            )
-        )  # fmt: skip
+        self.started_events.append(StartedEvent(**asdict(event), received_at=auth.received_at))
         return 200, {"status": "accepted"}

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from relay.protocol import TERMINAL_PHASES
-from relay.testing.devrelay.validation import StateInput
+from relay.testing.devrelay.validation import StartedInput, StateInput
 
 LEASE_MS = 3 * 60_000
 TERMINAL_MS = 15 * 60_000
@@ -71,13 +71,10 @@ class KeyInfo:
     revoked_at: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StartedEvent:
-    publisher_id: str
-    profile_id: str
-    session_id: str
-    event_id: str
-    started_at: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartedEvent(StartedInput):
+    """A session-started announcement as the relay accepted it."""
+
     received_at: int
 
 
@@ -135,10 +132,8 @@ class Grant:
             self.rows[state.session_id] = replace(current, expires_at=expires_at, received_at=now)
             return
         terminal = state.phase in TERMINAL_PHASES
-        same_run = current is not None and (current.phase, current.stream_id) == (
-            state.phase,
-            state.stream_id,
-        )
+        run = (state.phase, state.stream_id)
+        same_run = current is not None and (current.phase, current.stream_id) == run
         # Ineligibility belongs to the transition that carried it: same-phase updates inherit it.
         inherit = current is not None and same_run and current.alert_eligible is False
         alert_eligible = False if inherit else state.alert_eligible
@@ -177,11 +172,8 @@ class Grant:
         elif row.revision > existing.revision:
             # A heartbeat advances the revision without becoming a new outcome; a corrected
             # result keeps the run's identity and its acknowledgement.
-            same = (row.phase, row.title, row.deep_link) == (
-                existing.phase,
-                existing.title,
-                existing.deep_link,
-            )
+            outcome = (row.phase, row.title, row.deep_link)
+            same = outcome == (existing.phase, existing.title, existing.deep_link)
             self.completions[key] = replace(
                 existing,
                 revision=row.revision,
@@ -193,13 +185,11 @@ class Grant:
 
     def acknowledge(self, session_id: str, through: int) -> int:
         """Acknowledge the session's pending completions with `updatedAt <= through`; how many."""
-        count = 0
-        for key, completion in list(self.completions.items()):
-            if (
-                completion.session_id == session_id
-                and not completion.acknowledged
-                and completion.updated_at <= through
-            ):
-                self.completions[key] = replace(completion, acknowledged=True)
-                count += 1
-        return count
+        pending = [
+            key
+            for key, c in self.completions.items()
+            if c.session_id == session_id and not c.acknowledged and c.updated_at <= through
+        ]
+        for key in pending:
+            self.completions[key] = replace(self.completions[key], acknowledged=True)
+        return len(pending)
