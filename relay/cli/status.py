@@ -61,8 +61,7 @@ def render(status: dict[str, Any]) -> str:
     """The status as lines for a terminal."""
     store = status["store"]
     lines = [f"store        {store['backend']}  {store['url']}"]
-    if store["schema"] is not None:
-        schema = store["schema"]
+    if (schema := store["schema"]) is not None:
         state = "at head" if schema["at_head"] else f"NOT at head {schema['head']}"
         if schema.get("ahead"):
             verdict = "compatible" if schema["compatible"] else "not compatible"

@@ -13,8 +13,8 @@ interleave between its checks and its changes. The `/admin/*` endpoints have no 
 they exist for loopback tests and the demo only.
 
 `state` is what the relay keeps and tests read, with the checks of signed requests; `records` its
-records; `validation` the relay's input rules and the routes' names; `app` serves them as
-`DevRelay`, over the plumbing of `asgi`.
+records; `validation` the relay's input rules and the routes' names; `app` serves them as the ASGI
+app `DevRelay`.
 """
 
 from relay.testing.devrelay.app import DevRelay

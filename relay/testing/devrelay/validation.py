@@ -85,16 +85,12 @@ _BASES = {"x": 16, "o": 8, "b": 2}
 
 def header_integer(text: str) -> int | None:
     """`Number(text)` when it is an integer (the timestamp header), else None."""
-    number: float
-    if _DECIMAL.fullmatch(text):
-        number = float(text)
-    elif match := _RADIX.fullmatch(text):
+    if match := _RADIX.fullmatch(text):
         try:
             return int(match[2], _BASES[match[1].lower()])
         except ValueError:
             return None
-    else:
-        return None
+    number = float(text) if _DECIMAL.fullmatch(text) else math.nan
     return int(number) if math.isfinite(number) and number.is_integer() else None
 
 
