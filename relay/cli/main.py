@@ -121,13 +121,6 @@ _SECRETS = (
 )
 
 
-def _redacted(text: str) -> str:
-    """`text` with the passwords of URLs and the values of `--invitation` replaced by `***`."""
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
 _STORE_FORMS = "(sqlite:///path, postgresql://…, json:///dir, memory://)"
 _DEFAULT_STORE = "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)"
 
@@ -140,7 +133,9 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        super().error(_redacted(message))
+        for pattern, replacement in _SECRETS:
+            message = pattern.sub(replacement, message)
+        super().error(message)
 
 
 def parser() -> argparse.ArgumentParser:
