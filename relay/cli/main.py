@@ -78,8 +78,9 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         raise InvalidInputError("--relay-url needs an --invitation (or --mint-invitations)")
     if args.replicas < 0:
         raise InvalidInputError("--replicas must be 0 or more")
-    flags = ("relay_url", "allow_insecure_loopback", "mint_invitations", "replicas")
-    options = {flag: getattr(args, flag) for flag in (*flags, "skip_if_registered")}
+    # The flags `demo.run` takes under their own names.
+    taken = "relay_url allow_insecure_loopback mint_invitations replicas skip_if_registered"
+    options = {name: getattr(args, name) for name in taken.split()}
     passed = await demo.run(args.store, invitations=args.invitation, say=say, **options)
     return OK if passed else FAILED
 
@@ -319,5 +320,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return UNREACHABLE
     except RelayError as error:
         fail(str(error))
-        return next(exit for kinds, exit in _EXITS if isinstance(error, kinds))
+        return next(status for kinds, status in _EXITS if isinstance(error, kinds))
     return code
