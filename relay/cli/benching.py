@@ -7,8 +7,8 @@ import argparse
 import importlib
 import sys
 from pathlib import Path
-from typing import Any
 
+from relay.cli.output import Add
 from relay.errors import InvalidInputError
 
 # Where `benchmarks/` is in a checkout: beside the `relay/` package this process imported.
@@ -29,11 +29,7 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     return code
 
 
-def add_parser(commands: Any) -> None:
+def add_parser(add: Add) -> None:
     """`bench`: its own options are the bench's (`talaria-relay bench --help` in a checkout)."""
-    sub = commands.add_parser(
-        "bench",
-        add_help=False,
-        help="from a checkout: measure the store beside the raw drivers doing the same statements",
-    )
-    sub.set_defaults(run=cmd_bench, bench_args=[])
+    text = "from a checkout: measure the store beside the raw drivers doing the same statements"
+    add("bench", cmd_bench, text, add_help=False)

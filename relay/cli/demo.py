@@ -90,6 +90,13 @@ class Demo:
         delay = await publisher.run_once()
         self.say(f"  published: {what}" + ("" if delay is None else " (failed; see above)"))
 
+    async def end(self, stream: str, phase: str, what: str) -> None:
+        """The turn `stream` ends in `phase`; then a pass publishes `what`."""
+        assert self.service is not None
+        await self.service.note_terminal(stream, phase)
+        self.host.end_run(stream)
+        await self.publish(what)
+
 
 async def run(
     store_url: str | None,
@@ -153,7 +160,7 @@ async def run(
             _table(await _admin_state(relay_url), say)
         say("")
         say("what the store holds")
-        say(render(await collect(store, target)))
+        say(render(await collect(store)))
     say("")
     if responses.failures:
         say(f"FAILED: the relay refused {len(responses.failures)} of {responses.count} requests:")
@@ -252,11 +259,6 @@ def _address(target: StoreTarget) -> str:
 
 
 async def _pair(demo: Demo, profiles: list[str], invitations: Sequence[str]) -> None:
-    if (config := await demo.store.load_config()) is not None:
-        raise InvalidInputError(
-            f"{demo.store.display_url} already holds a registration with {config.url}: "
-            "give the demo an empty store"
-        )
     service = demo.new_service()
     await service.start()
     for index, invitation in enumerate(invitations):
@@ -282,9 +284,7 @@ async def _sessions(demo: Demo) -> None:
     host.set_pending("chat-plan", approval=True)
     await demo.publish("chat-plan waiting for approval")
     host.set_pending("chat-plan")
-    await service.note_terminal("stream-plan", "completed")
-    host.end_run("stream-plan")
-    await demo.publish("chat-plan completed")
+    await demo.end("stream-plan", "completed", "chat-plan completed")
     demo.say("work: a browser tab is open, so its alerts are muted")
     await service.update_presence({"tab_id": "demo-tab-1", "active": True, "seq": 1}, "work")
     host.create_session("chat-review", "work", "Review the draft")
@@ -296,9 +296,7 @@ async def _sessions(demo: Demo) -> None:
     demo.say("default: a failed chat is deleted")
     host.create_session("chat-old", "default", "Old notes")
     host.start_run("chat-old", "stream-old")
-    await service.note_terminal("stream-old", "failed")
-    host.end_run("stream-old")
-    await demo.publish("chat-old failed")
+    await demo.end("stream-old", "failed", "chat-old failed")
     host.delete_session("chat-old")
     await service.clear_deleted("chat-old", "default")
     await demo.publish("chat-old cleared")
@@ -318,10 +316,7 @@ async def _restart(demo: Demo) -> None:
 async def _wind_down(demo: Demo) -> None:
     """End the turn still running and stop: a live turn's row keeps its lease past a stop, and
     `status` would list the exited demo as a live replica until it ends."""
-    assert demo.service is not None
-    await demo.service.note_terminal("stream-review", "completed")
-    demo.host.end_run("stream-review")
-    await demo.publish("chat-review completed")
+    await demo.end("stream-review", "completed", "chat-review completed")
     await demo.stop()
     demo.say("the service stopped: no lease of it lives on")
 
@@ -356,11 +351,8 @@ async def replica(store_url: str, relay_url: str, index: int, insecure: bool) ->
         host.create_session(session, "default", f"Replica {index} chat")
         host.start_run(session, f"stream-{session}")
         await demo.publish(session)
-        assert demo.service is not None
-        await demo.service.note_terminal(f"stream-{session}", "completed")
-        host.end_run(f"stream-{session}")
-        await demo.publish(session)
-        await demo.service.stop()
+        await demo.end(f"stream-{session}", "completed", session)
+        await demo.stop()
     return responses.count > 0 and not responses.failures
 
 

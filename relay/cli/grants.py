@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import argparse
 import re
-from typing import Any
 
-from relay.cli.output import OK, say
+from relay.cli.output import OK, Add, say
 from relay.errors import InvalidInputError
 from relay.store import resolve
 from relay.store.migrations import BATCH_ARGUMENTS, BATCH_FUNCTION, HEAD, TABLES, VERSION_TABLE
@@ -79,18 +78,15 @@ async def cmd_grants(args: argparse.Namespace) -> int:
     return OK
 
 
-def add_parser(commands: Any, store: argparse.ArgumentParser) -> None:
-    """Register `grants` on the `talaria-relay` parser."""
-    text = "print the SQL granting a runtime role what the store needs (DML only, no DDL)"
-    sub = commands.add_parser(
+def add_parser(add: Add) -> None:
+    sub = add(
         "grants",
-        parents=[store],
-        help=text,
-        description=text,
+        cmd_grants,
+        "print the SQL granting a runtime role what the store needs (DML only, no DDL)",
+        "the Postgres store whose database is named",
         epilog="Run it as the owner role that migrates; nothing is contacted. The database "
         "name comes from --store (or $TALARIA_RELAY_STORE_URL).",
     )
-    sub.set_defaults(run=cmd_grants)
     sub.add_argument("role", metavar="ROLE", help="the runtime role, exactly as created")
     sub.add_argument(
         "--schema",

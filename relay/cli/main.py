@@ -78,16 +78,10 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         raise InvalidInputError("--relay-url needs an --invitation (or --mint-invitations)")
     if args.replicas < 0:
         raise InvalidInputError("--replicas must be 0 or more")
-    passed = await demo.run(
-        args.store,
-        relay_url=args.relay_url,
-        invitations=args.invitation,
-        allow_insecure_loopback=args.allow_insecure_loopback,
-        mint_invitations=args.mint_invitations,
-        replicas=args.replicas,
-        skip_if_registered=args.skip_if_registered,
-        say=say,
-    )
+    # The flags `demo.run` takes under their own names.
+    taken = "relay_url allow_insecure_loopback mint_invitations replicas skip_if_registered"
+    options = {name: getattr(args, name) for name in taken.split()}
+    passed = await demo.run(args.store, invitations=args.invitation, say=say, **options)
     return OK if passed else FAILED
 
 
@@ -128,13 +122,6 @@ _SECRETS = (
 )
 
 
-def _redacted(text: str) -> str:
-    """`text` with the passwords of URLs and the values of `--invitation` replaced by `***`."""
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
 _STORE_FORMS = "(sqlite:///path, postgresql://…, json:///dir, memory://)"
 _DEFAULT_STORE = "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)"
 
@@ -147,16 +134,12 @@ class _Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
-        super().error(_redacted(message))
+        for pattern, replacement in _SECRETS:
+            message = pattern.sub(replacement, message)
+        super().error(message)
 
 
 def parser() -> argparse.ArgumentParser:
-    def store(text: str) -> _Parser:
-        """A `--store URL` option whose help says what this command does with the store."""
-        option = _Parser(add_help=False)
-        option.add_argument("--store", metavar="URL", help=f"{text} {_STORE_FORMS}")
-        return option
-
     root = _Parser(
         prog="talaria-relay",
         description="Talaria Relay publisher state: migrate, inspect, rekey, copy; "
@@ -170,19 +153,15 @@ def parser() -> argparse.ArgumentParser:
         name: str, run: Command, text: str, store_text: str | None = None, **kwargs: Any
     ) -> argparse.ArgumentParser:
         """A subcommand; with `store_text`, a `--store` that it reads (or writes) as told."""
-        parents = [] if store_text is None else [store(f"{store_text} {_DEFAULT_STORE}")]
-        sub = commands.add_parser(name, parents=parents, help=text, description=text, **kwargs)
+        sub = commands.add_parser(name, help=text, description=text, **kwargs)
         sub.set_defaults(run=run)
+        if store_text is not None:
+            store_help = f"{store_text} {_DEFAULT_STORE} {_STORE_FORMS}"
+            sub.add_argument("--store", metavar="URL", help=store_help)
         return sub
 
-    add_migrate(
-        commands,
-        store(
-            "the SQL store to migrate (a missing SQLite file and its directories are created) "
-            + _DEFAULT_STORE
-        ),
-    )
-    add_grants(commands, store(f"the Postgres store whose database is named {_DEFAULT_STORE}"))
+    add_migrate(add)
+    add_grants(add)
 
     sub = add(
         "status",
@@ -203,13 +182,7 @@ def parser() -> argparse.ArgumentParser:
     )
     sub.add_argument("--json", action="store_true", help="one JSON document (docs/operating.md)")
 
-    add_unpair(
-        commands,
-        store(
-            f"the store whose registration to forget (one that is not there is refused) "
-            f"{_DEFAULT_STORE}"
-        ),
-    )
+    add_unpair(add)
 
     sub = add(
         "rekey",
@@ -300,7 +273,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a store that already holds a registration is left alone, and the demo exits 0",
     )
-    add_bench(commands)
+    add_bench(add)
     return root
 
 
@@ -311,6 +284,15 @@ def _glued(argv: Sequence[str]) -> list[str]:
         word = words.pop(0)
         glued.append(f"{word}={words.pop(0)}" if word == "--invitation" and words else word)
     return glued
+
+
+# The exit code of a failure, by the first kind it is of (a conflict is also invalid input).
+_EXITS: tuple[tuple[type[RelayError] | tuple[type[RelayError], ...], int], ...] = (
+    ((StoreUnavailableError, RelayUnreachableError), UNREACHABLE),
+    (TransferConflictError, FAILED),
+    ((InvalidInputError, MissingExtraError), USAGE),
+    (RelayError, FAILED),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -332,23 +314,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(refusal(error))
         unreachable = isinstance(error.__cause__, RelayUnreachableError)
         return UNREACHABLE if unreachable else FAILED
-    except MissingExtraError as error:
-        fail(str(error))
-        return USAGE
     except OSError as error:
         # A file store's path that cannot be written (read-only, under a file): one line.
         fail(f"{error.strerror or error}: {error.filename}" if error.filename else str(error))
         return UNREACHABLE
-    except (StoreUnavailableError, RelayUnreachableError) as error:
-        fail(str(error))
-        return UNREACHABLE
-    except TransferConflictError as error:
-        fail(str(error))
-        return FAILED
-    except InvalidInputError as error:
-        fail(str(error))
-        return USAGE
     except RelayError as error:
         fail(str(error))
-        return FAILED
+        return next(status for kinds, status in _EXITS if isinstance(error, kinds))
     return code

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from relay.cli.output import FAILED, OK, fail, progress, say
+from relay.cli.output import FAILED, OK, Add, fail, progress, say
 from relay.errors import InvalidInputError
 from relay.store import StoreTarget, resolve
 from relay.store import migrations as migrate
@@ -93,21 +92,16 @@ def _ahead(display: str, found: Standing) -> int:
     return FAILED
 
 
-def add_parser(commands: Any, store: argparse.ArgumentParser) -> None:
-    """Register `migrate` on the `talaria-relay` parser."""
-    text = (
-        "upgrade the store's schema to head (safe on replicas); a database a newer release "
-        "migrated is left alone: exit 0 while this code may still use it, else 1"
-    )
-    sub = commands.add_parser(
+def add_parser(add: Add) -> None:
+    sub = add(
         "migrate",
-        parents=[store],
-        help=text,
-        description=text,
+        cmd_migrate,
+        "upgrade the store's schema to head (safe on replicas); a database a newer release "
+        "migrated is left alone: exit 0 while this code may still use it, else 1",
+        "the SQL store to migrate (a missing SQLite file and its directories are created)",
         epilog="A contract migration is refused while the fleet (`status`) has live replicas of "
         "older code; see docs/rolling-deploys.md.",
     )
-    sub.set_defaults(run=cmd_migrate)
     sub.add_argument(
         "--check",
         action="store_true",

@@ -16,6 +16,9 @@ from relay.store.url import source
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
 
 Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+# `add(name, run, text, store_text=None, **options)`: a subcommand running `run`, with a `--store`
+# that it uses as `store_text` says (`relay.cli.main.parser`).
+Add = Callable[..., argparse.ArgumentParser]
 
 
 def say(line: str = "") -> None:

@@ -10,31 +10,25 @@ from relay.store import open_store, resolve, standing
 from relay.store.keys.keyring import Passphrase, passphrase_from_env, passphrase_from_file
 from relay.store.url import source
 
-# ── status ────────────────────────────────────────────────────────────────────
-
 
 async def cmd_status(args: argparse.Namespace) -> int:
     from relay.cli.status import collect, render, unmigrated
 
     target = resolve(args.store)
     require_existing(target, args.store)
-    found = None
-    if target.url is not None:
-        # Read the schema state first: opening an unmigrated store would refuse without saying it.
-        found = await standing(target)
-        if found.below or not found.runnable:
-            status = unmigrated(target, found)
-            say(json.dumps(status, indent=2) if args.json else render(status))
-            fail(status["hint"])
-            return FAILED
-    # Read-only: status never writes, so it also reads a database it may not write.
-    async with open_store(args.store, read_only=True) as store:
-        status = await collect(store, target, found)
+    # Read the schema state first: opening an unmigrated store would refuse without saying it.
+    found = None if target.url is None else await standing(target)
+    if found is not None and (found.below or not found.runnable):
+        status = unmigrated(target, found)
+    else:
+        # Read-only: status never writes, so it also reads a database it may not write.
+        async with open_store(args.store, read_only=True) as store:
+            status = await collect(store, found)
     say(json.dumps(status, indent=2) if args.json else render(status))
+    if "hint" in status:  # a store this code does not run on
+        fail(status["hint"])
+        return FAILED
     return OK
-
-
-# ── check ─────────────────────────────────────────────────────────────────────
 
 
 async def cmd_check(args: argparse.Namespace) -> int:
@@ -48,9 +42,6 @@ async def cmd_check(args: argparse.Namespace) -> int:
     else:
         say(found.line())
     return found.code
-
-
-# ── rekey ─────────────────────────────────────────────────────────────────────
 
 
 def _new_passphrase(args: argparse.Namespace) -> Passphrase | None:

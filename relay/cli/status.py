@@ -22,10 +22,8 @@ from relay.store.migrations import Standing
 _READER = "talaria-relay status"
 
 
-async def collect(
-    store: RelayStore, target: StoreTarget, found: Standing | None = None
-) -> dict[str, Any]:
-    """The status document of the store at `target` (`found`: its schema, if already read)."""
+async def collect(store: RelayStore, found: Standing | None = None) -> dict[str, Any]:
+    """The status document of `store` (`found`: its schema, if already read)."""
     now_ms = int(time.time() * 1000)
     if store.backend_name == "postgres":
         # Leases are on the server's clock: judged against it, not this host's (docs/clock.md).
@@ -36,21 +34,16 @@ async def collect(
 
 def unmigrated(target: StoreTarget, found: Standing) -> dict[str, Any]:
     """The status of a SQL store this code does not run on: its schema state, and what fixes
-    it (below head: the `migrate` command; ahead and not compatible: a newer release)."""
+    it, with the store named to paste back (below head: `migrate`; ahead: a newer release)."""
+    hint = f"{migrate_hint(target)} to bring it to head {found.head}"
+    if found.ahead:
+        newer = "run that release here (this code's `migrate` cannot help)"
+        hint = f"it needs {found.needs()}: {newer}"
     return {
         "version": VERSION,
         "store": {"backend": target.backend, "url": target.display, "schema": found.document()},
-        "hint": unmigrated_hint(target, found),
+        "hint": hint,
     }
-
-
-def unmigrated_hint(target: StoreTarget, found: Standing) -> str:
-    """What fixes a store this code does not run on, with the store named to paste back."""
-    if found.ahead:
-        return (
-            f"it needs {found.needs()}: run that release here (this code's `migrate` cannot help)"
-        )
-    return f"{migrate_hint(target)} to bring it to head {found.head}"
 
 
 def _key_text(registration: dict[str, Any]) -> str:
@@ -68,8 +61,7 @@ def render(status: dict[str, Any]) -> str:
     """The status as lines for a terminal."""
     store = status["store"]
     lines = [f"store        {store['backend']}  {store['url']}"]
-    if store["schema"] is not None:
-        schema = store["schema"]
+    if (schema := store["schema"]) is not None:
         state = "at head" if schema["at_head"] else f"NOT at head {schema['head']}"
         if schema.get("ahead"):
             verdict = "compatible" if schema["compatible"] else "not compatible"

@@ -66,13 +66,6 @@ async def require_identities(source: Source) -> None:
 
 
 async def cmd_import(args: argparse.Namespace) -> int:
-    for line in await copy(args):
-        say(line)
-    return OK
-
-
-async def copy(args: argparse.Namespace) -> list[str]:
-    """Run `import`; the summary lines to print."""
     source_target, target_target = resolve(args.source), resolve(args.target)
     if source_target.display == target_target.display:
         raise InvalidInputError("--from and --to name the same store")
@@ -91,12 +84,11 @@ async def copy(args: argparse.Namespace) -> list[str]:
                     source, target, force=args.force, dry_run=args.dry_run, progress=progress_bar
                 )
     verb = "would copy" if args.dry_run else "copied"
-    return [
-        f"{verb} {source_target.display} → {target_target.display}",
-        f"  registration     {report.registration} ({report.profiles} profiles)",
-        f"  identities       {report.identities}",
-        f"  revision floor   {report.revision_floor}",
-        f"  started ledger   {report.ledger_entries} entries in {report.scopes} scopes",
-        f"  deleted outbox   {report.deleted}",
-        f"  presence leases  {report.presence}",
-    ]
+    say(f"{verb} {source_target.display} → {target_target.display}")
+    say(f"  registration     {report.registration} ({report.profiles} profiles)")
+    say(f"  identities       {report.identities}")
+    say(f"  revision floor   {report.revision_floor}")
+    say(f"  started ledger   {report.ledger_entries} entries in {report.scopes} scopes")
+    say(f"  deleted outbox   {report.deleted}")
+    say(f"  presence leases  {report.presence}")
+    return OK

@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from typing import Any
 
-from relay.cli.output import FAILED, OK, require_existing, say
+from relay.cli.output import FAILED, OK, Add, require_existing, say
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.store import RelayConfig, open_store, resolve
 from relay.unpairing import unpair
@@ -64,18 +63,15 @@ async def cmd_unpair(args: argparse.Namespace, ask: Ask = input) -> int:
     return OK
 
 
-def add_parser(commands: Any, store: argparse.ArgumentParser) -> None:
-    """Register `unpair` on the `talaria-relay` parser."""
-    text = "forget the store's registration with Talaria Relay, so the server can pair again"
-    sub = commands.add_parser(
+def add_parser(add: Add) -> None:
+    sub = add(
         "unpair",
-        parents=[store],
-        help=text,
-        description=text,
+        cmd_unpair,
+        "forget the store's registration with Talaria Relay, so the server can pair again",
+        "the store whose registration to forget (one that is not there is refused)",
         epilog="It asks before it forgets (--yes for scripts). Exit codes: 0 forgotten, or "
         "nothing to forget; 1 answered no; 2 no terminal to ask on without --yes, or no store "
         "there; 3 the store cannot be reached. Profile identities stay; the relay keeps its "
         "side of the registration.",
     )
-    sub.set_defaults(run=cmd_unpair)
     sub.add_argument("--yes", action="store_true", help="forget without asking")

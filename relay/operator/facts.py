@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from relay.errors import RelayError
@@ -61,6 +61,11 @@ class Own:
 
 def _age_s(now_ms: int, then_ms: int | None) -> float | None:
     return None if then_ms is None else round(max(now_ms - then_ms, 0) / 1000, 1)
+
+
+def _ms(seconds: float | None) -> int | None:
+    """Unix seconds as the document's milliseconds."""
+    return None if seconds is None else int(seconds * 1000)
 
 
 def schema_of(revision: str | None) -> dict[str, Any]:
@@ -136,12 +141,10 @@ async def _fill(document: dict[str, Any], store: RelayStore, now_ms: int, own: O
             queued = backlog.deleted.get(name)
             live = [lease for lease in leases if lease.profile == name]
             matches = identities.get(name) == grant.identity
-            why = None
+            why = None if publisher is None else publisher.disabled.get(grant.profile_id)
             if not matches:
                 why = "the profile was recreated since it was enrolled: pair it again"
-            elif publisher is not None and grant.profile_id in publisher.disabled:
-                why = publisher.disabled[grant.profile_id]
-            accepted = publisher.accepted.get(name) if publisher is not None else None
+            accepted = None if publisher is None else publisher.accepted.get(name)
             document["profiles"].append(
                 {
                     "name": name,
@@ -152,8 +155,8 @@ async def _fill(document: dict[str, Any], store: RelayStore, now_ms: int, own: O
                     "last_accepted": None
                     if accepted is None
                     else {
-                        "at": int(accepted.at * 1000),
-                        "age_s": _age_s(now_ms, int(accepted.at * 1000)),
+                        "at": _ms(accepted.at),
+                        "age_s": _age_s(now_ms, _ms(accepted.at)),
                         "revision": accepted.revision,
                         "states": accepted.states,
                     },
@@ -291,18 +294,12 @@ def _loop_of(own: Own) -> dict[str, Any]:
         "publishing": not loop.stopped,
         "last_pass": None
         if loop.last_pass is None
-        else {"at": int(loop.last_pass * 1000), "outcome": loop.last_outcome},
-        "last_success": None if loop.last_success is None else int(loop.last_success * 1000),
+        else {"at": _ms(loop.last_pass), "outcome": loop.last_outcome},
+        "last_success": _ms(loop.last_success),
         "failures": loop.failures,
-        "backoff_until": None if loop.backoff_until is None else int(loop.backoff_until * 1000),
+        "backoff_until": _ms(loop.backoff_until),
         "ring": [
-            {
-                "at": int(one.at * 1000),
-                "outcome": one.outcome,
-                "backoff_until": None
-                if one.backoff_until is None
-                else int(one.backoff_until * 1000),
-            }
+            {"at": _ms(one.at), "outcome": one.outcome, "backoff_until": _ms(one.backoff_until)}
             for one in publisher.recent_passes()
         ],
         "backoff_failure": loop.last_failure,
@@ -311,30 +308,24 @@ def _loop_of(own: Own) -> dict[str, Any]:
     }
 
 
+@dataclass
 class Gatherer:
     """One gather at a time per service, reused for `REFRESH_S` seconds; `now` is the service's
     clock (Unix seconds), what its leases and backoffs are measured in, and `own` what the
     service knows of itself at the time of a gather."""
 
-    def __init__(
-        self,
-        store: RelayStore,
-        own: Callable[[], Own],
-        now: Callable[[], float] = time.time,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._store = store
-        self._own = own
-        self._now = now
-        self._clock = clock
-        self._lock = asyncio.Lock()
-        self._document: dict[str, Any] | None = None
-        self._until = 0.0
+    store: RelayStore
+    own: Callable[[], Own]
+    now: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.monotonic
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _document: dict[str, Any] | None = field(default=None, init=False)
+    _until: float = field(default=0.0, init=False)
 
     async def __call__(self) -> dict[str, Any]:
         async with self._lock:
-            if self._document is None or self._clock() >= self._until:
-                now_ms = int(self._now() * 1000)
-                self._document = await gather(self._store, now_ms, self._own(), answer=True)
-                self._until = self._clock() + REFRESH_S
+            if self._document is None or self.clock() >= self._until:
+                now_ms = int(self.now() * 1000)
+                self._document = await gather(self.store, now_ms, self.own(), answer=True)
+                self._until = self.clock() + REFRESH_S
             return self._document

@@ -20,6 +20,7 @@ from relay.operator.strips import minutes, strip
 from relay.publishing.clock import WARN_S, offset_text
 
 REFRESH_S = 30
+_NOT_RECORDED = '<span class="muted nowrap">not recorded</span>'
 # Names longer than this are shown cut, the whole name in a `<details>` under it.
 LONG = 64
 
@@ -114,15 +115,13 @@ def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
     return document["level"], document["headline"], list(document["problems"])
 
 
-def _sentence(text: str) -> str:
-    return text[:1].upper() + text[1:]
-
-
 def render(document: Mapping[str, Any]) -> str:
     """The page, as one HTML string."""
     now_ms = document["generated_at"]
     level, line, reasons = verdict(document)
     listed = "".join(f"<li>{_t(reason)}</li>" for reason in reasons)
+    registered = document.get("registration")
+    publisher = "" if registered is None else f" · <code>{_t(registered['publisher_id'])}</code>"
     parts = [
         "<!doctype html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -130,7 +129,7 @@ def render(document: Mapping[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         "<title>Talaria relay · operator</title>",
         f"<style>{STYLE}</style></head><body><main>",
-        f"<h1>Talaria relay{_publisher(document)}</h1>",
+        f"<h1>Talaria relay{publisher}</h1>",
         f'<div class="meta">Store {_t(document["store"]["backend"])} '
         f"<code>{_t(document['store']['url'])}</code> · read {_when(now_ms, now_ms)} · "
         f"refreshes every {REFRESH_S} s · "
@@ -146,11 +145,6 @@ def render(document: Mapping[str, Any]) -> str:
         "</main></body></html>",
     ]
     return "\n".join(parts)
-
-
-def _publisher(document: Mapping[str, Any]) -> str:
-    found = document.get("registration")
-    return "" if found is None else f" · <code>{_t(found['publisher_id'])}</code>"
 
 
 def _table(headings: Sequence[str], rows: Iterable[str]) -> str:
@@ -244,7 +238,7 @@ def _who(row: Mapping[str, Any], now_ms: int) -> str:
 
 def _release(row: Mapping[str, Any]) -> str:
     if "release" not in row:
-        return _unknown(row)
+        return _NOT_RECORDED
     head = f'<br><span class="muted small nowrap">schema {_t(row["schema_head"])}</span>'
     return f"{_t(row['release'])}{head}"
 
@@ -254,7 +248,7 @@ def _last_pass(row: Mapping[str, Any], now_ms: int) -> str:
     if not last:
         # A fleet row carries the pass before the one it was written in: a replica's first.
         recorded = "release" in row
-        return _unknown(row) if not recorded else '<span class="muted">none recorded yet</span>'
+        return '<span class="muted">none recorded yet</span>' if recorded else _NOT_RECORDED
     outcome = last.get("outcome") or ""
     said = {"ok": "ok", "backoff": "failed", "stopped": "stopped for good"}.get(outcome, outcome)
     kind = "" if outcome == "ok" else " bad"
@@ -264,15 +258,12 @@ def _last_pass(row: Mapping[str, Any], now_ms: int) -> str:
 def _backoff(row: Mapping[str, Any], now_ms: int) -> str:
     if not backing_off(row, now_ms):
         return ""
+    reason = said(row)
     return (
-        f'{_t(_sentence(said(row)))}<div class="muted small">'
+        f'{_t(reason[:1].upper() + reason[1:])}<div class="muted small">'
         f"{_t(row.get('backoff_failure'))} · retries "
         f"{_when(row['backoff_until'], now_ms)}</div>"
     )
-
-
-def _unknown(row: Mapping[str, Any]) -> str:
-    return '<span class="muted nowrap">not recorded</span>'
 
 
 def _profiles(profiles: Sequence[Mapping[str, Any]]) -> str:

@@ -25,21 +25,18 @@ def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 240) -> s
     def x(at: int) -> int:
         return max(0, min((at - start) * width // (STRIP_S * 1000), width - 2))
 
-    bands, ticks = [], []
-    ok = failed = 0
+    bands, ticks, outcomes = [], [], []
     for one in ring:
         at, outcome, until = one.get("at"), one.get("outcome"), one.get("backoff_until")
         if not isinstance(at, int) or at < start or outcome not in ("ok", "failed"):
             continue
-        if outcome == "ok":
-            ok += 1
-        else:
-            failed += 1
+        outcomes.append(outcome)
         if isinstance(until, int) and until > at:
             left, right = x(at), x(min(until, now_ms))
             bands.append(_bar("backoff", left, max(right - left, 2)))
         ticks.append(_bar(outcome, x(at), 2))
-    return _svg(width, f"{ok} passes ok, {failed} failed", [*bands, *ticks])
+    summary = f"{outcomes.count('ok')} passes ok, {outcomes.count('failed')} failed"
+    return _svg(width, summary, [*bands, *ticks])
 
 
 def minutes(passes: str, width: int = 240) -> str:

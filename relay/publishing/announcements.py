@@ -7,15 +7,13 @@ so a session is announced once, oldest first, to its own profile's scope.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from functools import partial
 
-from relay import metrics
-from relay.errors import RelayHttpError, RelayRequestError
 from relay.host import AgentSessionRow, Host, IndexRow
 from relay.protocol import STARTED_WINDOW_MS, session_path, started_body
-from relay.publishing import Put
 from relay.publishing.leases import Leases
-from relay.publishing.logs import Refusals, Reporter, Swallowed
+from relay.publishing.logs import Sender, Swallowed
 from relay.store import ProfileGrant, RelayConfig
 from relay.store.contract import StartedLedger
 from relay.store.records import PassView
@@ -26,34 +24,22 @@ from relay.store.records import PassView
 STARTED_BATCH = 64
 
 
+@dataclass(eq=False)
 class Announcements:
-    """One publisher's side of the started ledger; `owner` names its claims."""
+    """One publisher's side of the started ledger; `leases` name its claims."""
 
-    def __init__(
-        self,
-        store: StartedLedger,
-        host: Host,
-        put: Put,
-        *,
-        leases: Leases,
-        swallowed: Swallowed,
-        report: Reporter,
-    ) -> None:
-        self._store = store
-        self._host = host
-        self._put = put
-        self._leases = leases
-        self._swallowed = swallowed
-        self._rejected = Refusals(
-            report, "session-started event", "devices refresh on their own schedule"
-        )
-        # Sightings this publisher has recorded: a steady pass writes none of them again.
-        self._recorded: dict[tuple[str, str], int] = {}
+    store: StartedLedger
+    host: Host
+    send: Sender
+    leases: Leases
+    swallowed: Swallowed
+    # Sightings this publisher has recorded: a steady pass writes none of them again.
+    _recorded: dict[tuple[str, str], int] = field(default_factory=dict, init=False)
 
     async def track(self, config: RelayConfig) -> None:
         """Start (or keep) the ledger floor of every enrolled profile."""
         scopes = [grant.profile_id for grant in config.profiles.values()]
-        await self._store.track_started(scopes, self._now_ms())
+        await self.store.track_started(scopes, self.leases.now_ms())
 
     async def publish(
         self,
@@ -82,12 +68,12 @@ class Announcements:
             return
         profiles = {grant.profile_id: profile for profile, grant in publishing}
         scopes = list(profiles)
-        leases = self._leases
+        leases = self.leases
         done: list[tuple[str, str]] = []
         try:
             while True:
                 asked = leases.asking()
-                entries = await self._store.claim_started_scopes(
+                entries = await self.store.claim_started_scopes(
                     scopes, leases.owner, leases.now_ms(), leases.lease_ms, STARTED_BATCH, sent=done
                 )
                 done = []
@@ -108,7 +94,7 @@ class Announcements:
         finally:
             # What went out stays sent even when a later one of the batch failed.
             if done:
-                await self._store.claim_started_scopes(
+                await self.store.claim_started_scopes(
                     (), leases.owner, leases.now_ms(), leases.lease_ms, sent=done
                 )
 
@@ -118,22 +104,24 @@ class Announcements:
         """Record every messageful session started in a publishing profile, in one transaction;
         the scopes that got new sightings. `track`: start the floors of scopes without a ledger
         first."""
-        index: list[IndexRow] = await self._swallowed.call(
+        index: list[IndexRow] = await self.swallowed.call(
             "session_index", self._index, [], "announcing Agent sessions only"
         )
         if track:
             await self.track(config)
-        self._forget_old_sightings()
+        # Sightings past the ledger's window would be pruned anyway: keep memory bounded.
+        cutoff = self.leases.now_ms() - STARTED_WINDOW_MS
+        self._recorded = {key: ms for key, ms in self._recorded.items() if ms >= cutoff}
         seen: dict[str, list[tuple[str, int]]] = {}
         for profile, grant in publishing:
-            agent: list[AgentSessionRow] = await self._swallowed.call(
+            agent: list[AgentSessionRow] = await self.swallowed.call(
                 "agent_sessions", partial(self._agent, profile), [], "announcing no Agent session"
             )
             # A compressed Agent chat keeps its lineage root's id and start: not a new session.
             found = [
                 (row.session_id, row.created_at)
                 for row in index
-                if row.message_count > 0 and self._host.profiles_match(row.profile, profile)
+                if row.message_count > 0 and self.host.profiles_match(row.profile, profile)
             ]
             found += [(row.lineage_root_id or row.id, row.started_at) for row in agent]
             sightings = [
@@ -144,41 +132,25 @@ class Announcements:
             if sightings:
                 seen.setdefault(grant.profile_id, []).extend(sightings)
         if seen:
-            await self._store.record_started_scopes(seen, self._now_ms())
+            await self.store.record_started_scopes(seen, self.leases.now_ms())
             for profile_id, sightings in seen.items():
                 self._recorded.update(((profile_id, sid), ms) for sid, ms in sightings)
         return set(seen)
 
     async def _index(self) -> list[IndexRow]:
-        return list(await self._host.session_index())
+        return list(await self.host.session_index())
 
     async def _agent(self, profile: str) -> list[AgentSessionRow]:
-        return list(await self._host.agent_sessions(profile))
-
-    def _forget_old_sightings(self) -> None:
-        """Sightings past the ledger's window would be pruned anyway: keep memory bounded."""
-        cutoff = self._now_ms() - STARTED_WINDOW_MS
-        self._recorded = {key: ms for key, ms in self._recorded.items() if ms >= cutoff}
+        return list(await self.host.agent_sessions(profile))
 
     async def _announce(
         self, config: RelayConfig, profile: str, profile_id: str, session_id: str, started_at: int
     ) -> None:
-        """Send one announcement; a permanent refusal counts as done, a retryable one raises."""
+        """Send one announcement; a permanent refusal counts as done, a retryable one raises (the
+        entry stays unsent, to go again under the same eventId)."""
         path = session_path(config.publisher_id, profile_id, session_id, "started")
         body = started_body(config.publisher_id, profile_id, session_id, started_at)
-        try:
-            await self._put(path, body)
-        except RelayRequestError as error:
-            metrics.count("announcements", error)
-            if not isinstance(error, RelayHttpError) or error.retryable:
-                error.profile = error.profile or profile
-                raise  # the entry stays unsent, to go again under the same eventId
-            self._rejected(error.status, profile)
-            return
-        metrics.count("announcements", None)
-
-    def _now_ms(self) -> int:
-        return self._leases.now_ms()
+        await self.send(path, body, profile)
 
 
 def _ms(seconds: float) -> int | None:

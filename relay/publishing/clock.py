@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from relay import metrics
 from relay.logfields import fields
@@ -56,6 +56,7 @@ class Reading:
         return self.error_ms + (now - self.at) * 1000 * _DRIFT
 
 
+@dataclass(eq=False)
 class StoreClock:
     """This replica's reading of the store's clock; `wall` until a store reports one.
 
@@ -63,26 +64,18 @@ class StoreClock:
     host, or a test that moves the wall clock by hand.
     """
 
-    def __init__(
-        self,
-        wall: Callable[[], float] = time.time,
-        *,
-        lease_s: float,
-        report: Reporter,
-        ticks: Callable[[], float] = ticks,
-        follow: bool = True,
-    ) -> None:
-        self.wall = wall
-        self.ticks = ticks
-        self._lease_s = lease_s
-        self._report = report
-        self.follow = follow
-        self._reading: Reading | None = None
-        # Whether a store was read for its clock yet (whether or not it keeps one).
-        self.asked = False
-        self._latest = 0
-        self._level = 0  # 0: within WARN_S, 1: above it, 2: above half the lease
-        self._gauge = metrics.Gauge("clock_offset")
+    wall: Callable[[], float] = time.time
+    _: KW_ONLY
+    lease_s: float
+    report: Reporter
+    ticks: Callable[[], float] = ticks
+    follow: bool = True
+    # Whether a store was read for its clock yet (whether or not it keeps one).
+    asked: bool = field(default=False, init=False)
+    _reading: Reading | None = field(default=None, init=False)
+    _latest: int = field(default=0, init=False)
+    _level: int = field(default=0, init=False)  # 0: within WARN_S, 1: above it, 2: above half
+    _gauge: metrics.Gauge = field(default_factory=lambda: metrics.Gauge("clock_offset"), init=False)
 
     @property
     def offset_s(self) -> float | None:
@@ -137,25 +130,25 @@ class StoreClock:
     def _tell(self, offset: float) -> None:
         """Log a change of level once: above 1 s, above half the lease, back within 1 s."""
         size = abs(offset)
-        level = 2 if size > self._lease_s / 2 else 1 if size > WARN_S else 0
+        level = 2 if size > self.lease_s / 2 else 1 if size > WARN_S else 0
         if level == self._level:
             return
         previous, self._level = self._level, level
         if level == 2:
-            self._report.error(
+            self.report.error(
                 f"[relay] This server's clock is {_apart(offset)} the store's, more than half "
-                f"the {self._lease_s:g}s lease: replicas compare leases on the store's clock, "
+                f"the {self.lease_s:g}s lease: replicas compare leases on the store's clock, "
                 "but check this server's time sync (NTP)",
                 fields("clock_offset_beyond_lease", clock_offset_s=offset),
             )
         elif level == 1 and previous == 0:
-            self._report.warning(
+            self.report.warning(
                 f"[relay] This server's clock is {_apart(offset)} the store's: replicas "
                 "compare leases on the store's clock, but check this server's time sync (NTP)",
                 fields("clock_offset_large", clock_offset_s=offset),
             )
         elif level == 0:
-            self._report.info(
+            self.report.info(
                 f"[relay] This server's clock is within {WARN_S:g}s of the store's",
                 fields("clock_offset_normal", clock_offset_s=offset),
             )

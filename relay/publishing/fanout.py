@@ -72,8 +72,4 @@ def longest_wait(errors: Sequence[Exception]) -> Exception:
     """The failure a pass raises for its backoff: the one whose Retry-After is longest, so the
     backoff honours it; of equals the first given (the earliest profile), so what is raised does
     not depend on which PUT came back first."""
-    chosen = errors[0]
-    for error in errors[1:]:
-        if _wait_asked(error) > _wait_asked(chosen):
-            chosen = error
-    return chosen
+    return max(errors, key=_wait_asked)  # `max` keeps the first of equals

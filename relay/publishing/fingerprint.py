@@ -9,7 +9,7 @@ import hashlib
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from relay.errors import RelayError
-from relay.publishing.publisher import load_key
+from relay.publishing.signing import load_key
 from relay.store import RelayStore
 from relay.store.keys import pkcs8
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from relay.errors import RelayError, StoreError
 from relay.logfields import of_error
@@ -24,8 +24,9 @@ from relay.store.contract import Fleet
 from relay.store.fleet import CLASS_LIMIT, FleetMember, this_process
 
 
-def _ms(seconds: float | None) -> int | None:
-    return None if seconds is None else max(math.floor(seconds * 1000), 0)
+def _ms(seconds: float | None, offset: float = 0.0) -> int | None:
+    """Unix seconds of this host's wall clock, `offset` ahead of the store's, as the store's ms."""
+    return None if seconds is None else max(math.floor((seconds - offset) * 1000), 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,18 +61,13 @@ class FleetRow:
         row = replace(row, clock_offset_ms=None if offset_s is None else round(offset_s * 1000))
         if health is None:
             return row
-
-        def moved(at: float | None) -> int | None:
-            return _ms(None if at is None else at - offset)
-
-        pass_at = moved(health.last_pass)
-        backing_off = health.backoff_until is not None
+        pass_at = _ms(health.last_pass, offset)
         return replace(
             row,
             pass_at=pass_at,
             pass_outcome=health.last_outcome,
-            backoff_until=moved(health.backoff_until),
-            backoff_class=_failure(health) if backing_off else None,
+            backoff_until=_ms(health.backoff_until, offset),
+            backoff_class=None if health.backoff_until is None else _failure(health),
             passes=_ring(recent, pass_at, offset),
         )
 
@@ -93,42 +89,38 @@ def _ring(recent: Sequence[PassRecord], pass_at: int | None, offset: float) -> s
     start = pass_at - fleet_passes.SLOTS * fleet_passes.SLOT_MS
     passes = []
     for one in reversed(recent):
-        at = _ms(one.at - offset) or 0
+        at = _ms(one.at, offset) or 0
         if at < start:
             break
-        until = None if one.backoff_until is None else _ms(one.backoff_until - offset)
+        until = _ms(one.backoff_until, offset)
         passes.append(fleet_passes.Pass(at, one.outcome == "ok", until))
     return fleet_passes.encode(passes, pass_at)
 
 
+@dataclass(eq=False)
 class Membership:
     """This replica in the fleet, for its publisher: `record` once started, `member` for each
     write, `leave` when stopped. A failure never stops publishing: each write carries the row."""
 
-    def __init__(
-        self, store: Fleet, leases: Leases, time: StoreClock, loop: PassLoop, report: Reporter
-    ) -> None:
-        self._store = store
-        self._leases = leases
-        self._time = time
-        self._loop = loop
-        self._report = report
-        self._row: FleetRow | None = None
+    store: Fleet
+    leases: Leases
+    time: StoreClock
+    loop: PassLoop
+    report: Reporter
+    _row: FleetRow | None = field(default=None, init=False)
 
     def inherit(self, previous: Membership) -> None:
         """A swapped-in publisher keeps the row started when the service did."""
         self._row = previous._row or self._row
 
     async def record(self) -> None:
-        now_ms = self._leases.now_ms()
-        until = now_ms + self._leases.lease_ms
-        self._row = FleetRow.started(self._leases.owner, now_ms, until)
+        now_ms = self.leases.now_ms()
+        until = now_ms + self.leases.lease_ms
+        self._row = FleetRow.started(self.leases.owner, now_ms, until)
         try:
-            await self._store.record_member(
-                self._row.at(now_ms, until, offset_s=self._time.offset_s)
-            )
+            await self.store.record_member(self._row.at(now_ms, until, offset_s=self.time.offset_s))
         except RelayError as error:
-            self._report.warning(
+            self.report.warning(
                 f"[relay] could not record this replica in the fleet ({error}); its next pass will",
                 of_error("fleet_unrecorded", error),
             )
@@ -140,10 +132,10 @@ class Membership:
             return None
         return self._row.at(
             now_ms,
-            now_ms + self._leases.lease_ms if until is None else until,
-            self._loop.health(),
-            offset_s=self._time.offset_s,
-            recent=self._loop.recent(),
+            now_ms + self.leases.lease_ms if until is None else until,
+            self.loop.health(),
+            offset_s=self.time.offset_s,
+            recent=self.loop.recent(),
         )
 
     async def failed(self, error: BaseException) -> None:
@@ -154,16 +146,16 @@ class Membership:
         Not when the store is what failed: the write would only wait out the store's timeout
         again, the pass's own line already says what failed, and the next pass's write carries
         the row. Nor is a failure of this write told: the same goes for it."""
-        member = self.member(self._leases.now_ms())
+        member = self.member(self.leases.now_ms())
         if member is None or isinstance(error, StoreError):
             return
         with contextlib.suppress(RelayError):
-            await self._store.record_member(member)
+            await self.store.record_member(member)
 
     async def leave(self) -> None:
         """Stopped: the row stops counting as live now (kept a day for `status`)."""
-        now_ms = self._leases.now_ms()
+        now_ms = self.leases.now_ms()
         member = self.member(now_ms, until=now_ms)
         if member is not None:
             with contextlib.suppress(RelayError):  # it stops counting when its lease ends anyway
-                await self._store.record_member(member)
+                await self.store.record_member(member)

@@ -9,22 +9,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import TypeVar
 
+from relay import metrics
+from relay.errors import RelayHttpError, RelayRequestError
 from relay.logfields import Facts, fields, of_error
 
 Log = Callable[[str], None]
+# A signed PUT to the relay under the publisher's current key.
+Put = Callable[[str, bytes], Awaitable[None]]
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
 class Reporter:
     """Sends each line to `log` if given, else to `logger` at its level, with its facts as
     `extra` fields (`relay.logfields`) and the replica's `owner` among them."""
 
-    def __init__(self, log: Log | None, logger: logging.Logger, owner: str | None = None) -> None:
-        self.log = log
-        self.logger = logger
-        self.owner = owner
+    log: Log | None
+    logger: logging.Logger
+    owner: str | None = None
 
     def info(self, line: str, facts: Facts) -> None:
         self._emit(logging.INFO, line, facts)
@@ -95,29 +100,42 @@ class Swallowed:
         self._succeeded.clear()
 
 
-class Refusals:
-    """The relay's permanent refusals of one kind of request: each is logged, a 404 only once.
+@dataclass(eq=False, slots=True)
+class Sender:
+    """PUTs of one kind (`what`), counted under `metric`. A retryable failure raises, naming its
+    profile; a permanent refusal is logged and counts as answered, a 404 (a relay older than the
+    request: every later one would say the same) once, with what a relay `without_it` means."""
 
-    A 404 means a relay older than the request, so every later one would say the same.
-    """
+    put: Put
+    report: Reporter
+    metric: str
+    what: str
+    without_it: str
+    _unsupported_logged: bool = field(default=False, init=False)
 
-    def __init__(self, report: Reporter, what: str, without_it: str) -> None:
-        self._report = report
-        self._what = what
-        self._without_it = without_it
-        self._unsupported_logged = False
+    async def __call__(self, path: str, body: bytes, profile: str) -> None:
+        try:
+            await self.put(path, body)
+        except RelayRequestError as error:
+            metrics.count(self.metric, error)
+            if not isinstance(error, RelayHttpError) or error.retryable:
+                error.profile = error.profile or profile
+                raise
+            self._refused(error.status, profile)
+        else:
+            metrics.count(self.metric, None)
 
-    def __call__(self, status: int, profile: str) -> None:
+    def _refused(self, status: int, profile: str) -> None:
         if status != 404:
-            self._report.warning(
-                f"[relay] Talaria relay rejected a {self._what} for profile {profile} "
+            self.report.warning(
+                f"[relay] Talaria relay rejected a {self.what} for profile {profile} "
                 f"(HTTP {status})",
-                fields("request_rejected", profile=profile, status=status, kind=self._what),
+                fields("request_rejected", profile=profile, status=status, kind=self.what),
             )
         elif not self._unsupported_logged:
             self._unsupported_logged = True
-            self._report.info(
-                f"[relay] Talaria relay does not support {self._what}s (HTTP 404); "
-                f"{self._without_it}",
-                fields("request_unsupported", status=404, kind=self._what),
+            self.report.info(
+                f"[relay] Talaria relay does not support {self.what}s (HTTP 404); "
+                f"{self.without_it}",
+                fields("request_unsupported", status=404, kind=self.what),
             )

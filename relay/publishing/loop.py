@@ -21,7 +21,7 @@ import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 
 from relay import metrics, tracing
 from relay.errors import RelayError, RelayHttpError, StoreUnavailableError
@@ -96,51 +96,38 @@ def _for(error: BaseException) -> str:
     return f" for profile {profile}" if isinstance(profile, str) else ""
 
 
+@dataclass(eq=False)
 class PassLoop:
     """Runs `one_pass` when woken (changes coalesce) or on the heartbeat, one pass at a time."""
 
-    def __init__(
-        self,
-        one_pass: Callable[[], Awaitable[None]],
-        *,
-        report: Reporter,
-        uniform: Callable[[float, float], float],
-        poll: Poll | None = None,
-        poll_s: float = math.inf,
-        heartbeat_s: float = DEFAULT_HEARTBEAT_S,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self._one_pass = one_pass
-        self._clock = clock
-        self._last_success: float | None = None
-        self._backoff_until: float | None = None
-        self._last_failure: str | None = None
-        self._last_status: int | None = None
-        self._last_pass: float | None = None
-        self._last_outcome: str | None = None
+    one_pass: Callable[[], Awaitable[None]]
+    _: KW_ONLY
+    report: Reporter
+    uniform: Callable[[float, float], float]
+    poll: Poll | None = None
+    poll_s: float = math.inf
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    clock: Callable[[], float] = time.time
+    # Called with the failure after a failed pass, before its backoff's wait (the fleet row's
+    # write).
+    on_backoff: Callable[[BaseException], Awaitable[None]] | None = None
+
+    def __post_init__(self) -> None:
+        # All but `stopped` and `pass_age_s`, which `health()` adds.
+        self._health = LoopHealth(0, None, None, False)
         # When the pass in progress began, on the monotonic clock.
         self._pass_began: float | None = None
         self._backing_off = metrics.Gauge("backoff_active")
-        self._report = report
-        self._uniform = uniform
-        self._poll = poll
-        self._poll_s = poll_s
-        self._heartbeat_s = heartbeat_s
         self._begun = 0
         self._finished = 0
         self._progress = asyncio.Condition()
-        self._failures = 0
-        # The last pass failed on a store that did not answer: its backoff ends when it does.
-        self._store_down = False
         self._dirty = False
         self.stopped = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._passing = asyncio.Lock()
         self._recent: collections.deque[PassRecord] = collections.deque(maxlen=RECENT_PASSES)
-        # Called with the failure after a failed pass, before its backoff's wait (the fleet
-        # row's write).
-        self.on_backoff: Callable[[BaseException], Awaitable[None]] | None = None
+        # The last failure: after a store that did not answer, its backoff ends when it does.
         self._error: BaseException | None = None
 
     @property
@@ -152,17 +139,9 @@ class PassLoop:
         return tuple(self._recent)
 
     def health(self) -> LoopHealth:
-        return LoopHealth(
-            self._failures,
-            self._last_success,
-            self._backoff_until,
-            self.stopped,
-            self._last_failure,
-            self._last_status,
-            self._last_pass,
-            self._last_outcome,
-            None if self._pass_began is None else time.monotonic() - self._pass_began,
-        )
+        began = self._pass_began
+        age = None if began is None else time.monotonic() - began
+        return replace(self._health, stopped=self.stopped, pass_age_s=age)
 
     def start(self) -> None:
         """Run passes in the background until `stop()`."""
@@ -222,12 +201,10 @@ class PassLoop:
             finally:
                 self._pass_began = None
                 outcome = "ok" if delay is None and not self.stopped else "failed"
-                until = None if delay is None else self._backoff_until
-                self._recent.append(PassRecord(self._clock(), outcome, until))
-                self._last_pass = self._clock()
-                self._last_outcome = (
-                    "stopped" if self.stopped else "ok" if delay is None else "backoff"
-                )
+                until = None if delay is None else self._health.backoff_until
+                self._recent.append(PassRecord(self.clock(), outcome, until))
+                ended = "stopped" if self.stopped else "ok" if delay is None else "backoff"
+                self._health = replace(self._health, last_pass=self.clock(), last_outcome=ended)
                 if (found := metrics.current()) is not None:
                     found.pass_duration.record(time.perf_counter() - start, {"outcome": outcome})
                 self._finished += 1
@@ -236,11 +213,11 @@ class PassLoop:
 
     async def _attempt(self) -> float | None:
         try:
-            await self._one_pass()
+            await self.one_pass()
         except RelayHttpError as error:
             if error.retryable:
                 return self._failed(error)
-            self._report.error(
+            self.report.error(
                 f"[relay] Talaria relay publisher stopped after permanent HTTP {error.status}"
                 + _for(error),
                 of_error("publisher_stopped", error),
@@ -253,28 +230,36 @@ class PassLoop:
             return self._failed(error)
         except Exception as error:  # a bug: its traceback, and the loop goes on
             return self._failed(error, bug=True)
-        if self._failures:
-            self._report.info(
+        if self._health.failures:
+            self.report.info(
                 "[relay] Talaria relay snapshot recovered", fields("snapshot_recovered")
             )
-        self._failures = 0
-        self._last_success, self._backoff_until = self._clock(), None
-        self._last_failure, self._last_status = None, None
+        self._health = replace(
+            self._health,
+            failures=0,
+            last_success=self.clock(),
+            backoff_until=None,
+            last_failure=None,
+            last_failure_status=None,
+        )
         self._backing_off.set(0)
         tracing.annotate({"relay.outcome": "ok"})
         return None
 
     def _failed(self, error: Exception, *, bug: bool = False) -> float:
-        self._failures += 1
-        self._store_down = isinstance(error, StoreUnavailableError)
+        failures = self._health.failures + 1
         self._error = error
-        delay = retry_delay(self._failures, error, self._uniform)
-        self._backoff_until = self._clock() + delay
-        self._last_failure = type(error).__name__
-        self._last_status = error.status if isinstance(error, RelayHttpError) else None
+        delay = retry_delay(failures, error, self.uniform)
+        self._health = replace(
+            self._health,
+            failures=failures,
+            backoff_until=self.clock() + delay,
+            last_failure=type(error).__name__,
+            last_failure_status=error.status if isinstance(error, RelayHttpError) else None,
+        )
         self._backing_off.set(1)
         tracing.annotate({"relay.outcome": "backoff", "relay.retry_in": delay}, error)
-        state = "failed" if self._failures == 1 else "still failing"
+        state = "failed" if failures == 1 else "still failing"
         reason = cause(error) if bug else str(error)
         line = (
             f"[relay] Talaria relay snapshot {state}{_for(error)} ({reason}); "
@@ -284,9 +269,9 @@ class PassLoop:
             line += f" (Retry-After: {error.retry_after:.0f}s)"
         facts = of_error("snapshot_failed", error, retry_in=delay)
         if bug:
-            self._report.error(line, facts, error=error)
+            self.report.error(line, facts, error=error)
         else:
-            self._report.warning(line, facts)
+            self.report.warning(line, facts)
         return delay
 
     async def _sleep(self, seconds: float) -> None:
@@ -301,21 +286,21 @@ class PassLoop:
         lease of another one ends, so a dead replica's work is taken over as soon as it may.
         """
         clock = asyncio.get_running_loop().time
-        beat_at = clock() + self._heartbeat_s
+        beat_at = clock() + self.heartbeat_s
         takeover_at = math.inf
         while not self._dirty and not self.stopped:
             now = clock()
             if now >= min(beat_at, takeover_at):
                 return
-            await self._sleep(min(beat_at, takeover_at, now + self._poll_s) - now)
-            if self._poll is None or self._dirty or clock() >= min(beat_at, takeover_at):
+            await self._sleep(min(beat_at, takeover_at, now + self.poll_s) - now)
+            if self.poll is None or self._dirty or clock() >= min(beat_at, takeover_at):
                 continue
             try:
-                due = await self._poll()
+                due = await self.poll()
             except RelayError:
                 continue  # the store is down: the heartbeat's pass reports it
             except Exception as error:
-                self._report.error(
+                self.report.error(
                     f"[relay] Talaria relay lease renewal failed ({cause(error)})",
                     of_error("lease_renewal_failed", error),
                     error=error,
@@ -335,7 +320,8 @@ class PassLoop:
             delay = await self.run_once()
             if delay is not None:
                 # Not `_sleep`: a change must not cut the delay short. `stop()` cancels this.
-                waiting = self._until_store_answers if self._store_down else asyncio.sleep
+                silent = isinstance(self._error, StoreUnavailableError)
+                waiting = self._until_store_answers if silent else asyncio.sleep
                 await waiting(delay)
                 if not self.stopped:
                     self._dirty = True
@@ -346,9 +332,9 @@ class PassLoop:
         silent network publishes its rows' true state at once, not a doubled delay later."""
         clock = asyncio.get_running_loop().time
         ends = clock() + delay
-        while self._poll is not None and not self.stopped and clock() < ends:
-            await asyncio.sleep(min(self._poll_s, STORE_RETRY_S, ends - clock()))
+        while self.poll is not None and not self.stopped and clock() < ends:
+            await asyncio.sleep(min(self.poll_s, STORE_RETRY_S, ends - clock()))
             with contextlib.suppress(Exception):  # still silent (or failing): wait on
-                await self._poll()
+                await self.poll()
                 return
         await asyncio.sleep(max(ends - clock(), 0.0))

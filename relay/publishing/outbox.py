@@ -6,17 +6,18 @@ is persisted in the store, bound once to one relay scope, and removed only by th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
-from relay import metrics
-from relay.errors import RelayHttpError, RelayRequestError
 from relay.host import Host
 from relay.protocol import session_path, viewed_body
-from relay.publishing import Publishes, Put
 from relay.publishing.leases import Leases
-from relay.publishing.logs import Refusals, Reporter
+from relay.publishing.logs import Sender
 from relay.store import DeletedScope, DeletedView, ProfileGrant, RelayConfig
 from relay.store.contract import DeletedOutbox
+
+# Whether a profile is still the one enrolled (not recreated) and not disabled.
+Publishes = Callable[[str, ProfileGrant], Awaitable[bool]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,88 +34,74 @@ def scope(config: RelayConfig, grant: ProfileGrant) -> DeletedScope:
     return DeletedScope(config.url, config.publisher_id, grant.profile_id)
 
 
+@dataclass(eq=False)
 class Outbox:
     """Queued views in memory, deleted ones in the store; each sent once the relay can take it."""
 
-    def __init__(
-        self,
-        store: DeletedOutbox,
-        host: Host,
-        put: Put,
-        publishes: Publishes,
-        report: Reporter,
-        leases: Leases,
-    ) -> None:
-        self._store = store
-        self._leases = leases
-        # The deletions this replica holds claims on, and when it asked for them (`Leases.asking`).
-        self._claimed: set[str] = set()
-        self._asked = 0.0
-        self._host = host
-        self._put = put
-        self._publishes = publishes
-        self.views: dict[str, View] = {}
-        self._rejected = Refusals(
-            report, "viewed acknowledgement", "Live Activities clear only from the app"
-        )
+    store: DeletedOutbox
+    host: Host
+    send: Sender
+    leases: Leases
+    publishes: Publishes
+    views: dict[str, View] = field(default_factory=dict, init=False)
+    # The deletions this replica holds claims on, and when it asked for them (`Leases.asking`).
+    _claimed: set[str] = field(default_factory=set, init=False)
+    _asked: float = field(default=0.0, init=False)
 
     async def ready(self, config: RelayConfig, *, claim: bool = True) -> list[tuple[str, View]]:
-        """What a pass sends after its snapshot: the queued views, then the deleted outbox.
+        """What a pass sends after its snapshot: the queued views, then the deleted outbox bound
+        once to this registration's scope, minus sessions that still exist.
 
-        Without `claim` (the pass's view found nothing this replica would claim) the outbox is
-        left alone: this replica holds no claim on it either.
+        Only deletions this replica claimed: another replica's are delivered by it, once. Without
+        `claim` (the pass's view found nothing this replica would claim) the outbox is left
+        alone: this replica holds no claim on it either.
         """
         ready = list(self.views.items())
         if not claim:
             self._claimed = set()
             return ready
-        deleted = await self._deleted(config)
-        return ready + [(v.session_id, View(v.profile, v.through, v)) for v in deleted]
-
-    async def _claim(self) -> list[DeletedView]:
-        """Claim what no other replica is delivering (and renew what this one is)."""
-        leases = self._leases
-        self._asked = leases.asking()
-        views = await self._store.claim_deleted(leases.owner, leases.now_ms(), leases.lease_ms)
-        self._claimed = {view.id for view in views}
-        return views
-
-    async def _still_claimed(self, view: DeletedView) -> bool:
-        if self._leases.lapsing(self._asked):
-            await self._claim()
-        # A claim that outlasted its own window is not trusted either: the next pass asks again.
-        return view.id in self._claimed and not self._leases.lapsing(self._asked)
-
-    async def _deleted(self, config: RelayConfig) -> list[DeletedView]:
-        """The outbox, bound once to this registration's scope, minus sessions that still exist.
-
-        Only deletions this replica claimed: another replica's are delivered by it, once.
-        """
         views = await self._claim()
         bound = 0
         for profile in {view.profile for view in views if view.scope is None}:
             grant = config.profiles.get(profile)
-            if grant is not None and await self._publishes(profile, grant):
-                bound += await self._store.bind_deleted(
+            if grant is not None and await self.publishes(profile, grant):
+                bound += await self.store.bind_deleted(
                     profile, grant.identity, scope(config, grant)
                 )
         if bound:
             views = await self._claim()
         # A staged deletion must not clear a session that survived a failed removal.
-        return [view for view in views if not await self._host.session_exists(view.session_id)]
+        for v in views:
+            if not await self.host.session_exists(v.session_id):
+                ready.append((v.session_id, View(v.profile, v.through, v)))
+        return ready
+
+    async def _claim(self) -> list[DeletedView]:
+        """Claim what no other replica is delivering (and renew what this one is)."""
+        leases = self.leases
+        self._asked = leases.asking()
+        views = await self.store.claim_deleted(leases.owner, leases.now_ms(), leases.lease_ms)
+        self._claimed = {view.id for view in views}
+        return views
+
+    async def _still_claimed(self, view: DeletedView) -> bool:
+        if self.leases.lapsing(self._asked):
+            await self._claim()
+        # A claim that outlasted its own window is not trusted either: the next pass asks again.
+        return view.id in self._claimed and not self.leases.lapsing(self._asked)
 
     async def flush(self, config: RelayConfig, ready: list[tuple[str, View]]) -> None:
         """Send the views queued before the snapshot just published."""
         for sid, view in ready:
             if view.deleted and (
-                await self._host.session_exists(sid) or not await self._still_claimed(view.deleted)
+                await self.host.session_exists(sid) or not await self._still_claimed(view.deleted)
             ):
                 continue
             answered = False
             for profile, grant in config.profiles.items():
-                if not self._host.profiles_match(view.profile, profile):
-                    continue
-                if not await self._publishes(profile, grant):
+                if not self.host.profiles_match(view.profile, profile) or not await self.publishes(
+                    profile, grant
+                ):
                     continue
                 if view.deleted and (
                     view.deleted.identity != grant.identity
@@ -122,20 +109,11 @@ class Outbox:
                 ):
                     continue
                 path = session_path(config.publisher_id, grant.profile_id, sid, "viewed")
-                try:
-                    await self._put(path, viewed_body(view.through))
-                except RelayRequestError as error:
-                    metrics.count("acknowledgements", error)
-                    if not isinstance(error, RelayHttpError) or error.retryable:
-                        error.profile = error.profile or profile
-                        raise
-                    self._rejected(error.status, profile)
-                else:
-                    metrics.count("acknowledgements", None)
+                await self.send(path, viewed_body(view.through), profile)
                 answered = True
             if view.deleted:
                 # A permanent refusal is final too: resending it every pass would never end.
                 if answered:
-                    await self._store.ack_deleted(view.deleted.id, view.through)
+                    await self.store.ack_deleted(view.deleted.id, view.through)
             elif self.views.get(sid) is view:
                 del self.views[sid]

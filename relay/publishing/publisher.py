@@ -11,7 +11,6 @@ The parts live in `relay.publishing`; this class gathers the records and compose
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import itertools
@@ -21,9 +20,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from relay import metrics, tracing
 from relay.client import RelayClient
@@ -35,7 +31,7 @@ from relay.errors import (
     StoreUnavailableError,
 )
 from relay.host import ActiveRun, Host
-from relay.logfields import fields
+from relay.logfields import fields, of_error
 from relay.presence import Presence
 from relay.protocol import (
     RelayState,
@@ -48,11 +44,12 @@ from relay.publishing.clock import StoreClock
 from relay.publishing.fleet import Membership
 from relay.publishing.leases import Leases
 from relay.publishing.levels import Levels
-from relay.publishing.logs import Log, Reporter, Swallowed
+from relay.publishing.logs import Log, Reporter, Sender, Swallowed
 from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
 from relay.publishing.options import PublisherOptions
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
+from relay.publishing.signing import Signer, load_key
 from relay.publishing.states import Terminal
 from relay.publishing.storewatch import STORE_WAIT_SHARE, StoreWatch
 from relay.store import ProfileGrant, RelayConfig
@@ -69,8 +66,13 @@ from relay.store.contract import (
 )
 from relay.store.records import PassRows, PassView
 
+# `load_key` moved to `signing`; pairing and the tests still import it from here.
+__all__ = ["Accepted", "PublisherStore", "RelayPublisher", "load_key"]
 # The name predates this module's move into `publishing/`; operators filter on it.
 logger = logging.getLogger("relay.publisher")
+# What a relay that refuses viewed acknowledgements or session-started events (404) means.
+VIEWED_UNSUPPORTED = "Live Activities clear only from the app"
+STARTED_UNSUPPORTED = "devices refresh on their own schedule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,14 +99,6 @@ class PublisherStore(
     """Every aggregate a publisher reads or writes: all but presence (`Presence` reads that)."""
 
 
-def load_key(pem: str) -> Ed25519PrivateKey:
-    """The publisher's Ed25519 key from its PKCS#8 PEM."""
-    key = load_pem_private_key(pem.encode(), password=None)
-    if not isinstance(key, Ed25519PrivateKey):
-        raise CorruptStateError("Talaria publisher key must be an Ed25519 private key")
-    return key
-
-
 class RelayPublisher:
     """Publishes one registration's profiles; `await initialize()` before anything else."""
 
@@ -126,20 +120,13 @@ class RelayPublisher:
         """`clock` is this process's wall clock; `store_clock` the time base shared with the
         other replicas and `store_watch` the store's answers (a service's publishers share both;
         by default their own); `options` its lease, heartbeat and pacing (`PublisherOptions`)."""
-        options = options or PublisherOptions()
+        self._options = options = options or PublisherOptions()
         lease_s = options.lease_s
-        self.config = config
         self._store = store
         self._host = host
-        self._client = client
         self._presence = presence
         self._clock = clock
         self._report = Reporter(log, logger, owner)
-        self._new_id = options.new_id
-        self._background = options.background
-        self._key: Ed25519PrivateKey | None = None
-        self._following = asyncio.Lock()
-        self._disabled: set[str] = set()
         # Only what this process saw, for the operator page: why a profile was disabled (by
         # profile_id) and each profile's last accepted snapshot (by profile name).
         self.disabled: dict[str, str] = {}
@@ -148,11 +135,12 @@ class RelayPublisher:
         self._identities: dict[str, str | None] | None = None
         self._swallowed = Swallowed(self._report)
         self._time = store_clock or StoreClock(clock, lease_s=lease_s, report=self._report)
+        self._signer = Signer(config, store, client, self._time)
         # The owner names this replica's claims and runs: shared by a service's publishers, so a
         # swap keeps them.
         self._leases = Leases(owner, math.ceil(lease_s * 1000), self._time.time, self._time.ticks)
         watch = self._watch = store_watch or StoreWatch(STORE_WAIT_SHARE * lease_s, self._report)
-        self._runs = HostedRuns(store, host, self._leases, self._swallowed, self._time.time, watch)
+        self._runs = HostedRuns(store, host, self._leases, self._swallowed, watch)
         self._loop = PassLoop(
             self._pass,
             report=self._report,
@@ -165,21 +153,22 @@ class RelayPublisher:
         self._fleet = Membership(store, self._leases, self._time, self._loop, self._report)
         self._runs.fleet_row = self._fleet.member
         self._loop.on_backoff = self._fleet.failed
-        self._outbox = Outbox(store, host, self._put, self._publishes, self._report, self._leases)
-        self._announcements = Announcements(
-            store,
-            host,
-            self._put,
-            leases=self._leases,
-            swallowed=self._swallowed,
-            report=self._report,
-        )
+        sender = functools.partial(Sender, self._signer.put, self._report)
+        viewed = sender("acknowledgements", "viewed acknowledgement", VIEWED_UNSUPPORTED)
+        self._outbox = Outbox(store, host, viewed, self._leases, self._publishes)
+        started = sender("announcements", "session-started event", STARTED_UNSUPPORTED)
+        self._announcements = Announcements(store, host, started, self._leases, self._swallowed)
         # A pass's one read, and its one write: the rows this replica publishes, and the
         # revisions allocated for them, handed out as the profiles' states are built.
         self._view: PassView | None = None
         self._rows: PassRows | None = None
         self._revisions: Iterator[int] = iter(())
         self._levels = Levels(store)
+
+    @property
+    def config(self) -> RelayConfig:
+        """The registration published (another replica's newer one once adopted)."""
+        return self._signer.config
 
     @property
     def terminal(self) -> dict[str, Terminal]:
@@ -193,7 +182,7 @@ class RelayPublisher:
 
     async def initialize(self) -> None:
         """Load the key; start the started-ledger floors now, so the chat that wakes us is new."""
-        self._key = load_key(await self._store.load_key(self.config.key_ref))
+        await self._signer.load()
         with contextlib.suppress(Exception):  # the first pass tracks them, and reports a failure
             if not self._time.asked:
                 # The store's clock first (one read, once a process): a floor set on a wall clock
@@ -214,7 +203,7 @@ class RelayPublisher:
     async def start(self, publish_initial: bool = True) -> None:
         if self._loop.running or self._loop.stopped:
             return
-        if self._background:
+        if self._options.background:
             self._loop.start()
         if publish_initial or await self._store.pending_deleted():
             self.changed()
@@ -241,11 +230,9 @@ class RelayPublisher:
         await self._loop.flush()
 
     def note_terminal(self, run: ActiveRun, phase: str) -> None:
-        sid = run.session_id.strip()
-        if not sid:
-            return
-        self._runs.ended(run, phase)
-        self.changed()
+        if run.session_id.strip():
+            self._runs.ended(run, phase)
+            self.changed()
 
     def mark_viewed(self, session_id: str, profile: str | None) -> None:
         """Queue an acknowledgement, sent after the snapshot carrying the session's outcome."""
@@ -269,8 +256,7 @@ class RelayPublisher:
         self._identities = {}
         try:
             ready = await self._outbox.ready(self.config, claim=self._view.deleted)
-            self._rows = await self._runs.sync()
-            self._revisions = iter(self._rows.revisions)
+            await self._write()
             try:
                 await self.publish_snapshot(isolate_permanent=True)
             finally:
@@ -283,6 +269,10 @@ class RelayPublisher:
             self._view, self._rows, self._revisions = None, None, iter(())
             self._swallowed.settle()
 
+    async def _write(self) -> None:
+        self._rows = await self._runs.sync()
+        self._revisions = iter(self._rows.revisions)
+
     async def _read_view(self, following: bool = True) -> PassView:
         """The pass's view; after adopting another replica's registration, that one's."""
         grants, owner, sent = self.config.profiles, self._leases.owner, self._time.ticks()
@@ -291,31 +281,8 @@ class RelayPublisher:
         view = await self._watch.call(reading)
         self._time.read(sent, self._time.ticks(), view.store_ms)
         if following and view.generation not in (None, self.config.generation):
-            return await self._read_view(False) if await self._follow_registration() else view
+            return await self._read_view(False) if await self._signer.follow() else view
         return view
-
-    async def _follow_registration(self, refused: int | None = None) -> bool:
-        """Adopt a registration another replica saved (a new key or profile); whether one was.
-
-        `refused`: the generation a request the relay refused (401) was signed under. Requests
-        side by side may all be refused at once: the first adopts the new registration, the
-        others find it adopted and need not read the store again.
-        """
-        async with self._following:  # one swap at a time; held over store reads, never a PUT
-            if refused is not None and refused != self.config.generation:
-                return True
-            latest = await self._store.load_config()
-            # Another relay is another registration: the service swaps publishers for that.
-            if (
-                latest is None
-                or latest.generation == self.config.generation
-                or latest.url != self.config.url
-            ):
-                return False
-            key = load_key(await self._store.load_key(latest.key_ref))
-            # Key and config change together, with no await between: a PUT signs with a pair.
-            self._key, self.config = key, latest
-            return True
 
     # ── snapshots ─────────────────────────────────────────────────────────────
 
@@ -330,8 +297,7 @@ class RelayPublisher:
             # Frozen or held up past the rows' leases since they were written: another replica
             # may publish some of them by now. Write again; what the store says now is sent.
             if self._rows is not None:  # in a pass; outside one, each build writes anew
-                self._rows = await self._runs.sync()
-                self._revisions = iter(self._rows.revisions)
+                await self._write()
             built = await self._build_all()
             if self._runs.lapsing():
                 raise StoreUnavailableError(
@@ -353,7 +319,6 @@ class RelayPublisher:
             raise failed[0][2]
         permanent, backoff = fanout.sort_out(failed)
         for profile, profile_id, error in permanent:
-            self._disabled.add(profile_id)
             status = error.status if isinstance(error, RelayHttpError) else None
             self.disabled[profile_id] = f"the relay refused its snapshot for good (HTTP {status})"
             line = f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
@@ -362,41 +327,32 @@ class RelayPublisher:
                     f"; {note}: the relay refuses signatures more than 300s off its own clock, "
                     "check this server's clock (NTP)"
                 )
-            self._report.error(
-                line,
-                fields(
-                    "profile_disabled",
-                    profile=profile,
-                    status=status,
-                    failure=type(error).__name__,
-                ),
-            )
+            # The error names its profile (`_put_snapshot`).
+            self._report.error(line, of_error("profile_disabled", error))
         if backoff:
             raise fanout.longest_wait(backoff)
 
     async def _build_all(self) -> list[tuple[str, str, list[RelayState]]]:
         """Every published profile's states: (profile, profile id, states)."""
-        built: list[tuple[str, str, list[RelayState]]] = []
-        for profile, grant in self.config.profiles.items():
-            if await self._publishes(profile, grant):
-                built.append((profile, grant.profile_id, await self.build_states(profile)))
-        return built
+        return [
+            (profile, grant.profile_id, await self.build_states(profile))
+            for profile, grant in await self._publishing()
+        ]
 
     async def publish_profile(self, profile_id: str, expected_identity: str) -> None:
         """The validation publish of a newly enrolled profile."""
-        for profile, grant in self.config.profiles.items():
-            if grant.profile_id != profile_id:
-                continue
-            current = await self._identity(profile)
-            if grant.identity != expected_identity or current != expected_identity:
-                raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
-            try:
-                built = await self.build_states(profile)
-                await self._send_snapshot(profile, profile_id, built)
-            finally:
-                await self._runs.release()
-            return
-        raise RelayPairingError("Talaria Relay profile enrollment is unavailable", 502)
+        grants = self.config.profiles.items()
+        profile = next((name for name, g in grants if g.profile_id == profile_id), None)
+        if profile is None:
+            raise RelayPairingError("Talaria Relay profile enrollment is unavailable", 502)
+        grant = self.config.profiles[profile]
+        current = await self._identity(profile)
+        if grant.identity != expected_identity or current != expected_identity:
+            raise RelayPairingError("Hermes profile changed during relay enrollment", 409)
+        try:
+            await self._send_snapshot(profile, profile_id, await self.build_states(profile))
+        finally:
+            await self._runs.release()
 
     async def _send_snapshot(self, profile: str, profile_id: str, built: list[RelayState]) -> None:
         """One profile's snapshot; sent again without alertEligible if the relay refuses it."""
@@ -419,9 +375,11 @@ class RelayPublisher:
     async def _put_snapshot(
         self, profile: str, profile_id: str, built: list[RelayState], *, with_eligibility: bool
     ) -> None:
-        body = snapshot_body(f"webui:{self._new_id()}", built, with_eligibility=with_eligibility)
+        body = snapshot_body(
+            f"webui:{self._options.new_id()}", built, with_eligibility=with_eligibility
+        )
         try:
-            await self._put(snapshot_path(self.config.publisher_id, profile_id), body)
+            await self._signer.put(snapshot_path(self.config.publisher_id, profile_id), body)
         except RelayRequestError as error:
             metrics.count("snapshots", error)
             error.profile = error.profile or profile
@@ -447,11 +405,17 @@ class RelayPublisher:
             revisions += await self._store.allocate_revisions(len(planned) - len(revisions), now_ms)
         return states.states(planned, revisions, eligible=eligible)
 
+    async def _publishing(self) -> list[tuple[str, ProfileGrant]]:
+        profiles = self.config.profiles.items()
+        return [
+            (profile, grant) for profile, grant in profiles if await self._publishes(profile, grant)
+        ]
+
     async def _publishes(self, profile: str, grant: ProfileGrant) -> bool:
         """Whether the profile is still the one enrolled (not recreated) and not disabled."""
         if grant.identity and await self._identity(profile) != grant.identity:
             return False
-        return grant.profile_id not in self._disabled
+        return grant.profile_id not in self.disabled
 
     async def _identity(self, profile: str) -> str | None:
         """The profile's identity, None when the profile is gone or its identity unreadable."""
@@ -472,29 +436,4 @@ class RelayPublisher:
 
     async def publish_started(self) -> None:
         """Announce each newly seen session once, oldest first, to its own profile's scope."""
-        publishing = [
-            (profile, grant)
-            for profile, grant in self.config.profiles.items()
-            if await self._publishes(profile, grant)
-        ]
-        await self._announcements.publish(self.config, publishing, self._view)
-
-    # ── helpers ───────────────────────────────────────────────────────────────
-
-    async def _put(self, path: str, body: bytes) -> None:
-        if self._key is None:
-            raise RuntimeError("RelayPublisher.initialize() was not awaited")
-        key, key_id, generation = self._key, self.config.key_id, self.config.generation
-        try:
-            try:
-                await self._client.put(path, body, key=key, key_id=key_id)
-            except RelayHttpError as error:
-                # Another replica may have re-registered: the old key's 401 is no reason to stop.
-                if error.status != 401 or not await self._follow_registration(generation):
-                    raise
-                await self._client.put(path, body, key=self._key, key_id=self.config.key_id)
-        except RelayHttpError as error:
-            if error.status == 401 and (note := self._time.note()):
-                # A refused signature from a server whose clock is far off: say so, not only 401.
-                error.args = (f"{error}; {note}",)
-            raise
+        await self._announcements.publish(self.config, await self._publishing(), self._view)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from relay.errors import RelayError
@@ -34,40 +35,31 @@ class RunStore(RunStates, LeaseWatch, Passes, Protocol):
     """The aggregates this side reads and writes."""
 
 
+@dataclass(eq=False)
 class HostedRuns:
     """The turns this replica hosts, their outcomes, and its leases on their rows."""
 
-    def __init__(
-        self,
-        store: RunStore,
-        host: Host,
-        leases: Leases,
-        swallowed: Swallowed,
-        clock: Callable[[], float],
-        watch: StoreWatch,
-    ) -> None:
-        self._store = store
-        self._watch = watch
-        self._host = host
-        self._leases = leases
-        self._swallowed = swallowed
-        self._clock = clock
-        # Outcomes not yet published, by session: kept for the retention, as upstream.
-        self.terminal: dict[str, Terminal] = {}
-        # What each hosted session's turn was last offered as: re-offered while its metadata is
-        # unreadable, since a live turn left out of a sync ends as failed.
-        self.offered: dict[str, RunState] = {}
-        # When the last write asked for the leases on the rows it returned (`Leases.asking`).
-        self._asked = -math.inf
-        # This replica's fleet row at a time, carried by each pass's write (the publisher's).
-        self.fleet_row: Callable[[int], FleetMember | None] = lambda now_ms: None
+    store: RunStore
+    host: Host
+    leases: Leases
+    swallowed: Swallowed
+    watch: StoreWatch
+    # Outcomes not yet published, by session: kept for the retention, as upstream.
+    terminal: dict[str, Terminal] = field(default_factory=dict, init=False)
+    # What each hosted session's turn was last offered as: re-offered while its metadata is
+    # unreadable, since a live turn left out of a sync ends as failed.
+    offered: dict[str, RunState] = field(default_factory=dict, init=False)
+    # This replica's fleet row at a time, carried by each pass's write (the publisher's).
+    fleet_row: Callable[[int], FleetMember | None] = lambda now_ms: None
+    # When the last write asked for the leases on the rows it returned (`Leases.asking`).
+    _asked: float = field(default=-math.inf, init=False)
 
     def inherit(self, previous: HostedRuns) -> None:
         self.terminal.update(previous.terminal)
         self.offered.update(previous.offered)
 
     def ended(self, run: ActiveRun, phase: str) -> None:
-        self.terminal[run.session_id.strip()] = Terminal(run, phase, self._clock())
+        self.terminal[run.session_id.strip()] = Terminal(run, phase, self.leases.clock())
 
     async def sync(self) -> PassRows:
         """Tell the others what this replica hosts; the rows it publishes (its own, taken over),
@@ -78,12 +70,12 @@ class HostedRuns:
         allocates revisions anew; those of the earlier tries are never used, a gap the relay
         does not mind: revisions only have to rise).
         """
-        now = self._clock()
+        now = self.leases.clock()
         self.terminal = states.retained(self.terminal, now)
         hosted = []
-        owner = self._leases.owner
+        owner = self.leases.owner
         offered: dict[str, RunState] = {}
-        for row in states.session_runs(await self._host.active_runs(), self.terminal):
+        for row in states.session_runs(await self.host.active_runs(), self.terminal):
             meta = await self._meta(row.session_id)
             if meta is not None:
                 run = states.run_state(row, meta, owner, now)
@@ -96,14 +88,14 @@ class HostedRuns:
         clock = asyncio.get_running_loop().time
         give_up = clock() + REQUEST_TIMEOUT_S + 1
         while True:
-            now_ms = self._leases.now_ms()
-            self._asked = self._leases.asking()
-            written = await self._watch.call(
-                self._store.pass_write(
+            now_ms = self.leases.now_ms()
+            self._asked = self.leases.asking()
+            written = await self.watch.call(
+                self.store.pass_write(
                     owner,
                     hosted,
                     now_ms,
-                    lease_ms=self._leases.lease_ms,
+                    lease_ms=self.leases.lease_ms,
                     retention_ms=TERMINAL_RETENTION_S * 1000,
                     member=self.fleet_row(now_ms),
                 )
@@ -115,27 +107,27 @@ class HostedRuns:
     def lapsing(self) -> bool:
         """Whether the rows of the last write may have been taken by another replica by the time a
         request started now ends: past their trust window, they are not sent (`Leases`)."""
-        return self._leases.lapsing(self._asked)
+        return self.leases.lapsing(self._asked)
 
     async def release(self) -> None:
         # Unreleased, the rows wait for their lease instead: slower for another replica, no loss.
         with contextlib.suppress(RelayError):
-            await self._watch.call(self._store.release_runs(self._leases.owner))
+            await self.watch.call(self.store.release_runs(self.leases.owner))
 
     async def keep_alive(self) -> float | None:
         """Renew this replica's runs; seconds until another replica's lease ends, if one does."""
-        now_ms = self._leases.now_ms()
-        ends = await self._watch.call(
-            self._store.keep_alive(self._leases.owner, now_ms, self._leases.lease_ms)
+        now_ms = self.leases.now_ms()
+        ends = await self.watch.call(
+            self.store.keep_alive(self.leases.owner, now_ms, self.leases.lease_ms)
         )
         # A millisecond past the end: the pass then finds the lease ended, not about to end.
         return None if ends is None else (max(ends - now_ms, 0) + 1) / 1000
 
     async def _meta(self, session_id: str) -> SessionMeta | None:
         # One unreadable session must not sink the snapshot.
-        return await self._swallowed.call(
+        return await self.swallowed.call(
             "session_meta",
-            lambda: self._host.session_meta(session_id),
+            lambda: self.host.session_meta(session_id),
             None,
             "sessions without metadata are left out of snapshots",
         )

@@ -42,17 +42,6 @@ class SessionRun:
     terminal: Terminal | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Draft:
-    """A row before its revision is allocated."""
-
-    session_id: str
-    stream_id: str | None
-    title: str
-    phase: str
-    updated_at: int
-
-
 def retained(terminal: Mapping[str, Terminal], now: float) -> dict[str, Terminal]:
     """The terminal runs still within their retention at `now`."""
     cutoff = now - TERMINAL_RETENTION_S
@@ -132,13 +121,16 @@ def same_turn(offered: RunState | None, row: SessionRun) -> RunState | None:
     return replace(offered, phase=row.terminal.phase, updated_at=ended)
 
 
-def drafts(runs: Iterable[RunState], now_ms: int) -> list[Draft]:
-    """The rows of one profile's sessions, most recent first, as many as the relay takes.
+def drafts(runs: Iterable[RunState], now_ms: int) -> list[RelayState]:
+    """The rows of one profile's sessions, most recent first, as many as the relay takes, each
+    with revision 0 until `states` gives it one.
 
     A live run is published as of now; a finished one as of when it ended.
     """
     built = [
-        Draft(r.session_id, r.stream_id, r.title, r.phase, r.updated_at if r.terminal else now_ms)
+        RelayState(
+            r.session_id, r.stream_id, 0, r.title, r.phase, r.updated_at if r.terminal else now_ms
+        )
         for r in runs
     ]
     # The relay takes 500 rows at most: keep the most recent (a stable sort keeps ties in order).
@@ -147,12 +139,12 @@ def drafts(runs: Iterable[RunState], now_ms: int) -> list[Draft]:
 
 
 def states(
-    planned: Sequence[Draft], revisions: Sequence[int], *, eligible: bool
+    planned: Sequence[RelayState], revisions: Sequence[int], *, eligible: bool
 ) -> list[RelayState]:
     """The drafts with their revisions; a row whose eventId the relay would refuse is left out."""
     built = [
-        RelayState(d.session_id, d.stream_id, revision, d.title, d.phase, d.updated_at, eligible)
-        for d, revision in zip(planned, revisions, strict=True)
+        replace(draft, revision=revision, alert_eligible=eligible)
+        for draft, revision in zip(planned, revisions, strict=True)
     ]
     # An eventId over the relay's limit would fail the whole snapshot.
     return [state for state in built if len(state.event_id) <= MAX_ID]

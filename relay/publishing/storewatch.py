@@ -17,6 +17,7 @@ import itertools
 import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from relay.errors import StoreUnavailableError
@@ -30,18 +31,15 @@ T = TypeVar("T")
 STORE_WAIT_SHARE = 0.2
 
 
+@dataclass(eq=False)
 class StoreWatch:
     """The store's answers as this replica saw them; one per service, shared by its publishers."""
 
-    def __init__(
-        self,
-        wait_s: float,
-        report: Reporter,
-        ticks: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.wait_s = wait_s
-        self._report = report
-        self._ticks = ticks
+    wait_s: float
+    report: Reporter
+    ticks: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
         self._tokens = itertools.count()
         # Calls in flight, by token: when each began.
         self._calls: dict[int, float] = {}
@@ -55,37 +53,35 @@ class StoreWatch:
     async def call(self, awaitable: Awaitable[T]) -> T:
         """`await awaitable`, a store call, noting whether the store answered it."""
         token = next(self._tokens)
-        began = self._ticks()
+        began = self.ticks()
         self._calls[token] = began
         if self._since is None:
             self._since = began
         self._arm()
+        # Whether the store answered; any error but these is its answer (a refusal, a bad row).
+        heard: bool | None = True
         try:
-            result = await awaitable
+            return await awaitable
         except StoreUnavailableError:
-            del self._calls[token]
-            self.unanswered()
+            heard = False
             raise
         except asyncio.CancelledError:
-            # A cancel says nothing of the store.
+            heard = None  # a cancel says nothing of the store
+            raise
+        finally:
             del self._calls[token]
-            if not self._calls and not self._failed:
+            if heard:
+                self.answered()
+            elif heard is False:
+                self.unanswered()
+            elif not self._calls and not self._failed:
                 self._since = None
-            raise
-        except BaseException:
-            # Any other error is the store's answer (a refusal, a bad row).
-            del self._calls[token]
-            self.answered()
-            raise
-        del self._calls[token]
-        self.answered()
-        return result
 
     def answered(self) -> None:
         """The store answered a call: the silence, if any, is over (said once)."""
         if self._warned:
             silent = self.silent_s()
-            self._report.info(
+            self.report.info(
                 f"[relay] Talaria relay store answers again after {silent or 0.0:.1f}s",
                 fields("store_recovered", retry_in=silent),
             )
@@ -97,7 +93,7 @@ class StoreWatch:
         """A call was given up without an answer (unavailable, past its bounded wait)."""
         self._failed = True
         if self._since is None:
-            self._since = self._ticks()
+            self._since = self.ticks()
         self.check()
 
     def silent_s(self) -> float | None:
@@ -105,7 +101,7 @@ class StoreWatch:
         call in flight counts from its start: a few milliseconds are normal)."""
         if self._since is None:
             return None
-        return max(self._ticks() - self._since, 0.0)
+        return max(self.ticks() - self._since, 0.0)
 
     @property
     def silent(self) -> bool:
@@ -120,7 +116,7 @@ class StoreWatch:
         if silent is not None and silent >= self.wait_s and not self._warned:
             self._warned = True
             silent = self.silent_s() or 0.0
-            self._report.warning(
+            self.report.warning(
                 f"[relay] Talaria relay store has not answered for {silent:.1f}s "
                 f"(calls wait {self.wait_s:.1f}s at most); this replica's leases lapse "
                 "unless it answers again",
@@ -142,6 +138,6 @@ class StoreWatch:
             if self._calls and not self._warned:
                 self._arm()
 
-        oldest = min(self._calls.values(), default=self._ticks())
-        delay = max(oldest + self.wait_s - self._ticks(), 0.0) + 0.001
+        oldest = min(self._calls.values(), default=self.ticks())
+        delay = max(oldest + self.wait_s - self.ticks(), 0.0) + 0.001
         self._timer = loop.call_later(delay, fire)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -70,17 +71,12 @@ class ThreadedRelayService:
         """`store_url` as `open_store` takes it (None: `TALARIA_RELAY_STORE_URL`, else the
         embedded SQLite file); `options` are `RelayService`'s (`relay_url`, `owner`,
         `publishing=PublisherOptions(lease_s=…)`, …)."""
-        if not isinstance(timeout, int | float) or not isfinite(timeout) or timeout <= 0:
-            raise InvalidInputError("timeout must be a positive number of seconds")
+        self.timeout = _seconds(timeout)
         if type(host_threads) is not int or not 1 <= host_threads <= 64:
             raise InvalidInputError("host_threads must be an integer in 1..64")
         if "store" in options or "host" in options:
             raise InvalidInputError("pass the store as a URL and the host positionally")
-        self.timeout = float(timeout)
-        self._url = store_url
-        self._host = host
-        self._host_threads = host_threads
-        self._options = options
+        self._runtime_for_here = functools.partial(Runtime, store_url, host, host_threads, options)
         self._lock = threading.Lock()
         self._runtime: Runtime | None = None
         self._stopped = False
@@ -99,7 +95,6 @@ class ThreadedRelayService:
     ) -> dict[str, Any]:
         """`POST /api/talaria/relay/pair`: register the server, or enroll another profile;
         `operator` (required) as `RelayService.pair`."""
-        self._started = True  # a publisher runs after it: a forked child resumes it
         return self._call("pair", lambda s: s.pair(body, profile, operator=operator), timeout)
 
     def update_presence(
@@ -193,8 +188,7 @@ class ThreadedRelayService:
             if self._runtime is None or self._runtime.pid != os.getpid():
                 if self._runtime is not None:  # forked without our hook (it always runs)
                     _ABANDONED.append(self._runtime)
-                options = self._options.copy()
-                self._runtime = Runtime(self._url, self._host, self._host_threads, options)
+                self._runtime = self._runtime_for_here()
                 # The app may forget to stop it; a daemon thread would die mid-transaction.
                 atexit.register(self.stop)
             return self._runtime
@@ -202,9 +196,7 @@ class ThreadedRelayService:
     def _call(
         self, name: str, action: Callable[[RelayService], Awaitable[T]], timeout: float | None
     ) -> T:
-        wait = self.timeout if timeout is None else timeout
-        if not isinstance(wait, int | float) or not isfinite(wait) or wait <= 0:
-            raise InvalidInputError("timeout must be a positive number of seconds")
+        wait = _seconds(self.timeout if timeout is None else timeout)
         if name not in ("start", "health", "unpair"):
             # The thread starts on first use, and the service with it: a threaded app that
             # forgot `start()` publishes from its first call on (the async service raises).
@@ -222,6 +214,12 @@ class ThreadedRelayService:
         if self._started and not self._stopped:
             # Started in the parent, so started here: the child publishes its own sessions.
             self._runtime_here().boot(lambda s: s.start()).add_done_callback(_report_restart)
+
+
+def _seconds(timeout: float) -> float:
+    if not isinstance(timeout, int | float) or not isfinite(timeout) or timeout <= 0:
+        raise InvalidInputError("timeout must be a positive number of seconds")
+    return float(timeout)
 
 
 def _started_first(

@@ -22,7 +22,7 @@ from relay.errors import CallTimeoutError, RelayError, ServiceStoppedError
 from relay.host import Host
 from relay.logfields import fields, of_error
 from relay.service import RelayService, ServiceOptions
-from relay.store import RelayStore, open_store
+from relay.store import open_store
 from relay.threaded.host import OffLoopHost, SyncHost, is_async_host
 
 logger = logging.getLogger("relay.threaded")
@@ -44,9 +44,8 @@ class Runtime:
         self.host: Host = (
             host if is_async_host(host) else OffLoopHost(cast(SyncHost, host), self.pool)
         )
-        self.store: RelayStore | None = None
         self.service: RelayService | None = None
-        self._opening: asyncio.Lock | None = None
+        self._opening = asyncio.Lock()
         self._calls: set[asyncio.Task[Any]] = set()
         # Set but while a restart after fork runs: calls wait for it, so they see its publisher.
         self._booted = asyncio.Event()
@@ -80,8 +79,6 @@ class Runtime:
     async def opened(self) -> RelayService:
         """The service, its store opened on first use (a failed open is tried again next time)."""
         if self.service is None:
-            if self._opening is None:
-                self._opening = asyncio.Lock()
             async with self._opening:
                 if self.service is None:
                     store = await open_store(self._url)
@@ -90,7 +87,6 @@ class Runtime:
                     except BaseException:
                         await store.close()
                         raise
-                    self.store = store
         return self.service
 
     def changed(self) -> None:
@@ -169,12 +165,11 @@ class Runtime:
             for task in list(self._calls):
                 task.cancel()
             await asyncio.gather(*self._calls, return_exceptions=True)
-            try:
-                if self.service is not None:
+            if self.service is not None:
+                try:
                     await self.service.stop()
-            finally:
-                if self.store is not None:
-                    await self.store.close()
+                finally:
+                    await self.service.store.close()
 
         try:
             asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout * 0.8)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from relay.protocol import TERMINAL_PHASES
-from relay.testing.devrelay.validation import StateInput
+from relay.testing.devrelay.validation import StartedInput, StateInput
 
 LEASE_MS = 3 * 60_000
 TERMINAL_MS = 15 * 60_000
@@ -29,22 +29,14 @@ def wire(record: Any) -> dict[str, Any]:
     return {camel(name): value for name, value in asdict(record).items()}
 
 
-@dataclass(frozen=True, slots=True)
-class SessionRow:
-    """A session's current state as one relay user sees it."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionRow(StateInput):
+    """A session's current state as one relay user sees it: the state that wrote it (its
+    `alert_eligible` as its run inherits it), and what the relay keeps beside it."""
 
     user_id: str
     publisher_id: str
     profile_id: str
-    session_id: str
-    stream_id: str | None
-    event_id: str
-    revision: int
-    title: str
-    phase: str
-    updated_at: int | float
-    deep_link: str
-    alert_eligible: bool | None  # None: omitted, which means eligible
     run_key: str
     expires_at: int
     terminal_expires_at: int | None
@@ -79,13 +71,10 @@ class KeyInfo:
     revoked_at: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StartedEvent:
-    publisher_id: str
-    profile_id: str
-    session_id: str
-    event_id: str
-    started_at: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartedEvent(StartedInput):
+    """A session-started announcement as the relay accepted it."""
+
     received_at: int
 
 
@@ -143,10 +132,8 @@ class Grant:
             self.rows[state.session_id] = replace(current, expires_at=expires_at, received_at=now)
             return
         terminal = state.phase in TERMINAL_PHASES
-        same_run = current is not None and (current.phase, current.stream_id) == (
-            state.phase,
-            state.stream_id,
-        )
+        run = (state.phase, state.stream_id)
+        same_run = current is not None and (current.phase, current.stream_id) == run
         # Ineligibility belongs to the transition that carried it: same-phase updates inherit it.
         inherit = current is not None and same_run and current.alert_eligible is False
         alert_eligible = False if inherit else state.alert_eligible
@@ -165,9 +152,9 @@ class Grant:
         else:
             expires_at, terminal_at = now + LEASE_MS, None
         row = SessionRow(
-            self.user_id, self.publisher_id, self.profile_id, state.session_id, state.stream_id,
-            state.event_id, state.revision, state.title, state.phase, state.updated_at,
-            state.deep_link, alert_eligible, run_key, expires_at, terminal_at, now,
+            **asdict(replace(state, alert_eligible=alert_eligible)), user_id=self.user_id,
+            publisher_id=self.publisher_id, profile_id=self.profile_id, run_key=run_key,
+            expires_at=expires_at, terminal_expires_at=terminal_at, received_at=now,
         )  # fmt: skip
         if terminal:
             self._record_completion(row)
@@ -185,11 +172,8 @@ class Grant:
         elif row.revision > existing.revision:
             # A heartbeat advances the revision without becoming a new outcome; a corrected
             # result keeps the run's identity and its acknowledgement.
-            same = (row.phase, row.title, row.deep_link) == (
-                existing.phase,
-                existing.title,
-                existing.deep_link,
-            )
+            outcome = (row.phase, row.title, row.deep_link)
+            same = outcome == (existing.phase, existing.title, existing.deep_link)
             self.completions[key] = replace(
                 existing,
                 revision=row.revision,
@@ -201,13 +185,11 @@ class Grant:
 
     def acknowledge(self, session_id: str, through: int) -> int:
         """Acknowledge the session's pending completions with `updatedAt <= through`; how many."""
-        count = 0
-        for key, completion in list(self.completions.items()):
-            if (
-                completion.session_id == session_id
-                and not completion.acknowledged
-                and completion.updated_at <= through
-            ):
-                self.completions[key] = replace(completion, acknowledged=True)
-                count += 1
-        return count
+        pending = [
+            key
+            for key, c in self.completions.items()
+            if c.session_id == session_id and not c.acknowledged and c.updated_at <= through
+        ]
+        for key in pending:
+            self.completions[key] = replace(self.completions[key], acknowledged=True)
+        return len(pending)

@@ -1,4 +1,5 @@
-"""What the dev relay holds, and what tests set up (invitations, faults) and read back."""
+"""What the dev relay holds, what tests set up (invitations, faults) and read back, and the
+checks every signed request passes: signature, clock skew, key, nonce."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from relay.errors import InvalidInputError
-from relay.protocol import b64url
+from relay.protocol import JS_WHITESPACE, b64url, canonical_string
 from relay.testing.devrelay.records import (
     Completion,
     Grant,
@@ -23,16 +25,27 @@ from relay.testing.devrelay.records import (
     ViewedAck,
     wire,
 )
-from relay.testing.devrelay.routes import ROUTES
-from relay.testing.devrelay.validation import b64url_decode
+from relay.testing.devrelay.validation import ROUTES, b64url_decode, header_integer, utf16_len
 
 DEFAULT_USER = "usr_dev"
 INVITATION_TTL_MS = 10 * 60_000
 # A fault whose request is handled as usual, only answered late.
 SLOW = 0
+NONCE_WINDOW_MS = 10 * 60_000
+TIMESTAMP_SKEW_S = 5 * 60
 # The requests a dev relay keeps by default, newest last: a dev relay left running through a day
 # of development would otherwise keep every snapshot it was ever sent.
 KEEP_REQUESTS = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Auth:
+    """Who signed a request (§2.3), and when the relay received it."""
+
+    owner_user_id: str
+    key_id: str
+    nonce: str
+    received_at: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,3 +238,68 @@ class RelayState:
             for grant in self._grants.values()
             if (grant.publisher_id, grant.profile_id) == (publisher_id, profile_id)
         ]
+
+    # ── signed requests (§2.3): who signed one, and whether that publisher may write ──
+
+    def _authenticate(
+        self, method: str, path: str, headers: Mapping[str, str], text: str, publisher_id: str
+    ) -> Auth | None:
+        """The signature check of §2.3, over the raw path and the body text; None means 401."""
+        key_id, nonce, timestamp, signature = (
+            headers.get(f"x-talaria-{name}", "").strip(JS_WHITESPACE)
+            for name in ("key-id", "nonce", "timestamp", "signature")
+        )
+        if not (key_id and nonce and timestamp and signature) or utf16_len(nonce) > 128:
+            return None
+        seconds = header_integer(timestamp)
+        now = self._clock()
+        if seconds is None or abs(now - seconds) > TIMESTAMP_SKEW_S:
+            return None
+        key = self._keys.get(key_id)
+        publisher = self._publishers.get(publisher_id)
+        if key is None or publisher is None or key.publisher_id != publisher_id:
+            return None
+        if publisher.owner_user_id != key.owner_user_id or not publisher.enabled:
+            return None
+        if key.revoked_at is not None:
+            return None
+        # The relay hashes the body as decoded text, re-encoded: the same bytes for UTF-8 bodies.
+        message = canonical_string(method.upper(), path, timestamp, nonce, text.encode("utf-8"))
+        try:
+            public = Ed25519PublicKey.from_public_bytes(b64url_decode(key.public_key))
+            public.verify(b64url_decode(signature), message)
+        except (ValueError, InvalidSignature):
+            return None
+        return Auth(key.owner_user_id, key_id, nonce, math.floor(now * 1000))
+
+    def _authorize(
+        self, auth: Auth, publisher_id: str, profile_id: str
+    ) -> tuple[list[Grant], str | None]:
+        """Nonce bookkeeping and key activation; the profile's grants, or why there are none.
+
+        As in the relay's mutation, a request whose profile has no grant still spends its nonce
+        and activates its key: only `replay` leaves everything as it was. The mutation checks the
+        key and the publisher again; here nothing can change them after `_authenticate`.
+        """
+        key = self._keys[auth.key_id]
+        now = auth.received_at
+        self._nonces = {k: expiry for k, expiry in self._nonces.items() if expiry > now}
+        nonce_key = (auth.owner_user_id, publisher_id, auth.nonce)
+        if nonce_key in self._nonces:
+            return [], "replay"
+        if key.activated_at is None:
+            for other in list(self._keys.values()):
+                if (other.owner_user_id, other.publisher_id) != (key.owner_user_id, publisher_id):
+                    continue
+                if other.key_id == key.key_id:
+                    self._keys[other.key_id] = replace(other, activated_at=now)
+                elif other.revoked_at is None:
+                    self._keys[other.key_id] = replace(other, revoked_at=now)
+        self._nonces[nonce_key] = now + NONCE_WINDOW_MS
+        grants = [
+            grant
+            for grant in self._grants.values()
+            if (grant.owner_user_id, grant.publisher_id, grant.profile_id)
+            == (auth.owner_user_id, publisher_id, profile_id)
+        ]
+        return grants, None if grants else "unauthorized"

@@ -24,21 +24,11 @@ from relay.protocol import (
     MAX_SAFE_INTEGER,
     MAX_SNAPSHOT_STATES,
     MAX_TITLE,
+    PHASES,
 )
 
 MAX_BODY_CHARS = 512 * 1024
-PHASES = frozenset(
-    {
-        "starting",
-        "running",
-        "waiting_for_approval",
-        "waiting_for_input",
-        "completed",
-        "failed",
-        "cancelled",
-        "stale",
-    }
-)
+ROUTES = ("publisher_redeem", "profile_redeem", "snapshot", "viewed", "started")
 STARTED_KEYS = ("eventId", "profileId", "publisherId", "sessionId", "startedAt", "version")
 
 JsonObject = dict[str, Any]
@@ -95,16 +85,12 @@ _BASES = {"x": 16, "o": 8, "b": 2}
 
 def header_integer(text: str) -> int | None:
     """`Number(text)` when it is an integer (the timestamp header), else None."""
-    number: float
-    if _DECIMAL.fullmatch(text):
-        number = float(text)
-    elif match := _RADIX.fullmatch(text):
+    if match := _RADIX.fullmatch(text):
         try:
             return int(match[2], _BASES[match[1].lower()])
         except ValueError:
             return None
-    else:
-        return None
+    number = float(text) if _DECIMAL.fullmatch(text) else math.nan
     return int(number) if math.isfinite(number) and number.is_integer() else None
 
 
@@ -143,6 +129,24 @@ def path_parts(path: str) -> list[str]:
         except UnicodeError:
             return []
     return parts
+
+
+def route_of(method: str, path: str) -> str | None:
+    """Which publisher-facing route a request targets, by shape alone."""
+    if method == "POST" and path == "/v1/pairings/publisher/redeem":
+        return "publisher_redeem"
+    if method == "POST" and path == "/v1/pairings/profile/redeem":
+        return "profile_redeem"
+    if method != "PUT" or not path.startswith("/v1/publishers/"):
+        return None
+    parts = path_parts(path)
+    if len(parts) < 5 or parts[3] != "profiles":
+        return None
+    if len(parts) == 6 and parts[5] == "snapshot":
+        return "snapshot"
+    if len(parts) == 8 and parts[5] == "sessions" and parts[7] in ("viewed", "started"):
+        return parts[7]
+    return None
 
 
 def safe_path(value: str) -> bool:
@@ -285,7 +289,7 @@ class StateInput:
     phase: str
     updated_at: int | float
     deep_link: str
-    alert_eligible: bool | None
+    alert_eligible: bool | None  # None: omitted, which means eligible
 
 
 def parse_state(value: object) -> StateInput | None:
