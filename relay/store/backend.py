@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from relay.store import records
+from relay.store.checks import is_identity
 from relay.store.fleet import FleetMember
 
 # (ref, stored PEM) -> the PEM to store instead; raising leaves every key as it was.
@@ -129,6 +130,21 @@ class ViewReading:
     # The store's clock as the read ran, in Unix ms: a store on a server of its own (Postgres)
     # reports it, for the replicas' one time base; None for a store on this host's clock.
     store_ms: int | None = None
+
+    def view(self, query: ViewQuery) -> records.PassView:
+        """The view of what `query` asked; `InvalidInputError` if what was read is invalid."""
+        # An invalid stored identity is no identity, as a pass reads it: the profile is not
+        # published (`profile_identity` would raise for it).
+        identities = {p: self.identities.get(p) for p in query.profiles}
+        return records.PassView(
+            self.generation,
+            {p: i if is_identity(i) else None for p, i in identities.items()},
+            {p: p in self.active for p in query.profiles},
+            self.deleted,
+            frozenset(s for s in query.scopes if s in self.unsent),
+            frozenset(s for s in query.scopes if s not in self.tracked),
+            self.store_ms,
+        )
 
 
 class Backend(Protocol):
