@@ -151,9 +151,7 @@ class Backend(Protocol):
     """The hooks `Store` calls, arguments checked; what they return, `Store` checks."""
 
     @property
-    def name(self) -> str:
-        """`memory`, `json`, `sqlite` or `postgres`."""
-        ...
+    def name(self) -> str: ...  # `Handle.backend_name`
 
     @property
     def display_url(self) -> str: ...
@@ -222,9 +220,7 @@ class Backend(Protocol):
 
     # ── started ledger ────────────────────────────────────────────────────────
 
-    async def track_started(self, profile_ids: tuple[str, ...], now_ms: int) -> None:
-        """Give each scope without a ledger a floor of `now_ms`."""
-        ...
+    async def track_started(self, profile_ids: tuple[str, ...], now_ms: int) -> None: ...
 
     async def record_started(self, sightings: Sightings) -> None: ...
 
@@ -240,9 +236,7 @@ class Backend(Protocol):
 
     async def pending_deleted(self) -> list[records.DeletedView]: ...
 
-    async def backlog(self) -> records.Backlog:
-        """The work waiting (`RelayStore.backlog`), by aggregate reads."""
-        ...
+    async def backlog(self) -> records.Backlog: ...  # by aggregate reads
 
     async def claim_deleted(self, claim: Claim) -> list[records.DeletedView]: ...
 

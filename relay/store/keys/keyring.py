@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -77,13 +78,11 @@ def configured_passphrase(environ: Mapping[str, str] = os.environ) -> Passphrase
     return None if value is None else passphrase_from_env(PASSPHRASE_ENV, environ)
 
 
+@dataclass(frozen=True, slots=True)
 class Keyring:
     """Seals keys for storage under one passphrase (or none), and opens what is stored."""
 
-    __slots__ = ("passphrase",)
-
-    def __init__(self, passphrase: Passphrase | None) -> None:
-        self.passphrase = passphrase
+    passphrase: Passphrase | None
 
     def seal(self, pem: str) -> str:
         """What to store for the checked PEM `pem`: encrypted under the passphrase if there is
