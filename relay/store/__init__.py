@@ -57,10 +57,11 @@ ProfileHome = Callable[[str], Path]
 async def _open(url: str | None, profile_home: ProfileHome | None, read_only: bool) -> RelayStore:
     target = resolve(url)
     require_directory(target)  # a mistyped directory is refused, not made
+    from relay.store.store import Store
+
     if target.backend == "memory":
         from relay.store.memory import MemoryDocuments
         from relay.store.rules.book import RulebookBackend
-        from relay.store.store import Store
 
         return Store(RulebookBackend(MemoryDocuments()))
     if target.backend == "json":
@@ -69,7 +70,6 @@ async def _open(url: str | None, profile_home: ProfileHome | None, read_only: bo
         assert target.path is not None
         return await open_json(target.path, profile_home=profile_home)
     from relay.store.sql.backend import SqlBackend
-    from relay.store.store import Store
 
     return Store(await SqlBackend.open(target, read_only=read_only))
 
