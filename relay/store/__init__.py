@@ -10,6 +10,7 @@ stands, and migrating it: `relay.store.migrations` (`standing(url)` is here too)
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,10 +57,11 @@ ProfileHome = Callable[[str], Path]
 async def _open(url: str | None, profile_home: ProfileHome | None, read_only: bool) -> RelayStore:
     target = resolve(url)
     require_directory(target)  # a mistyped directory is refused, not made
+    from relay.store.store import Store
+
     if target.backend == "memory":
         from relay.store.memory import MemoryDocuments
         from relay.store.rules.book import RulebookBackend
-        from relay.store.store import Store
 
         return Store(RulebookBackend(MemoryDocuments()))
     if target.backend == "json":
@@ -68,30 +70,29 @@ async def _open(url: str | None, profile_home: ProfileHome | None, read_only: bo
         assert target.path is not None
         return await open_json(target.path, profile_home=profile_home)
     from relay.store.sql.backend import SqlBackend
-    from relay.store.store import Store
 
     return Store(await SqlBackend.open(target, read_only=read_only))
 
 
+@dataclass(slots=True)
 class _Opening:
     """What `open_store` returns: await it, or use it as an async context manager."""
 
-    def __init__(self, url: str | None, profile_home: ProfileHome | None, read_only: bool) -> None:
-        self._url = url
-        self._profile_home = profile_home
-        self._read_only = read_only
-        self._store: RelayStore | None = None
+    url: str | None
+    profile_home: ProfileHome | None
+    read_only: bool
+    store: RelayStore | None = None
 
     def __await__(self) -> Generator[Any, None, RelayStore]:
-        return _open(self._url, self._profile_home, self._read_only).__await__()
+        return _open(self.url, self.profile_home, self.read_only).__await__()
 
     async def __aenter__(self) -> RelayStore:
-        self._store = await _open(self._url, self._profile_home, self._read_only)
-        return self._store
+        self.store = await self
+        return self.store
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._store is not None:
-            await self._store.close()
+        if self.store is not None:
+            await self.store.close()
 
 
 def open_store(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from relay.store import records
+from relay.store.checks import is_identity
 from relay.store.fleet import FleetMember
 
 # (ref, stored PEM) -> the PEM to store instead; raising leaves every key as it was.
@@ -130,14 +131,27 @@ class ViewReading:
     # reports it, for the replicas' one time base; None for a store on this host's clock.
     store_ms: int | None = None
 
+    def view(self, query: ViewQuery) -> records.PassView:
+        """The view of what `query` asked; `InvalidInputError` if what was read is invalid."""
+        # An invalid stored identity is no identity, as a pass reads it: the profile is not
+        # published (`profile_identity` would raise for it).
+        identities = {p: self.identities.get(p) for p in query.profiles}
+        return records.PassView(
+            self.generation,
+            {p: i if is_identity(i) else None for p, i in identities.items()},
+            {p: p in self.active for p in query.profiles},
+            self.deleted,
+            frozenset(s for s in query.scopes if s in self.unsent),
+            frozenset(s for s in query.scopes if s not in self.tracked),
+            self.store_ms,
+        )
+
 
 class Backend(Protocol):
     """The hooks `Store` calls, arguments checked; what they return, `Store` checks."""
 
     @property
-    def name(self) -> str:
-        """`memory`, `json`, `sqlite` or `postgres`."""
-        ...
+    def name(self) -> str: ...  # `Handle.backend_name`
 
     @property
     def display_url(self) -> str: ...
@@ -206,9 +220,7 @@ class Backend(Protocol):
 
     # ── started ledger ────────────────────────────────────────────────────────
 
-    async def track_started(self, profile_ids: tuple[str, ...], now_ms: int) -> None:
-        """Give each scope without a ledger a floor of `now_ms`."""
-        ...
+    async def track_started(self, profile_ids: tuple[str, ...], now_ms: int) -> None: ...
 
     async def record_started(self, sightings: Sightings) -> None: ...
 
@@ -224,9 +236,7 @@ class Backend(Protocol):
 
     async def pending_deleted(self) -> list[records.DeletedView]: ...
 
-    async def backlog(self) -> records.Backlog:
-        """The work waiting (`RelayStore.backlog`), by aggregate reads."""
-        ...
+    async def backlog(self) -> records.Backlog: ...  # by aggregate reads
 
     async def claim_deleted(self, claim: Claim) -> list[records.DeletedView]: ...
 

@@ -122,6 +122,14 @@ def items(kind: str, value: object, limit: int | None = MAX_BATCH) -> list[Any]:
     return members
 
 
+def members(kind: str, value: object, each: str, cls: type[T]) -> tuple[T, ...]:
+    """The members of an iterable (`items`, unbounded), each a `cls` (`each` names one)."""
+    found = tuple(items(kind, value, None))
+    for member in found:
+        instance(each, member, cls)
+    return found
+
+
 def mapping(kind: str, value: object, limit: int | None = MAX_BATCH) -> Mapping[Any, Any]:
     if not isinstance(value, Mapping):
         raise InvalidInputError(f"{kind} must be a mapping, not {type(value).__name__}")

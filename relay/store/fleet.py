@@ -22,7 +22,7 @@ from typing import Any
 from relay.errors import InvalidInputError
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store import checks, fleet_passes
-from relay.store.records import OWNER_LIMIT
+from relay.store.records import OWNER_LIMIT, named
 from relay.version import __version__
 
 # A dead service's row is kept this long after it was last seen, so `status` can still name it
@@ -37,22 +37,22 @@ CLASS_LIMIT = 64
 
 @dataclass(frozen=True, slots=True)
 class FleetMember:
-    """One running service: who (`owner`: `name/incarnation`), what code (library `version`, the
-    `schema_head` it was built for), where (`host`, `pid`), since when, when it was last seen and
-    until when it counts as live, its last pass (when, `ok` or the failure's outcome) and its
-    backoff (until when, and the failure's class name: never a message or a secret), its clock's
-    offset to the store's and its passes over the last hour (`fleet_passes`; from 0009 on)."""
+    """One running service, as it recorded itself (from 0009 on, with its clock and passes)."""
 
-    owner: str
+    owner: str  # `name/incarnation`
+    # What code: the library's version, and the schema head it was built for.
     version: str
     schema_head: str
     host: str
     pid: int
     started_at: int
+    # When it was last seen, and until when it counts as live.
     seen_at: int
     live_until: int
+    # Its last pass: when, and `ok` or the failure's outcome.
     pass_at: int | None = None
     pass_outcome: str | None = None
+    # Its backoff: until when, and the failure's class name (never a message or a secret).
     backoff_until: int | None = None
     backoff_class: str | None = None
     # This replica's wall clock minus the store's (ms), when it has read the store's time.
@@ -60,26 +60,24 @@ class FleetMember:
     # Its passes over the last hour, a character a minute up to `pass_at`'s (`fleet_passes`).
     passes: str = ""
 
+    @named("owner")
     def __post_init__(self) -> None:
-        try:
-            checks.text("owner", self.owner, OWNER_LIMIT)
-            checks.text("version", self.version, VERSION_LIMIT)
-            checks.text("schema_head", self.schema_head, HEAD_LIMIT)
-            checks.text("host", self.host, HOST_LIMIT)
-            checks.safe_int("pid", self.pid)
-            checks.time_ms("started_at", self.started_at)
-            checks.time_ms("seen_at", self.seen_at)
-            checks.time_ms("live_until", self.live_until)
-            checks.optional_int("pass_at", self.pass_at)
-            checks.optional_text("pass_outcome", self.pass_outcome, OUTCOME_LIMIT)
-            checks.optional_int("backoff_until", self.backoff_until)
-            checks.optional_text("backoff_class", self.backoff_class, CLASS_LIMIT)
-            checks.optional_int("clock_offset_ms", self.clock_offset_ms, -MAX_SAFE_INTEGER)
-            if not isinstance(self.passes, str) or not fleet_passes.valid(self.passes):
-                marks = "".join(sorted(fleet_passes.MARKS))
-                raise InvalidInputError(f"passes must be at most {fleet_passes.SLOTS} of {marks!r}")
-        except InvalidInputError as error:
-            raise InvalidInputError(f"FleetMember({self.owner!r}): {error}") from None
+        checks.text("owner", self.owner, OWNER_LIMIT)
+        checks.text("version", self.version, VERSION_LIMIT)
+        checks.text("schema_head", self.schema_head, HEAD_LIMIT)
+        checks.text("host", self.host, HOST_LIMIT)
+        checks.safe_int("pid", self.pid)
+        checks.time_ms("started_at", self.started_at)
+        checks.time_ms("seen_at", self.seen_at)
+        checks.time_ms("live_until", self.live_until)
+        checks.optional_int("pass_at", self.pass_at)
+        checks.optional_text("pass_outcome", self.pass_outcome, OUTCOME_LIMIT)
+        checks.optional_int("backoff_until", self.backoff_until)
+        checks.optional_text("backoff_class", self.backoff_class, CLASS_LIMIT)
+        checks.optional_int("clock_offset_ms", self.clock_offset_ms, -MAX_SAFE_INTEGER)
+        if not isinstance(self.passes, str) or not fleet_passes.valid(self.passes):
+            marks = "".join(sorted(fleet_passes.MARKS))
+            raise InvalidInputError(f"passes must be at most {fleet_passes.SLOTS} of {marks!r}")
 
     def live(self, now_ms: int) -> bool:
         return self.live_until > now_ms

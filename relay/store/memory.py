@@ -13,6 +13,7 @@ import copy
 import hashlib
 import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from relay.errors import StoreError
@@ -37,14 +38,14 @@ _EMPTY: dict[str, Callable[[], Any]] = {
 }
 
 
+@dataclass(slots=True)
 class _Session:
-    def __init__(self, stored: dict[str, Any]) -> None:
-        self._stored = stored
-        self.values: dict[str, Any] = {}
+    stored: dict[str, Any]
+    values: dict[str, Any] = field(default_factory=dict)
 
     def get(self, doc: Doc[D]) -> D:
         if doc.name not in self.values:
-            stored = self._stored.get(doc.name)
+            stored = self.stored.get(doc.name)
             # Records are frozen: a shallow copy is the whole document's copy.
             self.values[doc.name] = (
                 _EMPTY.get(doc.name, dict)() if stored is None else copy.copy(stored)

@@ -6,9 +6,10 @@ the field. A backend that builds one from a stored row turns that into `CorruptS
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from relay.errors import InvalidInputError
 from relay.protocol import MAX_ID, MAX_SAFE_INTEGER, PHASES, TERMINAL_PHASES
@@ -20,8 +21,25 @@ TAB_ID_LIMIT = 64
 OWNER_LIMIT = 64
 
 
-def _fields(record: str, error: InvalidInputError) -> InvalidInputError:
-    return InvalidInputError(f"{record}: {error}")
+Check = Callable[[Any], None]
+
+
+def named(*key: str) -> Callable[[Check], Check]:
+    """A record's `__post_init__` whose `InvalidInputError` names the record, and the values of
+    its `key` fields: `RunState('s1'): title must be …`."""
+
+    def decorate(check: Check) -> Check:
+        def __post_init__(self: Any) -> None:
+            try:
+                check(self)
+            except InvalidInputError as error:
+                shown = ", ".join(repr(getattr(self, name)) for name in key)
+                record = f"{type(self).__name__}({shown})" if key else type(self).__name__
+                raise InvalidInputError(f"{record}: {error}") from None
+
+        return __post_init__
+
+    return decorate
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +49,10 @@ class ProfileGrant:
     identity: str
     profile_id: str
 
+    @named()
     def __post_init__(self) -> None:
-        try:
-            checks.text("identity", self.identity)
-            checks.text("profile_id", self.profile_id)
-        except InvalidInputError as error:
-            raise _fields("ProfileGrant", error) from None
+        checks.text("identity", self.identity)
+        checks.text("profile_id", self.profile_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,21 +67,19 @@ class RelayConfig:
     # Changes on every save, so a replica can tell that another one re-registered.
     generation: int = field(default=0, compare=False)
 
+    @named()
     def __post_init__(self) -> None:
-        try:
-            checks.origin("url", self.url)
-            checks.origin("publisher_id", self.publisher_id)
-            checks.text("key_id", self.key_id)
-            checks.text("key_ref", self.key_ref)
-            checks.int64("generation", self.generation)
-            profiles = checks.mapping("profiles", self.profiles)
-            if not profiles:
-                raise InvalidInputError("profiles must name at least one profile")
-            for name, grant in profiles.items():
-                checks.text("profile name", name)
-                checks.instance(f"grant of profile {name!r}", grant, ProfileGrant)
-        except InvalidInputError as error:
-            raise _fields("RelayConfig", error) from None
+        checks.origin("url", self.url)
+        checks.origin("publisher_id", self.publisher_id)
+        checks.text("key_id", self.key_id)
+        checks.text("key_ref", self.key_ref)
+        checks.int64("generation", self.generation)
+        profiles = checks.mapping("profiles", self.profiles)
+        if not profiles:
+            raise InvalidInputError("profiles must name at least one profile")
+        for name, grant in profiles.items():
+            checks.text("profile name", name)
+            checks.instance(f"grant of profile {name!r}", grant, ProfileGrant)
         ordered = {name: profiles[name] for name in sorted(profiles)}
         object.__setattr__(self, "profiles", MappingProxyType(ordered))
 
@@ -81,18 +95,14 @@ class StartedEntry:
     claimed_by: str | None = None
     claimed_until: int | None = None
 
+    @named("profile_id", "session_id")
     def __post_init__(self) -> None:
-        try:
-            checks.text("profile_id", self.profile_id)
-            checks.text("session_id", self.session_id, MAX_ID)
-            checks.time_ms("started_at", self.started_at)
-            checks.flag("sent", self.sent)
-            checks.optional_text("claimed_by", self.claimed_by)
-            checks.optional_int("claimed_until", self.claimed_until)
-        except InvalidInputError as error:
-            raise _fields(
-                f"StartedEntry({self.profile_id!r}, {self.session_id!r})", error
-            ) from None
+        checks.text("profile_id", self.profile_id)
+        checks.text("session_id", self.session_id, MAX_ID)
+        checks.time_ms("started_at", self.started_at)
+        checks.flag("sent", self.sent)
+        checks.optional_text("claimed_by", self.claimed_by)
+        checks.optional_int("claimed_until", self.claimed_until)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,17 +113,15 @@ class StartedScope:
     floor: int
     entries: tuple[StartedEntry, ...] = ()
 
+    @named("profile_id")
     def __post_init__(self) -> None:
-        try:
-            checks.text("profile_id", self.profile_id)
-            checks.time_ms("floor", self.floor)
-            entries = tuple(checks.items("entries", self.entries, None))
-            for entry in entries:
-                checks.instance("entry", entry, StartedEntry)
-                if entry.profile_id != self.profile_id:
-                    raise InvalidInputError(f"entry {entry.session_id!r} is of another scope")
-        except InvalidInputError as error:
-            raise _fields(f"StartedScope({self.profile_id!r})", error) from None
+        checks.text("profile_id", self.profile_id)
+        checks.time_ms("floor", self.floor)
+        entries = tuple(checks.items("entries", self.entries, None))
+        for entry in entries:
+            checks.instance("entry", entry, StartedEntry)
+            if entry.profile_id != self.profile_id:
+                raise InvalidInputError(f"entry {entry.session_id!r} is of another scope")
         object.__setattr__(self, "entries", entries)
 
 
@@ -125,13 +133,11 @@ class DeletedScope:
     publisher_id: str
     profile_id: str
 
+    @named()
     def __post_init__(self) -> None:
-        try:
-            checks.origin("url", self.url)
-            checks.origin("publisher_id", self.publisher_id)
-            checks.text("profile_id", self.profile_id)
-        except InvalidInputError as error:
-            raise _fields("DeletedScope", error) from None
+        checks.origin("url", self.url)
+        checks.origin("publisher_id", self.publisher_id)
+        checks.text("profile_id", self.profile_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,17 +151,15 @@ class DeletedView:
     identity: str | None = None
     scope: DeletedScope | None = None
 
+    @named("id")
     def __post_init__(self) -> None:
-        try:
-            checks.text("id", self.id, 64)
-            checks.text("session_id", self.session_id)
-            checks.text("profile", self.profile)
-            checks.time_ms("through", self.through)
-            checks.optional_text("identity", self.identity)
-            if self.scope is not None:
-                checks.instance("scope", self.scope, DeletedScope)
-        except InvalidInputError as error:
-            raise _fields(f"DeletedView({self.id!r})", error) from None
+        checks.text("id", self.id, 64)
+        checks.text("session_id", self.session_id)
+        checks.text("profile", self.profile)
+        checks.time_ms("through", self.through)
+        checks.optional_text("identity", self.identity)
+        if self.scope is not None:
+            checks.instance("scope", self.scope, DeletedScope)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,23 +186,21 @@ class RunState:
     # `failed`: that replica's true phase of the same turn may correct it once (`taken_back`).
     taken_from: str | None = None
 
+    @named("session_id")
     def __post_init__(self) -> None:
-        try:
-            checks.text("session_id", self.session_id, MAX_ID)
-            checks.optional_text("stream_id", self.stream_id, MAX_ID)
-            checks.optional_text("profile", self.profile)
-            checks.text("title", self.title)
-            if self.phase not in PHASES:
-                raise InvalidInputError(f"phase must be one of {', '.join(sorted(PHASES))}")
-            checks.time_ms("started_at", self.started_at)
-            checks.time_ms("updated_at", self.updated_at)
-            checks.text("owner", self.owner, OWNER_LIMIT)
-            checks.time_ms("lease_until", self.lease_until)
-            checks.optional_text("sending_by", self.sending_by, OWNER_LIMIT)
-            checks.time_ms("sending_until", self.sending_until)
-            checks.optional_text("taken_from", self.taken_from, OWNER_LIMIT)
-        except InvalidInputError as error:
-            raise _fields(f"RunState({self.session_id!r})", error) from None
+        checks.text("session_id", self.session_id, MAX_ID)
+        checks.optional_text("stream_id", self.stream_id, MAX_ID)
+        checks.optional_text("profile", self.profile)
+        checks.text("title", self.title)
+        if self.phase not in PHASES:
+            raise InvalidInputError(f"phase must be one of {', '.join(sorted(PHASES))}")
+        checks.time_ms("started_at", self.started_at)
+        checks.time_ms("updated_at", self.updated_at)
+        checks.text("owner", self.owner, OWNER_LIMIT)
+        checks.time_ms("lease_until", self.lease_until)
+        checks.optional_text("sending_by", self.sending_by, OWNER_LIMIT)
+        checks.time_ms("sending_until", self.sending_until)
+        checks.optional_text("taken_from", self.taken_from, OWNER_LIMIT)
 
     @property
     def terminal(self) -> bool:
@@ -244,28 +246,26 @@ class PassView:
     # A reading of a clock, not what the store holds: views compare equal without it.
     store_ms: int | None = field(default=None, compare=False)
 
+    @named()
     def __post_init__(self) -> None:
-        try:
-            if self.generation is not None:
-                checks.int64("generation", self.generation)
-            if self.store_ms is not None:
-                checks.time_ms("store_ms", self.store_ms)
-            identities = dict(checks.mapping("identities", self.identities))
-            for name, identity in identities.items():
-                checks.text("profile", name)
-                if identity is not None:
-                    checks.identity(f"identity of profile {name!r}", identity)
-            presence = dict(checks.mapping("presence", self.presence))
-            for name, active in presence.items():
-                checks.text("profile", name)
-                checks.flag(f"presence of profile {name!r}", active)
-            checks.flag("deleted", self.deleted)
-            for kind, scopes in (("unsent", self.unsent), ("untracked", self.untracked)):
-                checks.instance(kind, scopes, frozenset)
-                for scope in scopes:
-                    checks.text(f"{kind} scope", scope)
-        except InvalidInputError as error:
-            raise _fields("PassView", error) from None
+        if self.generation is not None:
+            checks.int64("generation", self.generation)
+        if self.store_ms is not None:
+            checks.time_ms("store_ms", self.store_ms)
+        identities = dict(checks.mapping("identities", self.identities))
+        for name, identity in identities.items():
+            checks.text("profile", name)
+            if identity is not None:
+                checks.identity(f"identity of profile {name!r}", identity)
+        presence = dict(checks.mapping("presence", self.presence))
+        for name, active in presence.items():
+            checks.text("profile", name)
+            checks.flag(f"presence of profile {name!r}", active)
+        checks.flag("deleted", self.deleted)
+        for kind, scopes in (("unsent", self.unsent), ("untracked", self.untracked)):
+            checks.instance(kind, scopes, frozenset)
+            for scope in scopes:
+                checks.text(f"{kind} scope", scope)
         object.__setattr__(self, "identities", MappingProxyType(identities))
         object.__setattr__(self, "presence", MappingProxyType(presence))
 
@@ -278,18 +278,14 @@ class PassRows:
     runs: tuple[RunState, ...]
     revisions: range
 
+    @named()
     def __post_init__(self) -> None:
-        try:
-            runs = tuple(checks.items("runs", self.runs, None))
-            for run in runs:
-                checks.instance("run", run, RunState)
-            checks.instance("revisions", self.revisions, range)
-            if self.revisions.step != 1 or len(self.revisions) != len(runs):
-                raise InvalidInputError("revisions must be one increasing run, one per row")
-            if runs and not 1 <= self.revisions[0] <= self.revisions[-1] <= MAX_SAFE_INTEGER:
-                raise InvalidInputError("revisions must lie in 1..2^53-1")
-        except InvalidInputError as error:
-            raise _fields("PassRows", error) from None
+        runs = checks.members("runs", self.runs, "run", RunState)
+        checks.instance("revisions", self.revisions, range)
+        if self.revisions.step != 1 or len(self.revisions) != len(runs):
+            raise InvalidInputError("revisions must be one increasing run, one per row")
+        if runs and not 1 <= self.revisions[0] <= self.revisions[-1] <= MAX_SAFE_INTEGER:
+            raise InvalidInputError("revisions must lie in 1..2^53-1")
         object.__setattr__(self, "runs", runs)
 
 
@@ -300,12 +296,10 @@ class Waiting:
     count: int
     oldest: int
 
+    @named()
     def __post_init__(self) -> None:
-        try:
-            checks.safe_int("count", self.count, 1)
-            checks.time_ms("oldest", self.oldest)
-        except InvalidInputError as error:
-            raise _fields("Waiting", error) from None
+        checks.safe_int("count", self.count, 1)
+        checks.time_ms("oldest", self.oldest)
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,16 +316,14 @@ class Backlog:
     deleted: Mapping[str, Waiting] = field(default_factory=dict)
     claims: Mapping[str, Waiting] = field(default_factory=dict)
 
+    @named()
     def __post_init__(self) -> None:
-        try:
-            for kind in ("unsent", "deleted", "claims"):
-                found = checks.mapping(kind, getattr(self, kind), None)
-                for key, waiting in found.items():
-                    checks.text(f"{kind} key", key)
-                    checks.instance(f"{kind} of {key!r}", waiting, Waiting)
-                object.__setattr__(self, kind, MappingProxyType(dict(found)))
-        except InvalidInputError as error:
-            raise _fields("Backlog", error) from None
+        for kind in ("unsent", "deleted", "claims"):
+            found = checks.mapping(kind, getattr(self, kind), None)
+            for key, waiting in found.items():
+                checks.text(f"{kind} key", key)
+                checks.instance(f"{kind} of {key!r}", waiting, Waiting)
+            object.__setattr__(self, kind, MappingProxyType(dict(found)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,16 +337,14 @@ class PresenceLease:
     expires_at: int
     updated_at: int
 
+    @named("profile", "tab_id")
     def __post_init__(self) -> None:
-        try:
-            checks.text("profile", self.profile)
-            checks.text("tab_id", self.tab_id, TAB_ID_LIMIT)
-            checks.safe_int("seq", self.seq)
-            checks.flag("active", self.active)
-            checks.time_ms("expires_at", self.expires_at)
-            checks.time_ms("updated_at", self.updated_at)
-        except InvalidInputError as error:
-            raise _fields(f"PresenceLease({self.profile!r}, {self.tab_id!r})", error) from None
+        checks.text("profile", self.profile)
+        checks.text("tab_id", self.tab_id, TAB_ID_LIMIT)
+        checks.safe_int("seq", self.seq)
+        checks.flag("active", self.active)
+        checks.time_ms("expires_at", self.expires_at)
+        checks.time_ms("updated_at", self.updated_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,25 +357,17 @@ class StateBatch:
     deleted: tuple[DeletedView, ...] = ()
     presence: tuple[PresenceLease, ...] = ()
 
+    @named()
     def __post_init__(self) -> None:
-        try:
-            identities = dict(checks.mapping("identities", self.identities, None))
-            for profile, identity in identities.items():
-                checks.text("profile", profile)
-                checks.identity(f"identity of profile {profile!r}", identity)
-            checks.time_ms("revision_floor", self.revision_floor)
-            started = tuple(checks.items("started", self.started, None))
-            for scope in started:
-                checks.instance("started scope", scope, StartedScope)
-            deleted = tuple(checks.items("deleted", self.deleted, None))
-            for view in deleted:
-                checks.instance("deleted view", view, DeletedView)
-            presence = tuple(checks.items("presence", self.presence, None))
-            for lease in presence:
-                checks.instance("presence lease", lease, PresenceLease)
-        except InvalidInputError as error:
-            raise _fields("StateBatch", error) from None
+        identities = dict(checks.mapping("identities", self.identities, None))
+        for profile, identity in identities.items():
+            checks.text("profile", profile)
+            checks.identity(f"identity of profile {profile!r}", identity)
+        checks.time_ms("revision_floor", self.revision_floor)
         object.__setattr__(self, "identities", MappingProxyType(identities))
-        object.__setattr__(self, "started", started)
-        object.__setattr__(self, "deleted", deleted)
-        object.__setattr__(self, "presence", presence)
+        for kind, each, cls in (
+            ("started", "started scope", StartedScope),
+            ("deleted", "deleted view", DeletedView),
+            ("presence", "presence lease", PresenceLease),
+        ):
+            object.__setattr__(self, kind, checks.members(kind, getattr(self, kind), each, cls))

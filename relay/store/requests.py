@@ -27,18 +27,15 @@ def sightings(seen: object) -> dict[str, int]:
     """
     fresh: dict[str, int] = {}
     for pair in checks.items("seen", seen):
-        if isinstance(pair, str | bytes) or not isinstance(pair, tuple | list) or len(pair) != 2:
-            raise InvalidInputError("seen must hold (session_id, started_at) pairs")
-        raw_id, started_at = pair
+        raw_id, started_at = _pair(pair, "seen must hold (session_id, started_at) pairs")
         session_id = raw_id.strip() if type(raw_id) is str else ""
         if not session_id or session_id in fresh:
             continue
         try:
             checks.text("session_id", session_id, 191)
-            checks.time_ms("started_at", started_at)
+            fresh[session_id] = checks.time_ms("started_at", started_at)
         except InvalidInputError:
             continue
-        fresh[session_id] = started_at
     return fresh
 
 
@@ -81,6 +78,11 @@ def names(kind: str, values: Iterable[str], name: str | None = None) -> tuple[st
 
 def scope_session(pair: object) -> tuple[str, str]:
     """A (profile_id, session_id) pair of texts."""
+    profile_id, session_id = _pair(pair, "sent must hold (profile_id, session_id) pairs")
+    return checks.text("profile_id", profile_id), checks.text("session_id", session_id)
+
+
+def _pair(pair: object, refused: str) -> tuple[object, object]:
     if isinstance(pair, str | bytes) or not isinstance(pair, tuple | list) or len(pair) != 2:
-        raise InvalidInputError("sent must hold (profile_id, session_id) pairs")
-    return checks.text("profile_id", pair[0]), checks.text("session_id", pair[1])
+        raise InvalidInputError(refused)
+    return pair[0], pair[1]

@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from relay import metrics
-from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
+from relay.errors import CorruptStateError, InvalidInputError
 from relay.protocol import MAX_SAFE_INTEGER
-from relay.store import checks
+from relay.store import checks, records
 from relay.store.backend import (
     Backend,
     Binding,
@@ -30,7 +30,6 @@ from relay.store.backend import (
     Sightings,
     StartedClaim,
     ViewQuery,
-    ViewReading,
 )
 from relay.store.checks import read
 from relay.store.contract import RelayStore
@@ -38,20 +37,7 @@ from relay.store.fleet import FleetMember
 from relay.store.keys import pkcs8
 from relay.store.keys.keyring import Keyring, Passphrase, configured_passphrase
 from relay.store.keys.pem import checked_pem, stored_pem
-from relay.store.records import (
-    OWNER_LIMIT,
-    Backlog,
-    DeletedScope,
-    DeletedView,
-    PassRows,
-    PassView,
-    PresenceLease,
-    RelayConfig,
-    RunState,
-    StartedEntry,
-    StartedScope,
-    StateBatch,
-)
+from relay.store.records import OWNER_LIMIT, DeletedScope, DeletedView, PassRows, RunState
 from relay.store.requests import claim, names, run_sync, scope_session, sightings
 
 PAST_THE_CAP = "the revision counter would pass 2^53-1; nothing was handed out"
@@ -101,13 +87,13 @@ class Store:
 
     # ── registration ──────────────────────────────────────────────────────────
 
-    async def load_config(self) -> RelayConfig | None:
+    async def load_config(self) -> records.RelayConfig | None:
         return await read("relay registration", self._backend.load_config())
 
     async def save_config(
-        self, config: RelayConfig, *, expected_generation: int | None = None
+        self, config: records.RelayConfig, *, expected_generation: int | None = None
     ) -> None:
-        checks.instance("config", config, RelayConfig)
+        checks.instance("config", config, records.RelayConfig)
         if expected_generation is not None:
             checks.int64("expected_generation", expected_generation)
         await self._backend.save_config(config, expected_generation)
@@ -165,21 +151,10 @@ class Store:
     async def rekey(self, passphrase: Passphrase | None) -> int:
         if passphrase is not None and not isinstance(passphrase, Passphrase):
             raise InvalidInputError("passphrase must be a Passphrase or None")
-        current, target = self._keyring(), Keyring(passphrase)
-
-        def rekeyed(ref: str, pem: str) -> str:
-            stored = stored_pem(ref, pem)
-            try:
-                return target.seal(current.open(stored, ref))
-            except KeyPassphraseError:
-                # Already under the new passphrase: a rekey cut short by a crash resumes.
-                if target.passphrase is not None and _opens(target, stored, ref):
-                    return stored
-                raise
-
+        target = Keyring(passphrase)
         # Keys are derived inside the transaction (about a second a key): rekey is a rare
         # operator's command, and all or nothing matters more than a short lock.
-        count = await self._backend.rekey(rekeyed)
+        count = await self._backend.rekey(self._keyring().resealer(target))
         self._keys = target  # this handle now reads the keys as they are stored
         return count
 
@@ -240,7 +215,7 @@ class Store:
         limit: int | None = None,
         *,
         sent: Iterable[tuple[str, str]] = (),
-    ) -> list[StartedEntry]:
+    ) -> list[records.StartedEntry]:
         scopes = names("profile_id", profile_ids, "profile_ids")
         lease = claim(owner, now_ms, lease_ms, limit)
         marks = tuple(dict.fromkeys(scope_session(pair) for pair in checks.items("sent", sent)))
@@ -249,7 +224,7 @@ class Store:
         request = StartedClaim(scopes, lease, marks)
         return await read("started entry", self._backend.claim_started(request))
 
-    async def started_ledger(self) -> list[StartedScope]:
+    async def started_ledger(self) -> list[records.StartedScope]:
         return await read("started ledger", self._backend.started_ledger())
 
     # ── deleted outbox ────────────────────────────────────────────────────────
@@ -285,7 +260,7 @@ class Store:
     async def pending_deleted(self) -> list[DeletedView]:
         return await read("deleted outbox", self._backend.pending_deleted())
 
-    async def backlog(self) -> Backlog:
+    async def backlog(self) -> records.Backlog:
         return await read("backlog", self._backend.backlog())
 
     async def claim_deleted(
@@ -318,7 +293,7 @@ class Store:
             checks.time_ms("now_ms", now_ms),
             checks.safe_int("lease_ms", lease_ms, 1),
         )
-        lease = PresenceLease(profile, tab_id, seq, active, expires_at, now_ms)
+        lease = records.PresenceLease(profile, tab_id, seq, active, expires_at, now_ms)
         checks.until("presence fence", lease.expires_at, checks.time_ms("fence_ms", fence_ms))
         if not 1 <= checks.safe_int("max_tabs", max_tabs, 1) <= checks.MAX_BATCH:
             raise InvalidInputError(f"max_tabs must be an integer in 1..{checks.MAX_BATCH}")
@@ -329,7 +304,7 @@ class Store:
         checks.time_ms("now_ms", now_ms)
         return await self._backend.presence_active(profile, now_ms)
 
-    async def presence_leases(self) -> list[PresenceLease]:
+    async def presence_leases(self) -> list[records.PresenceLease]:
         return await read("presence lease", self._backend.presence_leases())
 
     # ── runs ──────────────────────────────────────────────────────────────────
@@ -354,26 +329,14 @@ class Store:
 
     async def pass_view(
         self, owner: str, profiles: Iterable[str], scopes: Iterable[str], now_ms: int
-    ) -> PassView:
+    ) -> records.PassView:
         checks.text("owner", owner, OWNER_LIMIT)
         query = ViewQuery(owner, names("profile", profiles), names("profile_id", scopes), now_ms)
         checks.time_ms("now_ms", now_ms)
         return await read("pass view", self._view(query))
 
-    async def _view(self, query: ViewQuery) -> PassView:
-        got: ViewReading = await self._backend.pass_view(query)
-        # An invalid stored identity is no identity, as a pass reads it: the profile is not
-        # published (`profile_identity` would raise for it).
-        identities = {p: got.identities.get(p) for p in query.profiles}
-        return PassView(
-            got.generation,
-            {p: i if checks.is_identity(i) else None for p, i in identities.items()},
-            {p: p in got.active for p in query.profiles},
-            got.deleted,
-            frozenset(s for s in query.scopes if s in got.unsent),
-            frozenset(s for s in query.scopes if s not in got.tracked),
-            got.store_ms,
-        )
+    async def _view(self, query: ViewQuery) -> records.PassView:
+        return (await self._backend.pass_view(query)).view(query)
 
     async def pass_write(
         self,
@@ -413,8 +376,8 @@ class Store:
 
     # ── transfer ──────────────────────────────────────────────────────────────
 
-    async def merge_state(self, batch: StateBatch) -> None:
-        await self._backend.merge_state(checks.instance("batch", batch, StateBatch))
+    async def merge_state(self, batch: records.StateBatch) -> None:
+        await self._backend.merge_state(checks.instance("batch", batch, records.StateBatch))
 
 
 def _revisions(count: int, last: object) -> range:
@@ -422,14 +385,6 @@ def _revisions(count: int, last: object) -> range:
     if type(last) is not int or not count <= last <= MAX_SAFE_INTEGER:
         raise CorruptStateError(f"stored revision floor {last!r} is invalid")
     return range(last - count + 1, last + 1)
-
-
-def _opens(keyring: Keyring, pem: str, ref: str) -> bool:
-    try:
-        keyring.open(pem, ref)
-    except KeyPassphraseError:
-        return False
-    return True
 
 
 async def _checked_end(expiry: object) -> int:

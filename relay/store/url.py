@@ -17,6 +17,7 @@ from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from relay.errors import InvalidInputError
+from relay.store import paths
 from relay.store.sql.drivers import budget, hosts
 
 ENV_VAR = "TALARIA_RELAY_STORE_URL"
@@ -41,26 +42,21 @@ NAMES: dict[Backend, str] = {
     "memory": "memory",
 }
 SSLMODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-POSTGRES_PARAMETERS = (
+SSL_FILES = ("sslcert", "sslkey", "sslrootcert")
+# Besides the connection budget's (`budget.PARAMETERS`) and the TLS files.
+_CONNECTION_PARAMETERS = (
     "application_name",
     "connect_timeout",
     "host",
-    "lock_timeout",
     "options",
-    "pool_max_idle",
-    "pool_max_lifetime",
-    "pool_size",
     "port",
     "prepared_statement_cache_size",
     "schema",
     "ssl",
-    "sslcert",
-    "sslkey",
     "sslmode",
-    "sslrootcert",
-    "statement_timeout",
     "target_session_attrs",
 )
+POSTGRES_PARAMETERS = tuple(sorted({*_CONNECTION_PARAMETERS, *budget.PARAMETERS, *SSL_FILES}))
 # libpq's environment variable for target_session_attrs, which asyncpg reads too.
 TARGET_ENV = "PGTARGETSESSIONATTRS"
 # The user and password part of a URL, read as SQLAlchemy reads it.
@@ -68,7 +64,6 @@ _USERINFO = re.compile(r"(?:[^:/]*(?::[^@]*)?@)?")
 # libpq's spellings, and what they mean here.
 SSL_BOOLEANS = {"true": "require", "1": "require", "false": "disable", "0": "disable"}
 TARGET_SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
-SSL_FILES = ("sslcert", "sslkey", "sslrootcert")
 # A Postgres schema the URL may name (`?schema=`): an unquoted identifier, so a search_path entry
 # and a name in SQL are the same string.
 _SCHEMA = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -117,25 +112,18 @@ def default_sqlite_path() -> Path:
     return Path(state) / "talaria-relay" / "relay.db"
 
 
-def missing_directory(target: StoreTarget) -> Path | None:
-    """The directory a file store's path needs and does not have; None when it is there, or
-    is the embedded default's own (`$XDG_STATE_HOME/talaria-relay`, which is ours to make).
+def require_directory(target: StoreTarget) -> None:
+    """`InvalidInputError` naming the fix when the directory a file store's path needs is
+    missing, unless it is the embedded default's own (`$XDG_STATE_HOME/talaria-relay`, which is
+    ours to make).
 
     Only `talaria-relay migrate` (`relay.store.sql.migrate`) creates a directory a user named:
     elsewhere a missing one is a typo, refused before anything is made.
     """
     if target.path is None or target.backend not in ("sqlite", "json"):
-        return None
+        return
     parent = target.path.expanduser().absolute().parent
-    if parent.exists() or target.path == default_sqlite_path():
-        return None
-    return parent
-
-
-def require_directory(target: StoreTarget) -> None:
-    """`InvalidInputError` naming the fix when the directory `target` needs is missing."""
-    parent = missing_directory(target)
-    if parent is not None:
+    if not parent.exists() and target.path != default_sqlite_path():
         fix = f", or run {command('migrate', target)}, which does" * (target.backend == "sqlite")
         raise InvalidInputError(
             f"no directory {parent} for the {target.name} store {target.display}: "
@@ -171,14 +159,19 @@ def resolve(raw: str | None = None) -> StoreTarget:
     raise InvalidInputError(f"unsupported store URL {shown!r}; use one of: " + ", ".join(SUPPORTED))
 
 
+def _userinfo(rest: str) -> tuple[str, str]:
+    """What follows `scheme://`, cut into its user part (maybe empty) and what comes after."""
+    found = _USERINFO.match(rest)
+    assert found is not None  # the pattern matches the empty string
+    return found.group(0), rest[found.end() :]
+
+
 def _without_password(raw: str, url: URL) -> str:
     """`raw` with the password of its user part as `***`, found as the parser found it."""
     scheme, rest = raw.split("://", 1)
-    userinfo = _USERINFO.match(rest)
-    assert userinfo is not None  # the pattern matches the empty string
-    user, colon, _password = userinfo.group(0).rstrip("@").partition(":")
-    auth = f"{user}:***@" if colon else userinfo.group(0)
-    shown = f"{scheme}://{auth}{rest[userinfo.end() :]}"
+    userinfo, after = _userinfo(rest)
+    user, colon, _password = userinfo.rstrip("@").partition(":")
+    shown = f"{scheme}://{f'{user}:***@' if colon else userinfo}{after}"
     if url.password:  # whatever the pattern missed, the parsed password never shows
         shown = shown.replace(str(url.password), "***")
     return shown
@@ -217,7 +210,7 @@ def _json_path(directory: str) -> Path:
     path, query = directory.partition("?")[::2]
     if query:
         raise InvalidInputError(f"json store URL takes no parameters, got {query!r}")
-    resolved = _usable_path("json store directory", Path(path).expanduser().absolute())
+    resolved = paths.usable("json store directory", Path(path).expanduser().absolute())
     if resolved.exists() and not resolved.is_dir():
         raise InvalidInputError(f"json store directory {resolved} exists and is not a directory")
     return Path(path).expanduser()
@@ -238,7 +231,7 @@ def _sqlite_path(url: URL) -> Path:
             f"sqlite store URL takes no parameters, got {', '.join(sorted(url.query))}"
         )
     path = Path(database).expanduser()
-    resolved = _usable_path("sqlite store path", path.absolute())
+    resolved = paths.usable("sqlite store path", path.absolute())
     if resolved.is_dir():
         raise InvalidInputError(f"sqlite store path {resolved} is a directory, not a file")
     if resolved.parent.exists() and not resolved.parent.is_dir():
@@ -248,44 +241,6 @@ def _sqlite_path(url: URL) -> Path:
     return path
 
 
-def _usable_path(kind: str, path: Path) -> Path:
-    """`path` if the file system can name it: no component or whole path over its limits.
-
-    Checked here so that a name too long is bad input at once, not an `OSError` from a stat or
-    an "unavailable" store once the first directory is made.
-    """
-    ancestor = next((p for p in (path, *path.parents) if _exists(p)), Path("/"))
-    name_max, path_max = _limit(ancestor, "PC_NAME_MAX", 255), _limit(ancestor, "PC_PATH_MAX", 4096)
-    if len(os.fsencode(path)) >= path_max:
-        raise InvalidInputError(f"{kind} is longer than the file system allows ({path_max} bytes)")
-    if any(len(os.fsencode(part)) > name_max for part in path.parts):
-        raise InvalidInputError(
-            f"{kind} has a name longer than the file system allows ({name_max} bytes)"
-        )
-    try:
-        path.stat()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        raise InvalidInputError(f"{kind} {path} cannot be used: {exc.strerror}") from None
-    return path
-
-
-def _exists(path: Path) -> bool:
-    try:
-        path.stat()
-    except OSError:
-        return False
-    return True
-
-
-def _limit(path: Path, name: str, default: int) -> int:
-    try:
-        return os.pathconf(path, name)
-    except (OSError, ValueError):
-        return default
-
-
 def _sqlite_url(path: Path) -> URL:
     return URL.create("sqlite", database=str(path))
 
@@ -293,11 +248,9 @@ def _sqlite_url(path: Path) -> URL:
 def _postgres_url(rest: str) -> URL:
     """Parse what follows `postgresql://`: the servers ourselves (SQLAlchemy reads one host and
     one port), the rest with SQLAlchemy; the servers land in the canonical place `hosts` says."""
-    userinfo = _USERINFO.match(rest)
-    assert userinfo is not None  # the pattern matches the empty string
-    after = rest[userinfo.end() :]
+    userinfo, after = _userinfo(rest)
     cut = min((i for i in (after.find("/"), after.find("?")) if i >= 0), default=len(after))
-    url = _parse("postgresql+asyncpg://" + userinfo.group(0) + after[cut:])
+    url = _parse("postgresql+asyncpg://" + userinfo + after[cut:])
     query = {name: str(value) for name, value in url.query.items()}
     servers = hosts.parse(after[:cut], query.get("host"), query.get("port"))
     return _postgres_checked(hosts.placed(url, servers))
@@ -375,8 +328,7 @@ def _schema_option(query: dict[str, str]) -> None:
     search_path option's first schema must be such a name too (`migrate` creates it)."""
     name = query.pop("schema", None)
     if name is None:
-        found = _SEARCH_PATH.search(query.get("options", ""))
-        first = found.group(1).strip('"') if found else "public"
+        first = _first_schema(query.get("options", ""))
         if first not in ("public", "$user") and not _SCHEMA.fullmatch(first):
             raise InvalidInputError(
                 f"store URL search_path schema {first!r}: use a lowercase name of letters, "
@@ -396,11 +348,14 @@ def _schema_option(query: dict[str, str]) -> None:
 def schema_name(url: URL) -> str | None:
     """The Postgres schema a store URL puts the relay in (`?schema=`, or the first entry of a
     `search_path` option); None: the server's default (`public`)."""
-    found = _SEARCH_PATH.search(str(url.query.get("options", "")))
-    if found is None:
-        return None
-    first = found.group(1).strip('"')
+    first = _first_schema(str(url.query.get("options", "")))
     return None if first in ("", "public", "$user") else first
+
+
+def _first_schema(options: str) -> str:
+    """The first schema of a search_path option; `public` without one."""
+    found = _SEARCH_PATH.search(options)
+    return found.group(1).strip('"') if found else "public"
 
 
 def command(args: str, store: StoreTarget | str | None) -> str:

@@ -315,11 +315,8 @@ _RUN: dict[str, Check] = {
 def _parse_runs(raw: bytes | None) -> run_rules.Runs:
     runs: run_rules.Runs = {}
     for item in _member(_json(raw), "runs", list) or ():
-        if (values := _values(item, _RUN)) is not None:
-            try:
-                run = records.RunState(*values)
-            except InvalidInputError:
-                continue
+        values = _values(item, _RUN)
+        if values is not None and (run := _record(records.RunState, *values)):
             runs.setdefault(run.session_id, run)
     return runs
 

@@ -45,19 +45,7 @@ _FILES: dict[str, files.Codec[Any]] = {
 }
 # The order a session writes in. Writes of several files are all or none anyway (the journal);
 # this order only makes the state between two renames the likelier one to make sense alone.
-_ORDER = (
-    docs.KEYS,
-    docs.CONFIG,
-    docs.IDENTITIES,
-    docs.FLOOR,
-    docs.STARTED,
-    docs.DELETED,
-    docs.CLAIMS,
-    docs.PRESENCE,
-    docs.FORGOTTEN,
-    docs.RUNS,
-    docs.FLEET,
-)
+_ORDER = (docs.KEYS.name, docs.CONFIG.name, docs.IDENTITIES.name, *_FILES)
 
 
 class JsonDocuments:
@@ -182,9 +170,9 @@ class _Session:
 
     def writes(self) -> list[Write]:
         out: list[Write] = []
-        for doc in _ORDER:
-            if doc.name in self._values:
-                out += self._writes(doc.name, self._values[doc.name])
+        for name in _ORDER:
+            if name in self._values:
+                out += self._writes(name, self._values[name])
         return out
 
     def _writes(self, name: str, value: Any) -> list[Write]:

@@ -8,7 +8,8 @@ printed, logged or put in an exception: messages name where it came from, never 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -17,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from relay.errors import CorruptStateError, InvalidInputError, KeyPassphraseError
 from relay.store.keys import pkcs8
+from relay.store.keys.pem import stored_pem
 
 PASSPHRASE_ENV = "TALARIA_RELAY_KEY_PASSPHRASE"  # noqa: S105 (a variable name, not a secret)
 PASSPHRASE_FILE_ENV = "TALARIA_RELAY_KEY_PASSPHRASE_FILE"  # noqa: S105 (likewise)
@@ -76,13 +78,11 @@ def configured_passphrase(environ: Mapping[str, str] = os.environ) -> Passphrase
     return None if value is None else passphrase_from_env(PASSPHRASE_ENV, environ)
 
 
+@dataclass(frozen=True, slots=True)
 class Keyring:
     """Seals keys for storage under one passphrase (or none), and opens what is stored."""
 
-    __slots__ = ("passphrase",)
-
-    def __init__(self, passphrase: Passphrase | None) -> None:
-        self.passphrase = passphrase
+    passphrase: Passphrase | None
 
     def seal(self, pem: str) -> str:
         """What to store for the checked PEM `pem`: encrypted under the passphrase if there is
@@ -96,6 +96,28 @@ class Keyring:
             serialization.NoEncryption(),
         )
         return pkcs8.encrypt(der, self.passphrase.secret())
+
+    def resealer(self, target: Keyring) -> Callable[[str, str], str]:
+        """(ref, stored PEM) -> the PEM opened with this keyring and sealed under `target`."""
+
+        def reseal(ref: str, pem: str) -> str:
+            stored = stored_pem(ref, pem)
+            try:
+                return target.seal(self.open(stored, ref))
+            except KeyPassphraseError:
+                # Already under `target`'s passphrase: a rekey cut short by a crash resumes.
+                if target.passphrase is not None and target.opens(stored, ref):
+                    return stored
+                raise
+
+        return reseal
+
+    def opens(self, pem: str, ref: str) -> bool:
+        try:
+            self.open(pem, ref)
+        except KeyPassphraseError:
+            return False
+        return True
 
     def open(self, pem: str, ref: str) -> str:
         """The unencrypted PEM of the checked stored PEM `pem`, saved under `ref`.

@@ -71,21 +71,17 @@ class RulebookBackend:
     async def close(self) -> None:
         await self.documents.close()
 
-    async def _edit(self, work: Callable[[Session], R]) -> R:
-        """`work` in one writing session: what it changed is written, or nothing if it raises."""
+    async def _edit(self, work: Callable[[Session], R], *, write: bool = True) -> R:
+        """`work` in one session: what it changed is written, or nothing if it raises."""
 
         def locked() -> R:
-            with self.documents.session(write=True) as session:
+            with self.documents.session(write=write) as session:
                 return work(session)
 
         return await self.documents.run(locked)
 
     async def _read(self, work: Callable[[Session], R]) -> R:
-        def locked() -> R:
-            with self.documents.session(write=False) as session:
-                return work(session)
-
-        return await self.documents.run(locked)
+        return await self._edit(work, write=False)
 
     # ── registration and keys ─────────────────────────────────────────────────
 

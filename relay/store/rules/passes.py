@@ -10,8 +10,6 @@ from relay.store.records import RunState
 from relay.store.rules import ledger, outbox, presence, revisions
 from relay.store.rules import runs as run_rules
 
-__all__ = ["ViewReading", "read", "write"]
-
 
 def read(
     owner: str,
