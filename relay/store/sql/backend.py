@@ -61,23 +61,15 @@ class SqlBackend:
 
     A `Backend` structurally (checked below), as `Store` is a `RelayStore`."""
 
-    def __init__(
-        self,
-        runner: Runner,
-        display_url: str,
-        *,
-        has_fleet: bool = True,
-        has_ring: bool = True,
-        has_taken_from: bool = True,
-    ) -> None:
+    def __init__(self, runner: Runner, display_url: str, revision: str | None) -> None:
         self._db = runner
         self._display_url = display_url
-        # Below 0007 (a deploy that has yet to migrate) there is no fleet table: record nothing.
-        self._fleet = has_fleet
-        # Below 0009 the fleet's rows have no clock offset and passes: write and read them without.
-        self._ring = has_fleet and has_ring
-        # Below 0011 run rows have no `taken_from`: a takeover's failed then stays.
-        self._taken = has_taken_from
+        # A deploy yet to migrate: below 0007 there is no fleet table (record nothing); below
+        # 0009 its rows have no clock offset and passes (write and read them without); below
+        # 0011 run rows have no `taken_from` (a takeover's failed then stays).
+        self._fleet = fleet.has_fleet(revision)
+        self._ring = fleet.has_ring(revision)
+        self._taken = runs.has_taken_from(revision)
 
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlBackend:
@@ -113,13 +105,7 @@ class SqlBackend:
         except BaseException:
             await runner.close()
             raise
-        return cls(
-            runner,
-            target.display,
-            has_fleet=fleet.has_fleet(current),
-            has_ring=fleet.has_ring(current),
-            has_taken_from=runs.has_taken_from(current),
-        )
+        return cls(runner, target.display, current)
 
     @property
     def name(self) -> str:
