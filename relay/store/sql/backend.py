@@ -30,6 +30,7 @@ from relay.store.sql import (
 )
 from relay.store.sql.drivers.runner import Runner, Stats
 from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
+from relay.store.sql.schema import HEAD_REVISION
 from relay.store.sql.schema_state import (
     ensure_sqlite_schema,
     schema_revision,
@@ -61,7 +62,9 @@ class SqlBackend:
 
     A `Backend` structurally (checked below), as `Store` is a `RelayStore`."""
 
-    def __init__(self, runner: Runner, display_url: str, revision: str | None) -> None:
+    def __init__(
+        self, runner: Runner, display_url: str, revision: str | None = HEAD_REVISION
+    ) -> None:
         self._db = runner
         self._display_url = display_url
         # A deploy yet to migrate: below 0007 there is no fleet table (record nothing); below
@@ -99,7 +102,7 @@ class SqlBackend:
             if standing.below and target.backend == "sqlite" and not read_only:
                 assert target.path is not None
                 await ensure_sqlite_schema(target.path)
-                current = migrate.head_revision()
+                current = HEAD_REVISION
             elif not standing.runnable:
                 raise standing.error(target)
         except BaseException:
