@@ -31,12 +31,7 @@ from relay.store.sql import (
 from relay.store.sql.drivers.runner import Runner, Stats
 from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
 from relay.store.sql.schema import HEAD_REVISION
-from relay.store.sql.schema_state import (
-    ensure_sqlite_schema,
-    schema_revision,
-    schema_standing,
-    unwritable,
-)
+from relay.store.sql.schema_state import schema_revision, schema_standing, unwritable
 from relay.store.url import StoreTarget
 
 P = ParamSpec("P")
@@ -101,7 +96,7 @@ class SqlBackend:
             current = standing.current
             if standing.below and target.backend == "sqlite" and not read_only:
                 assert target.path is not None
-                await ensure_sqlite_schema(target.path)
+                await migrate.ensure_sqlite_schema(target.path)
                 current = HEAD_REVISION
             elif not standing.runnable:
                 raise standing.error(target)

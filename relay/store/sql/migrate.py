@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -19,11 +19,13 @@ from sqlalchemy.exc import DBAPIError
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql import compat, guard, version_table
-from relay.store.sql.compat import Standing, compat_table
+from relay.store.sql.compat import Standing
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
-from relay.store.sql.drivers.sqlite import connect_read_only
+from relay.store.sql.drivers.runner import Runner
+from relay.store.sql.drivers.sqlite import SqliteRunner
 from relay.store.sql.drivers.sqlstate import driver_error
 from relay.store.sql.schema import HEAD_REVISION
+from relay.store.sql.schema_state import schema_standing
 from relay.store.url import StoreTarget, resolve, schema_name
 from relay.store.url import command as cli_command
 
@@ -117,10 +119,11 @@ def upgrade_locked(
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     force: bool = False,
     schema: str | None = None,
-) -> None:
+) -> str | None:
     """Upgrade on a connection whose open transaction already excludes other migrators (SQLite)
-    or takes the advisory lock that does (Postgres). A database already ahead of this code is
-    left alone: the caller reads where it stands."""
+    or takes the advisory lock that does (Postgres); the revision it found, read under that
+    lock (so what lies above it is what this upgrade applied, not what a racing replica did).
+    A database already ahead of this code is left alone: the caller reads where it stands."""
     from alembic import command
     from alembic.script import ScriptDirectory
 
@@ -130,13 +133,14 @@ def upgrade_locked(
         connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
     current = current_revision(connection)
     if Standing(current, head=head_revision()).ahead:
-        return
+        return current
     scripts = ScriptDirectory.from_config(config)
     steps = compat.pending(scripts, current, known(scripts, revision))
     contracts = [step.revision for step in steps if compat.kind(step) == compat.CONTRACT]
     if contracts and not force:
         guard.refuse_breaking(connection, contracts[-1])
     command.upgrade(config, revision)
+    return current
 
 
 def known(scripts: ScriptDirectory, revision: str) -> str:
@@ -172,19 +176,10 @@ async def upgrade(
     """
 
     def step(connection: Connection) -> str | None:
-        # The revision is read under the migrators' lock (SQLite: BEGIN IMMEDIATE), so what we
-        # list is what this transaction applied, not what a racing replica did.
-        if connection.dialect.name == "postgresql":
-            connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
-        before = current_revision(connection)
-        upgrade_locked(
-            connection,
-            revision,
-            lock_timeout_ms=lock_timeout_ms,
-            force=force,
-            schema=schema_name(target.sqlalchemy_url),
+        schema = schema_name(target.sqlalchemy_url)
+        return upgrade_locked(
+            connection, revision, lock_timeout_ms=lock_timeout_ms, force=force, schema=schema
         )
-        return before
 
     before = await run(target, step)
     applied = revisions(before)
@@ -203,76 +198,21 @@ async def standing(target: StoreTarget) -> Standing:
     """Where the store stands against this code: its revision and compatibility record."""
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema revision")
-    if target.backend == "sqlite":
-        assert target.path is not None
-        path = target.path
-        if not path.exists():
-            return Standing(None, head=head_revision())
+    runner: Runner
+    if target.backend == "postgres":
+        from relay.store.sql.drivers.postgres import PostgresRunner  # asyncpg, for Postgres only
 
-        def on_sqlite() -> Standing:
-            # Read-only: asking the revision must work on a file this process may not write.
-            conn = connect_read_only(path)
-            try:
-                return sqlite_standing(conn)
-            finally:
-                conn.close()
-
-        try:
-            return await asyncio.to_thread(FORK_GATE.run, on_sqlite)
-        except sqlite3.Error as exc:
-            raise file_error(exc, target) from exc
-    engine = postgres_engine(target.sqlalchemy_url)
-    try:
-        async with engine.connect() as connection:
-            return await connection.run_sync(read_standing)
-    except (DBAPIError, OSError, TimeoutError) as exc:
-        raise driver_error(exc, target) from exc
-    finally:
-        await engine.dispose()
-
-
-def sqlite_standing(conn: sqlite3.Connection) -> Standing:
-    """`Standing` read on a raw sqlite3 connection."""
-    vt = version_table
-    wanted = (vt.NAME, vt.SHARED, vt.MARKER, "relay_compat")
-    names = {
-        str(row[0])
-        for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?)", wanted
-        )
-    }
-    if vt.NAME in names:
-        row = conn.execute(f"SELECT version_num FROM {vt.NAME}").fetchone()
-        revision = None if row is None else str(row[0])
-    elif vt.SHARED in names and vt.MARKER in names:
-        revision = vt.pick(str(r[0]) for r in conn.execute(f"SELECT version_num FROM {vt.SHARED}"))
+        runner = await PostgresRunner.open(target.sqlalchemy_url, target.display)
     else:
-        revision = None
-    if revision is None:
-        return Standing(None, head=head_revision())
-    if "relay_compat" not in names:
-        return Standing(revision, head=head_revision())
-    record = "SELECT oldest_head, migrated_by FROM relay_compat WHERE id = 1"
-    found = conn.execute(record).fetchone()
-    if found is None:
-        return Standing(revision, head=head_revision())
-    by = None if found[1] is None else str(found[1])
-    return Standing(revision, str(found[0]), by, head_revision())
-
-
-def read_standing(connection: Connection) -> Standing:
-    """`Standing` read on a SQLAlchemy connection (either dialect)."""
-    from sqlalchemy import inspect, select
-
-    revision = current_revision(connection)
-    if revision is None or not inspect(connection).has_table(compat_table.name):
-        return Standing(revision, head=head_revision())
-    row = connection.execute(
-        select(compat_table.c.oldest_head, compat_table.c.migrated_by).where(compat_table.c.id == 1)
-    ).first()
-    if row is None:
-        return Standing(revision, head=head_revision())
-    return Standing(revision, row[0], row[1], head_revision())
+        assert target.path is not None
+        if not target.path.exists():
+            return Standing(None, head=head_revision())
+        # Read-only: asking the revision must work on a file this process may not write.
+        runner = await SqliteRunner.open(target.path, target.display, read_only=True)
+    try:
+        return replace(await schema_standing(runner), head=head_revision())
+    finally:
+        await runner.close()
 
 
 def offline_sql(
@@ -320,22 +260,34 @@ async def run(target: StoreTarget, step: Callable[[Connection], T]) -> T:
             await engine.dispose()
         return answer
     assert target.path is not None
-    path = target.path
-
-    def on_sqlite() -> T:
-        engine = sqlite_engine(path)
-        try:
-            with engine.connect() as connection:
-                connection.execution_options(**{WRITE: True})
-                with connection.begin():
-                    return step(connection)
-        finally:
-            engine.dispose()
-
     try:
-        return await asyncio.to_thread(FORK_GATE.run, on_sqlite)
+        return await asyncio.to_thread(FORK_GATE.run, _on_sqlite, target.path, step)
     except (OSError, sqlite3.Error, DBAPIError) as exc:
         raise file_error(exc, target) from exc
+
+
+async def ensure_sqlite_schema(path: Path) -> None:
+    """Migrate an embedded SQLite file to head, once, whoever of several processes comes first."""
+
+    def step(connection: Connection) -> None:
+        # Only up: a database a newer release migrated meanwhile is left as it is. The fleet
+        # guard is `migrate`'s: a restarted embedded app upgrades its file.
+        if Standing(current_revision(connection)).below:
+            upgrade_locked(connection, force=True)
+
+    await asyncio.to_thread(FORK_GATE.run, _on_sqlite, path, step)
+
+
+def _on_sqlite(path: Path, step: Callable[[Connection], T]) -> T:
+    # Inside BEGIN IMMEDIATE: processes opening one new file at once migrate it in turn.
+    engine = sqlite_engine(path)
+    try:
+        with engine.connect() as connection:
+            connection.execution_options(**{WRITE: True})
+            with connection.begin():
+                return step(connection)
+    finally:
+        engine.dispose()
 
 
 def migration_error(exc: BaseException, target: StoreTarget) -> StoreError:

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-from pathlib import Path
-
 from sqlalchemy import func, select, text
 
-from relay.store.forkgate import GATE as FORK_GATE
-from relay.store.sql import migrate, version_table
+from relay.store.sql import version_table
 from relay.store.sql.compat import Standing, compat_table
-from relay.store.sql.drivers.engines import WRITE, sqlite_engine
 from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
 _own = version_table.table
@@ -79,23 +74,3 @@ async def unwritable(runner: Runner) -> str | None:
         return None
 
     return await runner.read(body)
-
-
-async def ensure_sqlite_schema(path: Path) -> None:
-    """Migrate an embedded SQLite file to head, once, whoever of several processes comes first."""
-    await asyncio.to_thread(FORK_GATE.run, _migrate, path)
-
-
-def _migrate(path: Path) -> None:
-    engine = sqlite_engine(path)
-    try:
-        with engine.connect() as conn:
-            conn.execution_options(**{WRITE: True})
-            # Inside BEGIN IMMEDIATE: processes opening one new file at once migrate it in turn.
-            with conn.begin():
-                # Only up: a database a newer release migrated meanwhile is left as it is.
-                if Standing(migrate.current_revision(conn)).below:
-                    # The fleet guard is `migrate`'s: a restarted embedded app upgrades its file.
-                    migrate.upgrade_locked(conn, force=True)
-    finally:
-        engine.dispose()
