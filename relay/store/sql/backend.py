@@ -26,12 +26,12 @@ from relay.store.sql import (
     registration,
     revisions,
     runs,
+    schema_state,
     transfer,
 )
 from relay.store.sql.drivers.runner import Runner, Stats
-from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
 from relay.store.sql.schema import HEAD_REVISION
-from relay.store.sql.schema_state import schema_revision, schema_standing, unwritable
+from relay.store.sql.schema_state import schema_standing
 from relay.store.url import StoreTarget
 
 P = ParamSpec("P")
@@ -77,20 +77,7 @@ class SqlBackend:
 
         `read_only` (SQLite): create, migrate and write nothing, so a read-only file can be read.
         """
-        runner: Runner
-        if target.backend == "postgres":
-            # asyncpg: loaded for Postgres stores only.
-            from relay.store.sql.drivers.postgres import PostgresRunner
-
-            runner = await PostgresRunner.open(target.sqlalchemy_url, target.display)
-        else:
-            assert target.path is not None
-            if not read_only:
-                try:
-                    create_private(target.path)
-                except OSError as exc:
-                    raise migrate.file_error(exc, target) from exc
-            runner = await SqliteRunner.open(target.path, target.display, read_only=read_only)
+        runner = await migrate.open_runner(target, read_only=read_only)
         try:
             standing = await schema_standing(runner)
             current = standing.current
@@ -123,12 +110,6 @@ class SqlBackend:
         """Transactions and statements sent so far."""
         return self._db.stats
 
-    async def schema_revision(self) -> str | None:
-        return await schema_revision(self._db)
-
-    async def unwritable(self) -> str | None:
-        return await unwritable(self._db)
-
     def bound_waits(self, seconds: float) -> None:
         self._db.bound_waits(seconds)
 
@@ -136,6 +117,9 @@ class SqlBackend:
         await self._db.close()
 
     # ── the hooks: each one function of its aggregate's module, on this backend's runner ─────
+
+    schema_revision = hook(schema_state.schema_revision)
+    unwritable = hook(schema_state.unwritable)
 
     load_config = hook(registration.load_config)
     save_config = hook(registration.save_config)

@@ -22,7 +22,7 @@ from relay.store.sql import compat, guard, version_table
 from relay.store.sql.compat import Standing
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.drivers.runner import Runner
-from relay.store.sql.drivers.sqlite import SqliteRunner
+from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
 from relay.store.sql.drivers.sqlstate import driver_error
 from relay.store.sql.schema import HEAD_REVISION
 from relay.store.sql.schema_state import schema_standing
@@ -198,21 +198,29 @@ async def standing(target: StoreTarget) -> Standing:
     """Where the store stands against this code: its revision and compatibility record."""
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema revision")
-    runner: Runner
-    if target.backend == "postgres":
-        from relay.store.sql.drivers.postgres import PostgresRunner  # asyncpg, for Postgres only
-
-        runner = await PostgresRunner.open(target.sqlalchemy_url, target.display)
-    else:
-        assert target.path is not None
-        if not target.path.exists():
-            return Standing(None, head=head_revision())
-        # Read-only: asking the revision must work on a file this process may not write.
-        runner = await SqliteRunner.open(target.path, target.display, read_only=True)
+    if target.backend == "sqlite" and not (target.path and target.path.exists()):
+        return Standing(None, head=head_revision())
+    # Read-only: asking the revision must work on a file this process may not write.
+    runner = await open_runner(target, read_only=True)
     try:
         return replace(await schema_standing(runner), head=head_revision())
     finally:
         await runner.close()
+
+
+async def open_runner(target: StoreTarget, *, read_only: bool = False) -> Runner:
+    """A runner on the store `target` names; a SQLite file is made (private) unless `read_only`."""
+    if target.backend == "postgres":
+        from relay.store.sql.drivers.postgres import PostgresRunner  # asyncpg: Postgres only
+
+        return await PostgresRunner.open(target.sqlalchemy_url, target.display)
+    assert target.path is not None
+    if not read_only:
+        try:
+            create_private(target.path)
+        except OSError as exc:
+            raise file_error(exc, target) from exc
+    return await SqliteRunner.open(target.path, target.display, read_only=read_only)
 
 
 def offline_sql(
