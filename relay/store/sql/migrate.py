@@ -23,7 +23,7 @@ from relay.store.sql.compat import Standing
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.drivers.runner import Runner
 from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
-from relay.store.sql.drivers.sqlstate import driver_error
+from relay.store.sql.drivers.sqlstate import driver_error, store_error
 from relay.store.sql.schema import HEAD_REVISION
 from relay.store.sql.schema_state import schema_standing
 from relay.store.url import StoreTarget, resolve, schema_name
@@ -311,10 +311,10 @@ def migration_error(exc: BaseException, target: StoreTarget) -> StoreError:
     return error
 
 
-def file_error(exc: BaseException, target: StoreTarget) -> StoreUnavailableError:
+def file_error(exc: BaseException, target: StoreTarget) -> StoreError:
     """A SQLite file that cannot be opened or written (read-only, not a file): one line."""
     text = getattr(exc, "strerror", None) or str(getattr(exc, "orig", None) or exc)
-    return StoreUnavailableError(f"relay store {target.display} is unavailable: {text}")
+    return store_error(target.display, text)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,7 @@ from typing import Any, TypeVar
 import asyncpg
 from sqlalchemy import URL
 
-from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
-from relay.refused import nothing_listening, unknown_host
+from relay.errors import InvalidInputError, StoreError
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
 from relay.store.sql.drivers import keepalive, pgbatch, sqlstate
 from relay.store.sql.drivers.budget import PARAMETERS as BUDGET_PARAMETERS
@@ -45,12 +44,7 @@ _LOST = (
     asyncpg.InternalClientError,
     OSError,
 )
-_DRIVER_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,
-)
+_DRIVER_ERRORS = (asyncpg.PostgresError, *_LOST)
 # A transaction's client-side deadline lies past its server-side statement_timeout, so the
 # server's own answer (57014) comes first; the client's ends a wait on a server that is silent.
 _CLIENT_MARGIN_S = 5.0
@@ -284,19 +278,14 @@ class PostgresRunner:
         state = _state(error)
         if isinstance(error, TimeoutError):
             text = f"no answer within statement_timeout ({self.budget.statement_timeout:g}s)"
-        elif state:
-            text = sqlstate.described(state, text)
-        elif (refused := nothing_listening(error)) is not None:
-            text = refused
-        elif (unknown := unknown_host(error)) is not None:
-            text = unknown
+        else:
+            text = sqlstate.explained(error, state, text)
         if lost:
             text = f"the connection was lost ({text})"
         if self._password:
             text = text.replace(self._password, "***")
-        if isinstance(error, asyncpg.PostgresError) and not sqlstate.unavailable(state):
-            return StoreError(f"relay store {self._display} failed: {text}")
-        return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
+        failed = isinstance(error, asyncpg.PostgresError) and not sqlstate.unavailable(state)
+        return sqlstate.store_error(self._display, text, failed=failed)
 
     async def close(self) -> None:
         pool, self._pool = self._pool, None

@@ -17,10 +17,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from relay.errors import StoreError, StoreUnavailableError
+from relay.errors import StoreError
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql.dialect import SQLITE, Compiled, Row
 from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, drive, run_steps
+from relay.store.sql.drivers.sqlstate import store_error
 from relay.store.sql.drivers.worker import Worker
 
 T = TypeVar("T")
@@ -227,9 +228,8 @@ class SqliteRunner:
         # file system) is SQLITE_IOERR_WRITE.
         if name := getattr(error, "sqlite_errorname", None):
             text = f"{text} ({name})"
-        if isinstance(error, sqlite3.OperationalError):
-            return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
-        return StoreError(f"relay store {self._display} failed: {text}")
+        failed = not isinstance(error, sqlite3.OperationalError)
+        return store_error(self._display, text, failed=failed)
 
     def bound_waits(self, seconds: float) -> None:
         """Nothing to bound: the file is on this host, and its busy wait is its own."""
