@@ -29,7 +29,7 @@ from relay.store.sql import (
     schema_state,
     transfer,
 )
-from relay.store.sql.drivers.runner import Runner, Stats
+from relay.store.sql.drivers.runner import Runner
 from relay.store.sql.schema import HEAD_REVISION
 from relay.store.sql.schema_state import schema_standing
 from relay.store.url import StoreTarget
@@ -45,7 +45,7 @@ def hook(function: Callable[Concatenate[Runner, P], Coroutine[Any, Any, T]]) -> 
     of its own to await through on every call."""
 
     def method(self: SqlBackend, /, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
-        return function(self._db, *args, **kwargs)
+        return function(self.runner, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = function.__name__
     method.__doc__ = function.__doc__
@@ -60,8 +60,10 @@ class SqlBackend:
     def __init__(
         self, runner: Runner, display_url: str, revision: str | None = HEAD_REVISION
     ) -> None:
-        self._db = runner
-        self._display_url = display_url
+        self.runner = runner  # every hook's (tests and the bench look at it)
+        self.display_url = display_url
+        self.name = runner.dialect.name
+        self.stats = runner.stats  # transactions and statements sent so far
         # A deploy yet to migrate: below 0007 there is no fleet table (record nothing); below
         # 0009 its rows have no clock offset and passes (write and read them without); below
         # 0011 run rows have no `taken_from` (a takeover's failed then stays).
@@ -92,29 +94,11 @@ class SqlBackend:
             raise
         return cls(runner, target.display, current)
 
-    @property
-    def name(self) -> str:
-        return self._db.dialect.name
-
-    @property
-    def display_url(self) -> str:
-        return self._display_url
-
-    @property
-    def runner(self) -> Runner:
-        """The runner every hook uses (tests and the bench look at it)."""
-        return self._db
-
-    @property
-    def stats(self) -> Stats:
-        """Transactions and statements sent so far."""
-        return self._db.stats
-
     def bound_waits(self, seconds: float) -> None:
-        self._db.bound_waits(seconds)
+        self.runner.bound_waits(seconds)
 
     async def close(self) -> None:
-        await self._db.close()
+        await self.runner.close()
 
     # ── the hooks: each one function of its aggregate's module, on this backend's runner ─────
 
@@ -161,22 +145,22 @@ class SqlBackend:
     # ── the hooks that also carry this replica's fleet row (none below 0007) or taken_from ───
 
     async def keep_alive(self, claim: Claim) -> int | None:
-        return await runs.keep_alive(self._db, claim, fleet=self._fleet)
+        return await runs.keep_alive(self.runner, claim, fleet=self._fleet)
 
     async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
         if not self._fleet:
             sync = replace(sync, member=None)
-        return await passes.pass_write(self._db, sync, ring=self._ring, taken=self._taken)
+        return await passes.pass_write(self.runner, sync, ring=self._ring, taken=self._taken)
 
     async def run_states(self) -> list[RunState]:
-        return await runs.run_states(self._db, taken=self._taken)
+        return await runs.run_states(self.runner, taken=self._taken)
 
     async def record_member(self, member: FleetMember) -> None:
         if self._fleet:
-            await fleet.record_member(self._db, member, ring=self._ring)
+            await fleet.record_member(self.runner, member, ring=self._ring)
 
     async def fleet(self) -> list[FleetMember]:
-        return await fleet.members(self._db, ring=self._ring) if self._fleet else []
+        return await fleet.members(self.runner, ring=self._ring) if self._fleet else []
 
 
 # mypy proves here that `SqlBackend` is a `Backend`, hook by hook.
