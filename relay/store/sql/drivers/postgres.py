@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
@@ -50,30 +51,30 @@ _DRIVER_ERRORS = (asyncpg.PostgresError, *_LOST)
 _CLIENT_MARGIN_S = 5.0
 
 
+@dataclass(slots=True)
 class PostgresTx:
     """Statements on one connection, each bounded by `timeout` seconds from the client (asyncpg
     then cancels it on the server); None: the caller bounds them (`Deadlines`)."""
 
-    def __init__(self, conn: Any, stats: Stats, timeout: float | None) -> None:
-        self._conn = conn
-        self._stats = stats
-        self._timeout = timeout
+    conn: Any
+    stats: Stats
+    timeout: float | None
 
     async def rows(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> list[Row]:
-        self._stats.statements += 1
-        return await self._conn.fetch(  # type: ignore[no-any-return]
-            q.sql, *q.args(params), timeout=self._timeout
+        self.stats.statements += 1
+        return await self.conn.fetch(  # type: ignore[no-any-return]
+            q.sql, *q.args(params), timeout=self.timeout
         )
 
     async def run(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> int:
-        self._stats.statements += 1
-        status: str = await self._conn.execute(q.sql, *q.args(params), timeout=self._timeout)
+        self.stats.statements += 1
+        status: str = await self.conn.execute(q.sql, *q.args(params), timeout=self.timeout)
         count = status.rpartition(" ")[2]
         return int(count) if count.isdigit() else 0
 
     async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
-        self._stats.statements += 1
-        await self._conn.executemany(q.sql, [q.args(row) for row in rows], timeout=self._timeout)
+        self.stats.statements += 1
+        await self.conn.executemany(q.sql, [q.args(row) for row in rows], timeout=self.timeout)
 
 
 def connect_options(url: URL) -> dict[str, Any]:

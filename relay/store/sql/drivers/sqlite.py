@@ -14,6 +14,7 @@ import os
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,22 +29,22 @@ T = TypeVar("T")
 BUSY_TIMEOUT_S = 30.0
 
 
+@dataclass(slots=True)
 class SqliteTx:
-    def __init__(self, conn: sqlite3.Connection, stats: Stats) -> None:
-        self._conn = conn
-        self._stats = stats
+    conn: sqlite3.Connection
+    stats: Stats
 
     async def rows(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> list[Row]:
-        self._stats.statements += 1
-        return self._conn.execute(q.sql, q.args(params)).fetchall()
+        self.stats.statements += 1
+        return self.conn.execute(q.sql, q.args(params)).fetchall()
 
     async def run(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> int:
-        self._stats.statements += 1
-        return self._conn.execute(q.sql, q.args(params)).rowcount
+        self.stats.statements += 1
+        return self.conn.execute(q.sql, q.args(params)).rowcount
 
     async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
-        self._stats.statements += 1
-        self._conn.executemany(q.sql, [q.args(row) for row in rows])
+        self.stats.statements += 1
+        self.conn.executemany(q.sql, [q.args(row) for row in rows])
 
 
 def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False) -> sqlite3.Connection:
