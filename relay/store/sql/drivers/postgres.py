@@ -109,20 +109,24 @@ class PostgresRunner:
 
     def __init__(self, display: str, password: str | None, limits: Budget) -> None:
         self.stats = Stats()
-        self.budget = limits
         self._display = display
         self._password = password
-        self._pool: Pool | None = None
-        self._begin = limits.set_local()
-        self._batch_settings = limits.batch_settings()
-        self._deadlines = Deadlines(limits.statement_timeout)
+        self.pool: Pool | None = None  # from `open` until `close`
         # Until a call says the function is missing or not ours to run: then, for this
         # runner's life, batches are transactions of their statements.
         self._batch_calls = True
         # The longest wait for the server (`bound_waits`): to connect, and how soon keepalive
         # and TCP_USER_TIMEOUT find a silent connection dead (`keepalive`).
-        self._wait_s = min(CONNECT_TIMEOUT_S, limits.statement_timeout)
+        self._wait_s = CONNECT_TIMEOUT_S
         self._margin_s = _CLIENT_MARGIN_S
+        self._set_budget(limits)
+
+    def _set_budget(self, limits: Budget) -> None:
+        self.budget = limits
+        self._begin = limits.set_local()
+        self._batch_settings = limits.batch_settings()
+        self._deadlines = Deadlines(limits.statement_timeout)
+        self._wait_s = min(self._wait_s, limits.statement_timeout)
 
     @classmethod
     async def open(cls, url: URL, display: str) -> PostgresRunner:
@@ -132,7 +136,7 @@ class PostgresRunner:
         try:
             # No floor of idle connections to restore: passes connect on demand, so a database
             # outage costs a failed call, not a task logging tracebacks every few seconds.
-            runner._pool = await Pool.open(
+            runner.pool = await Pool.open(
                 lambda: runner._connect(options),
                 limits.pool_size,
                 max_idle_s=limits.pool_max_idle,
@@ -151,19 +155,11 @@ class PostgresRunner:
     def bound_waits(self, seconds: float) -> None:
         """Wait `seconds` at most for the server (to connect, for a statement, a lock, a silent
         connection), never longer than the URL says: a silent network fails a call within it."""
-        self.budget = self.budget.bounded(seconds)
-        self._begin = self.budget.set_local()
-        self._batch_settings = self.budget.batch_settings()
-        self._deadlines = Deadlines(self.budget.statement_timeout)
+        self._set_budget(self.budget.bounded(seconds))
         self._wait_s = min(self._wait_s, seconds)
         self._margin_s = min(self._margin_s, seconds / 4)
-        if self._pool is not None:
-            self._pool.discard_all()  # those made before: their keepalive was the URL's
-
-    @property
-    def pool(self) -> Pool | None:
-        """The pool, for tests and `bench` to count what it holds."""
-        return self._pool
+        if self.pool is not None:
+            self.pool.discard_all()  # those made before: their keepalive was the URL's
 
     async def read(self, body: Body[T]) -> T:
         return await self._run(body, transaction=False)
@@ -209,9 +205,9 @@ class PostgresRunner:
         return await self._run(body, transaction=not single)
 
     async def _run(self, body: Body[T], *, transaction: bool) -> T:
-        # The pool this call draws from, to the end: `close` drops `self._pool` at once, and
+        # The pool this call draws from, to the end: `close` drops `self.pool` at once, and
         # the pool terminates the connections in use as they come back.
-        pool = self._pool
+        pool = self.pool
         if pool is None:
             raise StoreError(f"the store {self._display} is closed")
         try:
@@ -289,7 +285,7 @@ class PostgresRunner:
         return sqlstate.store_error(self._display, text, failed=failed)
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
+        pool, self.pool = self.pool, None
         if pool is not None:
             await pool.close()
 
