@@ -30,7 +30,7 @@ class Statements:
 
     def __init__(self, d: Dialect, ring: bool = True) -> None:
         f = t.fleet.c
-        names = columns(ring)
+        names = FIELDS if ring else BEFORE_RING
         insert = d.insert(t.fleet).values({name: bind(f[name]) for name in names})
         self.prune = d.compile(delete(t.fleet).where(f.seen_at < bind(f.seen_at, "cutoff")))
         self.upsert = d.compile(
@@ -50,11 +50,6 @@ class Statements:
 statements = functools.cache(Statements)
 
 
-def columns(ring: bool) -> tuple[str, ...]:
-    """The row's columns, with or without those 0009 added."""
-    return FIELDS if ring else BEFORE_RING
-
-
 def has_fleet(revision: str | None) -> bool:
     """Whether a database at `revision` has `relay_fleet` (0007 on)."""
     return revision is not None and not later(COMPAT_SINCE, revision)
@@ -68,7 +63,7 @@ def has_ring(revision: str | None) -> bool:
 def values(member: FleetMember, ring: bool = True) -> dict[str, object]:
     """`member`'s row as the upsert binds it."""
     document = member.document()
-    return {name: document[name] for name in columns(ring)}
+    return {name: document[name] for name in (FIELDS if ring else BEFORE_RING)}
 
 
 async def record_member(db: Runner, member: FleetMember, *, ring: bool = True) -> None:

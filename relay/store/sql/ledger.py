@@ -24,8 +24,6 @@ from relay.store.sql.drivers.runner import Call, Many, Runner, Step
 
 
 class Statements:
-    """This aggregate's statements, compiled once for a dialect by `statements(d)`."""
-
     def __init__(self, d: Dialect) -> None:
         s, scopes = t.started.c, t.started_scopes.c
         in_scope = s.profile_id == bind(s.profile_id)

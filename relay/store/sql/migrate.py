@@ -104,8 +104,7 @@ def revisions(after: str | None = None) -> list[Revision]:
     found = [
         Revision(str(s.revision), (s.doc or "").strip().splitlines()[0] if s.doc else "")
         for s in script.walk_revisions("base", "heads")
-    ]
-    found.reverse()  # walked from the head down
+    ][::-1]  # walked from the head down
     if after is None:
         return found
     ids = [revision.id for revision in found]
@@ -147,17 +146,13 @@ def known(scripts: ScriptDirectory, revision: str) -> str:
     """`revision` if this code's scripts hold it ("head" for theirs), else `InvalidInputError`."""
     if revision in ("head", "base") or (revision.lstrip("+-").isdigit() and revision[0] in "+-"):
         return revision  # Alembic's own words, and steps relative to the current revision
+    unknown = f"no revision {revision!r} in this code's migrations (0001 to {head_revision()})"
     try:
         found = scripts.get_revision(revision)
     except Exception as exc:  # alembic raises several kinds for a revision it cannot place
-        found = None
-        cause: BaseException | None = exc
-    else:
-        cause = None
+        raise InvalidInputError(unknown) from exc
     if found is None:
-        raise InvalidInputError(
-            f"no revision {revision!r} in this code's migrations (0001 to {head_revision()})"
-        ) from cause
+        raise InvalidInputError(unknown)
     return found.revision
 
 

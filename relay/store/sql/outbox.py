@@ -27,8 +27,6 @@ VIEW_COLUMNS = (
 
 
 class Statements:
-    """This aggregate's statements, compiled once for a dialect by `statements(d)`."""
-
     def __init__(self, d: Dialect) -> None:
         c = t.deleted.c
         # The record's columns; the claim columns are the outbox's own bookkeeping.

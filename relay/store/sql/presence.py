@@ -15,8 +15,6 @@ from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
 
 class Statements:
-    """This aggregate's statements, compiled once for a dialect by `statements(d)`."""
-
     def __init__(self, d: Dialect) -> None:
         p = t.presence.c
         this_tab = and_(p.profile == bind(p.profile), p.tab_id == bind(p.tab_id))

@@ -18,8 +18,6 @@ from relay.store.sql.drivers.runner import Call, Runner, Tx, first, scalar
 
 
 class Statements:
-    """This aggregate's statements, compiled once for a dialect by `statements(d)`."""
-
     def __init__(self, d: Dialect) -> None:
         c, k, i = t.config.c, t.keys.c, t.identities.c
         fields = ("url", "publisher_id", "key_id", "key_ref", "version", "updated_at")
@@ -123,14 +121,8 @@ async def load_config(db: Runner) -> RelayConfig | None:
 
 async def save_config(db: Runner, config: RelayConfig, expected_generation: int | None) -> None:
     q = statements(db.dialect)
-    values = {
-        "url": config.url,
-        "publisher_id": config.publisher_id,
-        "key_id": config.key_id,
-        "key_ref": config.key_ref,
-        "version": CONFIG_VERSION,
-        "updated_at": int(time.time() * 1000),
-    }
+    values = {name: getattr(config, name) for name in ("url", "publisher_id", "key_id", "key_ref")}
+    values |= {"version": CONFIG_VERSION, "updated_at": int(time.time() * 1000)}
     grants = [
         {"profile": name, "identity": grant.identity, "profile_id": grant.profile_id}
         for name, grant in config.profiles.items()

@@ -13,8 +13,6 @@ from relay.store.sql.drivers.runner import Call, Runner, scalar
 
 
 class Statements:
-    """This aggregate's statements, compiled once for a dialect by `statements(d)`."""
-
     def __init__(self, d: Dialect) -> None:
         floor = t.revision.c.floor
         now, count = bindparam("now", type_=BigInteger), bindparam("count", type_=BigInteger)

@@ -41,6 +41,8 @@ from relay.store.sql.drivers.runner import Runner, Step, Tx
 
 # Any constant will do: it names this aggregate's lock among the database's advisory locks.
 _RUNS_LOCK = 0x7A1A_2D0C
+# What a replica offers of a turn (the rest of a row is its lease and its send).
+TURN = ("session_id", "stream_id", "profile", "title", "phase", "started_at", "updated_at")
 # The first revision whose `relay_runs` has `taken_from`.
 TAKEN_FROM_SINCE = "0011"
 
@@ -203,17 +205,8 @@ def run_state(row: Row) -> RunState:
 def columns(run: RunState, owner: str, until: int, taken: bool = True) -> dict[str, Any]:
     """The turn's columns of `run`, held by `owner` until `until` (with `taken`, `taken_from`
     too: a saved turn was taken from no one)."""
-    return ({"taken_from": None} if taken else {}) | {
-        "session_id": run.session_id,
-        "stream_id": run.stream_id,
-        "profile": run.profile,
-        "title": run.title,
-        "phase": run.phase,
-        "started_at": run.started_at,
-        "updated_at": run.updated_at,
-        "owner": owner,
-        "lease_until": until,
-    }
+    turn = {name: getattr(run, name) for name in TURN}
+    return turn | {"owner": owner, "lease_until": until} | ({"taken_from": None} if taken else {})
 
 
 async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | None:

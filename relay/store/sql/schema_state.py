@@ -8,9 +8,6 @@ from relay.store.sql import version_table
 from relay.store.sql.compat import Standing, compat_table
 from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
-_own = version_table.table
-_shared = version_table.shared
-
 
 async def schema_revision(runner: Runner) -> str | None:
     """The relay's Alembic revision; None when the store has no relay schema."""
@@ -31,8 +28,8 @@ async def schema_standing(runner: Runner) -> Standing:
             *(text(f"(SELECT count(*) FROM sqlite_master WHERE name = '{name}')") for name in names)
         )
     )
-    own = d.compile(select(_own.c.version_num))
-    shared = d.compile(select(_shared.c.version_num))
+    own = d.compile(select(version_table.table.c.version_num))
+    shared = d.compile(select(version_table.shared.c.version_num))
     record = d.compile(
         select(compat_table.c.oldest_head, compat_table.c.migrated_by).where(compat_table.c.id == 1)
     )

@@ -22,8 +22,6 @@ def _values(table: Any, *keys: str) -> dict[str, Any]:
 
 
 class Statements:
-    """This aggregate's statements, compiled once for a dialect by `statements(d)`."""
-
     def __init__(self, d: Dialect) -> None:
         s, r, sc, dl = t.started.c, t.revision.c, t.started_scopes.c, t.deleted.c
         floor = d.insert(t.revision).values(id=1, **_values(t.revision, "floor"))
