@@ -15,11 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    Executable,
-    delete,
-    insert,
-)
+from sqlalchemy import Executable, delete, insert
 
 from relay.errors import SchemaError
 from relay.store.sql import schema

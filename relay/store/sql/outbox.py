@@ -14,16 +14,9 @@ from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
 from relay.store.sql.drivers.runner import Call, Runner
 
-VIEW_COLUMNS = (
-    "id",
-    "session_id",
-    "profile",
-    "through",
-    "identity",
-    "scope_url",
-    "scope_publisher_id",
-    "scope_profile_id",
-)
+# What binds an entry to a registration (`bind_deleted`); an unbound entry's scope is NULL.
+BINDING = ("identity", "scope_url", "scope_publisher_id", "scope_profile_id")
+VIEW_COLUMNS = ("id", "session_id", "profile", "through", *BINDING)
 
 
 class Statements:
@@ -52,12 +45,7 @@ class Statements:
                 c.scope_url.is_(None),
                 or_(c.identity.is_(None), c.identity == bind(c.identity)),
             )
-            .values(
-                identity=bind(c.identity),
-                scope_url=bind(c.scope_url),
-                scope_publisher_id=bind(c.scope_publisher_id),
-                scope_profile_id=bind(c.scope_profile_id),
-            )
+            .values({name: bind(c[name]) for name in BINDING})
         )
         self.pending = d.compile(select(*record).order_by(c.through, c.id))
         self.claim = d.compile(
@@ -80,17 +68,14 @@ def view(row: Row) -> DeletedView:
 
 def columns(entry: DeletedView) -> dict[str, Any]:
     """A record as `relay_deleted` column values."""
-    scope = entry.scope
-    return {
-        "id": entry.id,
-        "session_id": entry.session_id,
-        "profile": entry.profile,
-        "through": entry.through,
-        "identity": entry.identity,
-        "scope_url": scope.url if scope else None,
-        "scope_publisher_id": scope.publisher_id if scope else None,
-        "scope_profile_id": scope.profile_id if scope else None,
-    }
+    head = {name: getattr(entry, name) for name in VIEW_COLUMNS[:4]}
+    return head | bound(entry.identity, entry.scope)
+
+
+def bound(identity: str | None, scope: DeletedScope | None) -> dict[str, Any]:
+    """The `BINDING` column values of an entry for `identity` in `scope`."""
+    found = (scope.url, scope.publisher_id, scope.profile_id) if scope else (None, None, None)
+    return dict(zip(BINDING, (identity, *found), strict=True))
 
 
 def enqueue_step(d: Dialect, deletion: Deletion) -> Call:
@@ -110,14 +95,8 @@ async def enqueue_deleted(db: Runner, deletion: Deletion) -> DeletedView:
 
 
 async def bind_deleted(db: Runner, binding: Binding) -> int:
-    q, scope = statements(db.dialect).bind, binding.scope
-    params = {
-        "profile": binding.profile,
-        "identity": binding.identity,
-        "scope_url": scope.url,
-        "scope_publisher_id": scope.publisher_id,
-        "scope_profile_id": scope.profile_id,
-    }
+    q = statements(db.dialect).bind
+    params = {"profile": binding.profile} | bound(binding.identity, binding.scope)
 
     return await db.write(lambda tx: tx.run(q, params), single=True)
 

@@ -12,7 +12,7 @@ from relay.store.sql import presence
 from relay.store.sql import schema as t
 from relay.store.sql.dialect import Dialect, bind
 from relay.store.sql.drivers.runner import Call, Many, Runner, Tx, first
-from relay.store.sql.outbox import VIEW_COLUMNS, columns
+from relay.store.sql.outbox import BINDING, VIEW_COLUMNS, columns
 
 ENTRY_COLUMNS = ("profile_id", "session_id", "started_at", "sent")
 
@@ -28,7 +28,7 @@ class Statements:
         scope = d.insert(t.started_scopes).values(_values(t.started_scopes, "profile_id", "floor"))
         entry = d.insert(t.started).values(_values(t.started, *ENTRY_COLUMNS))
         same = and_(dl.session_id == bindparam("session_id"), dl.profile == bindparam("profile"))
-        changes = ("through", "identity", "scope_url", "scope_publisher_id", "scope_profile_id")
+        changes = ("through", *BINDING)
         self.identity = d.compile(
             d.insert(t.identities)
             .values(_values(t.identities, "profile", "identity"))
@@ -104,14 +104,9 @@ async def _merge_deleted(tx: Tx, q: Statements, incoming: dict[str, Any]) -> Non
     if existing is None:
         await tx.run(q.insert_deleted, incoming)
         return
-    through, identity, url, publisher_id, profile_id = existing
+    through, url = existing[0], existing[2]
     changes = {**incoming, "through": max(through, incoming["through"])}
     # The entry already queued for this session keeps its id and any binding it has.
     if url is not None or incoming["scope_url"] is None:
-        changes |= {
-            "identity": identity,
-            "scope_url": url,
-            "scope_publisher_id": publisher_id,
-            "scope_profile_id": profile_id,
-        }
+        changes |= dict(zip(BINDING, existing[1:], strict=True))
     await tx.run(q.update_deleted, changes)

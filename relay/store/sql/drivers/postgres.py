@@ -244,7 +244,8 @@ class PostgresRunner:
                 # The server behind this connection is read-only, leaving or gone: so is it
                 # behind the others (a restart ends them all), which a new connection (with a
                 # multi-host URL, to the new primary) avoids.
-                _terminate(conn)
+                with contextlib.suppress(asyncpg.InterfaceError):  # the server closed it
+                    conn.terminate()
                 pool.discard_all()
             if driver or timed_out:
                 raise self.translated(error, lost=lost) from error
@@ -302,11 +303,6 @@ def _first(error: BaseException) -> BaseException:
 
 def _state(error: BaseException) -> str:
     return str(getattr(_first(error), "sqlstate", "") or "")
-
-
-def _terminate(conn: Any) -> None:
-    with contextlib.suppress(asyncpg.InterfaceError):  # the server closed it under us
-        conn.terminate()
 
 
 def _discard_unless_clean(conn: Any, error: BaseException, *, broken: bool) -> None:
