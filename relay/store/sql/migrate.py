@@ -14,16 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql import compat, guard, version_table
 from relay.store.sql.compat import Standing
+from relay.store.sql.drivers import sqlstate
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.drivers.runner import Runner
 from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
-from relay.store.sql.drivers.sqlstate import driver_error, store_error
+from relay.store.sql.drivers.sqlstate import store_error
 from relay.store.sql.schema import HEAD_REVISION
 from relay.store.sql.schema_state import schema_standing
 from relay.store.url import StoreTarget, resolve, schema_name
@@ -294,16 +295,28 @@ def _on_sqlite(path: Path, step: Callable[[Connection], T]) -> T:
 
 
 def migration_error(exc: BaseException, target: StoreTarget) -> StoreError:
-    """A driver error of a migration; a lock wait past the timeout says what to do."""
-    error = driver_error(exc, target)
-    if "lock_timeout" in str(error):
+    """A driver's error in a migration, naming the store but never its password; a lock wait
+    past the timeout says what to do."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig or exc)
+    message = text.splitlines()[0] if text else type(exc).__name__
+    password = target.url.password if target.url is not None else None
+    if password:
+        message = message.replace(password, "***")
+    cause = orig.__cause__ if orig else None
+    state = str(getattr(orig, "sqlstate", None) or getattr(cause, "sqlstate", None) or "")
+    failed = isinstance(exc, DBAPIError) and not (
+        exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+    )
+    message = sqlstate.explained(exc, state, message)
+    if "lock_timeout" in message:
         return StoreUnavailableError(
             f"relay store {target.display}: the migration waited past its lock timeout for a "
             "table that a transaction holds, and changed nothing: run it again when that "
             "transaction ends, or give it longer "
             f"({cli_command('migrate --lock-timeout 60', target)})"
         )
-    return error
+    return store_error(target.display, message, failed=failed and not sqlstate.unavailable(state))
 
 
 def file_error(exc: BaseException, target: StoreTarget) -> StoreError:

@@ -138,10 +138,8 @@ def past_the_cap(error: StoreError) -> bool:
     """Whether a pass's write failed on the NULL its allocation sets past 2^53-1."""
     cause = error.__cause__
     if getattr(cause, "sqlstate", None) == "23502":  # Postgres: not_null_violation
-        return (getattr(cause, "table_name", None), getattr(cause, "column_name", None)) == (
-            t.revision.name,
-            "floor",
-        )
+        found = (getattr(cause, "table_name", None), getattr(cause, "column_name", None))
+        return found == (t.revision.name, "floor")
     return f"NOT NULL constraint failed: {t.revision.name}.floor" in str(cause)
 
 
@@ -185,15 +183,10 @@ def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True, taken: bool = T
         (q.prune, {"cutoff": sync.cutoff}),
         (q.forget, {"forget_before": sync.forget_before}),
         (q.mark_sending, mine),
-        *(
-            []
-            if sync.member is None
-            else [(fleet.statements(d, ring).upsert, fleet.values(sync.member, ring))]
-        ),
-        (p.allocate, {"owner": owner, "now": now_ms}),
-        (p.owned, {"owner": owner}),
     ]
-    return steps
+    if sync.member is not None:
+        steps.append((fleet.statements(d, ring).upsert, fleet.values(sync.member, ring)))
+    return [*steps, (p.allocate, {"owner": owner, "now": now_ms}), (p.owned, {"owner": owner})]
 
 
 async def pass_write(

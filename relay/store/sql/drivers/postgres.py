@@ -79,9 +79,8 @@ class PostgresTx:
 
 def connect_options(url: URL) -> dict[str, Any]:
     """asyncpg's arguments for a store URL; libpq parameters it knows pass through its DSN."""
-    query = {k: str(v) for k, v in url.query.items() if k not in BUDGET_PARAMETERS}
-    query.pop("host", None)
-    query.pop("port", None)
+    skipped = (*BUDGET_PARAMETERS, "host", "port")  # the hosts go in the DSN's netloc
+    query = {k: str(v) for k, v in url.query.items() if k not in skipped}
     options: dict[str, Any] = {}
     try:
         options["timeout"] = float(str(query.pop("connect_timeout", CONNECT_TIMEOUT_S)))
@@ -315,8 +314,7 @@ def _discard_unless_clean(conn: Any, error: BaseException, *, broken: bool) -> N
     dirty = not isinstance(error, Exception) or (
         broken and not isinstance(error, asyncpg.PostgresError)
     )
-    try:
+    # InterfaceError: the server closed it under us, and the pool has already taken it back.
+    with contextlib.suppress(asyncpg.InterfaceError):
         if dirty or conn.is_in_transaction():
             conn.terminate()
-    except asyncpg.InterfaceError:
-        pass  # the server closed it under us, and the pool has already taken it back

@@ -2,15 +2,10 @@
 work now ("unavailable", retried after a backoff), and which connections must go.
 
 One table for the runner (asyncpg) and the migrations (SQLAlchemy over asyncpg, through
-`driver_error`), so a command and a replica classify the same answer the same way.
+`migrate.migration_error`), so a command and a replica classify the same answer the same way.
 """
 
 from __future__ import annotations
-
-from typing import Protocol
-
-from sqlalchemy import URL
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from relay.errors import StoreError, StoreUnavailableError
 from relay.refused import nothing_listening, unknown_host
@@ -67,16 +62,6 @@ def described(state: str, text: str) -> str:
     return f"{cause}: {text}" if cause else text
 
 
-class Named(Protocol):
-    """How an error names a store (a `StoreTarget`): its URL shown, and the password to hide."""
-
-    @property
-    def display(self) -> str: ...
-
-    @property
-    def url(self) -> URL | None: ...
-
-
 def explained(error: BaseException, state: str, text: str) -> str:
     """The driver's message, led by what its SQLSTATE says, or by why no server answered."""
     if state:
@@ -90,20 +75,3 @@ def store_error(display: str, text: str, *, failed: bool = False) -> StoreError:
     if failed:
         return StoreError(f"relay store {display} failed: {text}")
     return StoreUnavailableError(f"relay store {display} is unavailable: {text}")
-
-
-def driver_error(exc: BaseException, target: Named) -> StoreError:
-    """A driver's exception as a `StoreError` that names the store but never its password."""
-    orig = getattr(exc, "orig", None)
-    text = str(orig or exc)
-    message = text.splitlines()[0] if text else type(exc).__name__
-    password = target.url.password if target.url is not None else None
-    if password:
-        message = message.replace(password, "***")
-    cause = orig.__cause__ if orig else None
-    state = str(getattr(orig, "sqlstate", None) or getattr(cause, "sqlstate", None) or "")
-    failed = isinstance(exc, DBAPIError) and not (
-        exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
-    )
-    message = explained(exc, state, message)
-    return store_error(target.display, message, failed=failed and not unavailable(state))
