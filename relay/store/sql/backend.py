@@ -17,6 +17,7 @@ from relay.store.fleet import FleetMember
 from relay.store.records import RunState
 from relay.store.sql import backlog as backlogs
 from relay.store.sql import (
+    compat,
     fleet,
     ledger,
     migrate,
@@ -26,12 +27,11 @@ from relay.store.sql import (
     registration,
     revisions,
     runs,
-    schema_state,
     transfer,
 )
+from relay.store.sql.compat import schema_standing
 from relay.store.sql.drivers.runner import Runner
 from relay.store.sql.schema import HEAD_REVISION
-from relay.store.sql.schema_state import schema_standing
 from relay.store.url import StoreTarget
 
 P = ParamSpec("P")
@@ -102,8 +102,8 @@ class SqlBackend:
 
     # ── the hooks: each one function of its aggregate's module, on this backend's runner ─────
 
-    schema_revision = hook(schema_state.schema_revision)
-    unwritable = hook(schema_state.unwritable)
+    schema_revision = hook(compat.schema_revision)
+    unwritable = hook(compat.unwritable)
 
     load_config = hook(registration.load_config)
     save_config = hook(registration.save_config)

@@ -19,14 +19,13 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql import compat, guard, version_table
-from relay.store.sql.compat import Standing
+from relay.store.sql.compat import Standing, schema_standing
 from relay.store.sql.drivers import sqlstate
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.drivers.runner import Runner
 from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
 from relay.store.sql.drivers.sqlstate import store_error
 from relay.store.sql.schema import HEAD_REVISION
-from relay.store.sql.schema_state import schema_standing
 from relay.store.url import StoreTarget, resolve, schema_name
 from relay.store.url import command as cli_command
 
