@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from sqlalchemy import delete, false, literal, select, update
 
@@ -19,7 +18,7 @@ from relay.store.backend import Claim, Sightings, StartedClaim
 from relay.store.records import StartedEntry, StartedScope
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
-from relay.store.sql.dialect import Dialect, Row, bind, closed_below
+from relay.store.sql.dialect import Dialect, Params, Row, bind, closed_below
 from relay.store.sql.drivers.runner import Call, Many, Runner, Step
 
 
@@ -104,9 +103,7 @@ def record_steps(d: Dialect, seen: Mapping[str, Mapping[str, int]], now_ms: int)
     return steps
 
 
-def _one_or_many(
-    rows: Sequence[Mapping[str, Any]],
-) -> Mapping[str, Any] | Sequence[Mapping[str, Any]]:
+def _one_or_many(rows: Sequence[Params]) -> Params | Sequence[Params]:
     # One parameter set runs as a plain statement: no executemany for a batch of one.
     return rows[0] if len(rows) == 1 else rows
 

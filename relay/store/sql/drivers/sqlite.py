@@ -111,15 +111,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _refuse_inherited(name: str, display: str) -> None:
-    if name in _inherited:
-        raise StoreError(
-            f"relay store {display} was open in the process this one was forked from, and "
-            "SQLite cannot share a database across fork(): open it in a process that never had "
-            "it open (start the relay service after the fork, e.g. in gunicorn's post_fork)"
-        )
-
-
 class SqliteRunner:
     """Runs bodies on one SQLite file; `await SqliteRunner.open(path, display)`."""
 
@@ -148,7 +139,13 @@ class SqliteRunner:
         try:
             # By its real path: the same file under another name is the same SQLite state.
             name = await runner._in_thread(os.path.realpath, path)
-            _refuse_inherited(name, display)
+            if name in _inherited:
+                raise StoreError(
+                    f"relay store {display} was open in the process this one was forked from, "
+                    "and SQLite cannot share a database across fork(): open it in a process that "
+                    "never had it open (start the relay service after the fork, e.g. in "
+                    "gunicorn's post_fork)"
+                )
             _open_files[name] += 1
             runner._name = name
             if read_only:
