@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, inspect, select, text
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
+from relay.errors import InvalidInputError, SchemaError, StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
-from relay.store.sql import compat, guard, version_table
-from relay.store.sql.compat import Standing, schema_standing
+from relay.store.sql import compat, schema, version_table
+from relay.store.sql.compat import Standing, later, schema_standing
 from relay.store.sql.drivers import sqlstate
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
 from relay.store.sql.drivers.runner import Runner
@@ -137,9 +138,43 @@ def upgrade_locked(
     steps = compat.pending(scripts, current, known(scripts, revision))
     contracts = [step.revision for step in steps if compat.kind(step) == compat.CONTRACT]
     if contracts and not force:
-        guard.refuse_breaking(connection, contracts[-1])
+        refuse_breaking(connection, contracts[-1])
     command.upgrade(config, revision)
     return current
+
+
+# The fleet guard: a contract migration is refused while live replicas of older code would break.
+def breaking(connection: Connection, contract: str, now_ms: int | None = None) -> list[str]:
+    """The live replicas whose code a database at `contract` (a contract migration) no longer
+    takes: those built for an older schema head. A database without the fleet lists none."""
+    if not inspect(connection).has_table(schema.fleet.name):
+        return []
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    f = schema.fleet.c
+    rows = connection.execute(
+        select(f.owner, f.version, f.schema_head, f.host, f.pid, f.seen_at)
+        .where(f.live_until > now)
+        .order_by(f.owner)
+    ).all()
+    return [
+        f"{owner} (talaria-relay {version}, schema head {head}, pid {pid} on {host}, "
+        f"seen {max(0, now - seen) / 1000:.0f} s ago)"
+        for owner, version, head, host, pid, seen in rows
+        if later(contract, head)
+    ]
+
+
+def refuse_breaking(connection: Connection, contract: str) -> None:
+    """`SchemaError` naming every live replica a contract migration to `contract` would break."""
+    found = breaking(connection, contract)
+    if found:
+        raise SchemaError(
+            f"migration {contract} is a contract one: code of an older schema head stops "
+            f"working on it, and {len(found)} live replica(s) run such code: "
+            + "; ".join(found)
+            + ". Roll them out to this release first (they leave the fleet when they stop), "
+            "or pass --force to migrate anyway"
+        )
 
 
 def known(scripts: ScriptDirectory, revision: str) -> str:
