@@ -3,7 +3,6 @@ value as the text its cast reads back, and the answer decoded in column order.""
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import importlib
 from pathlib import Path
@@ -24,8 +23,7 @@ def store_statements() -> list[tuple[str, Compiled]]:
     found = []
     for name in AGGREGATES:
         compiled = importlib.import_module(f"relay.store.sql.{name}").statements(POSTGRES)
-        for field in dataclasses.fields(compiled):
-            found.append((f"{name}.{field.name}", getattr(compiled, field.name)))
+        found += [(f"{name}.{field}", q) for field, q in vars(compiled).items()]
     return found
 
 

@@ -15,8 +15,8 @@ import relay
 ROOT = Path(relay.__file__).parent
 CHECKOUT = ROOT.parent
 # The SQL modules that are not an aggregate: the adapter that opens the drivers, and the
-# migrations and schema checks, which run Alembic on SQLAlchemy engines.
-NOT_AGGREGATES = {"__init__", "backend", "migrate", "schema_state"}
+# migrations, which run Alembic on SQLAlchemy engines.
+NOT_AGGREGATES = {"__init__", "backend", "migrate"}
 AGGREGATES = sorted(
     path.stem for path in (ROOT / "store" / "sql").glob("*.py") if path.stem not in NOT_AGGREGATES
 )

@@ -17,6 +17,7 @@ from relay.store.fleet import FleetMember
 from relay.store.records import RunState
 from relay.store.sql import backlog as backlogs
 from relay.store.sql import (
+    compat,
     fleet,
     ledger,
     migrate,
@@ -28,14 +29,9 @@ from relay.store.sql import (
     runs,
     transfer,
 )
-from relay.store.sql.drivers.runner import Runner, Stats
-from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
-from relay.store.sql.schema_state import (
-    ensure_sqlite_schema,
-    schema_revision,
-    schema_standing,
-    unwritable,
-)
+from relay.store.sql.compat import schema_standing
+from relay.store.sql.drivers.runner import Runner
+from relay.store.sql.schema import HEAD_REVISION
 from relay.store.url import StoreTarget
 
 P = ParamSpec("P")
@@ -49,7 +45,7 @@ def hook(function: Callable[Concatenate[Runner, P], Coroutine[Any, Any, T]]) -> 
     of its own to await through on every call."""
 
     def method(self: SqlBackend, /, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
-        return function(self._db, *args, **kwargs)
+        return function(self.runner, *args, **kwargs)
 
     method.__name__ = method.__qualname__ = function.__name__
     method.__doc__ = function.__doc__
@@ -62,22 +58,18 @@ class SqlBackend:
     A `Backend` structurally (checked below), as `Store` is a `RelayStore`."""
 
     def __init__(
-        self,
-        runner: Runner,
-        display_url: str,
-        *,
-        has_fleet: bool = True,
-        has_ring: bool = True,
-        has_taken_from: bool = True,
+        self, runner: Runner, display_url: str, revision: str | None = HEAD_REVISION
     ) -> None:
-        self._db = runner
-        self._display_url = display_url
-        # Below 0007 (a deploy that has yet to migrate) there is no fleet table: record nothing.
-        self._fleet = has_fleet
-        # Below 0009 the fleet's rows have no clock offset and passes: write and read them without.
-        self._ring = has_fleet and has_ring
-        # Below 0011 run rows have no `taken_from`: a takeover's failed then stays.
-        self._taken = has_taken_from
+        self.runner = runner  # every hook's (tests and the bench look at it)
+        self.display_url = display_url
+        self.name = runner.dialect.name
+        self.stats = runner.stats  # transactions and statements sent so far
+        # A deploy yet to migrate: below 0007 there is no fleet table (record nothing); below
+        # 0009 its rows have no clock offset and passes (write and read them without); below
+        # 0011 run rows have no `taken_from` (a takeover's failed then stays).
+        self._fleet = fleet.has_fleet(revision)
+        self._ring = fleet.has_ring(revision)
+        self._taken = runs.has_taken_from(revision)
 
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlBackend:
@@ -87,71 +79,31 @@ class SqlBackend:
 
         `read_only` (SQLite): create, migrate and write nothing, so a read-only file can be read.
         """
-        runner: Runner
-        if target.backend == "postgres":
-            # asyncpg: loaded for Postgres stores only.
-            from relay.store.sql.drivers.postgres import PostgresRunner
-
-            runner = await PostgresRunner.open(target.sqlalchemy_url, target.display)
-        else:
-            assert target.path is not None
-            if not read_only:
-                try:
-                    create_private(target.path)
-                except OSError as exc:
-                    raise migrate.file_error(exc, target) from exc
-            runner = await SqliteRunner.open(target.path, target.display, read_only=read_only)
+        runner = await migrate.open_runner(target, read_only=read_only)
         try:
             standing = await schema_standing(runner)
             current = standing.current
             if standing.below and target.backend == "sqlite" and not read_only:
                 assert target.path is not None
-                await ensure_sqlite_schema(target.path)
-                current = migrate.head_revision()
+                await migrate.ensure_sqlite_schema(target.path)
+                current = HEAD_REVISION
             elif not standing.runnable:
                 raise standing.error(target)
         except BaseException:
             await runner.close()
             raise
-        return cls(
-            runner,
-            target.display,
-            has_fleet=fleet.has_fleet(current),
-            has_ring=fleet.has_ring(current),
-            has_taken_from=runs.has_taken_from(current),
-        )
-
-    @property
-    def name(self) -> str:
-        return self._db.dialect.name
-
-    @property
-    def display_url(self) -> str:
-        return self._display_url
-
-    @property
-    def runner(self) -> Runner:
-        """The runner every hook uses (tests and the bench look at it)."""
-        return self._db
-
-    @property
-    def stats(self) -> Stats:
-        """Transactions and statements sent so far."""
-        return self._db.stats
-
-    async def schema_revision(self) -> str | None:
-        return await schema_revision(self._db)
-
-    async def unwritable(self) -> str | None:
-        return await unwritable(self._db)
+        return cls(runner, target.display, current)
 
     def bound_waits(self, seconds: float) -> None:
-        self._db.bound_waits(seconds)
+        self.runner.bound_waits(seconds)
 
     async def close(self) -> None:
-        await self._db.close()
+        await self.runner.close()
 
     # ── the hooks: each one function of its aggregate's module, on this backend's runner ─────
+
+    schema_revision = hook(compat.schema_revision)
+    unwritable = hook(compat.unwritable)
 
     load_config = hook(registration.load_config)
     save_config = hook(registration.save_config)
@@ -193,22 +145,22 @@ class SqlBackend:
     # ── the hooks that also carry this replica's fleet row (none below 0007) or taken_from ───
 
     async def keep_alive(self, claim: Claim) -> int | None:
-        return await runs.keep_alive(self._db, claim, fleet=self._fleet)
+        return await runs.keep_alive(self.runner, claim, fleet=self._fleet)
 
     async def pass_write(self, sync: RunSync) -> tuple[list[RunState], int] | None:
         if not self._fleet:
             sync = replace(sync, member=None)
-        return await passes.pass_write(self._db, sync, ring=self._ring, taken=self._taken)
+        return await passes.pass_write(self.runner, sync, ring=self._ring, taken=self._taken)
 
     async def run_states(self) -> list[RunState]:
-        return await runs.run_states(self._db, taken=self._taken)
+        return await runs.run_states(self.runner, taken=self._taken)
 
     async def record_member(self, member: FleetMember) -> None:
         if self._fleet:
-            await fleet.record_member(self._db, member, ring=self._ring)
+            await fleet.record_member(self.runner, member, ring=self._ring)
 
     async def fleet(self) -> list[FleetMember]:
-        return await fleet.members(self._db, ring=self._ring) if self._fleet else []
+        return await fleet.members(self.runner, ring=self._ring) if self._fleet else []
 
 
 # mypy proves here that `SqlBackend` is a `Backend`, hook by hook.

@@ -8,41 +8,38 @@ scopes table, so 100,000 announced entries cost nothing; the outbox is small by 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 from sqlalchemy import and_, false, func, select
 
 from relay.store.records import Backlog, Waiting
 from relay.store.sql import schema as t
-from relay.store.sql.dialect import Compiled, Dialect, Row
+from relay.store.sql.dialect import Dialect, Row
 from relay.store.sql.drivers.runner import Runner, Tx
 
 
-@dataclass(frozen=True, slots=True)
 class Statements:
-    unsent: Compiled
-    claims: Compiled
-    deleted: Compiled
+    """The three counts, compiled once for a dialect by `statements(d)`."""
+
+    def __init__(self, d: Dialect) -> None:
+        s, e, o = t.started_scopes, t.started, t.deleted
+        unsent_of_scope = and_(e.c.profile_id == s.c.profile_id, e.c.sent == false())
+        self.unsent = d.compile(
+            select(s.c.profile_id, func.count(), func.min(e.c.started_at))
+            .select_from(s.join(e, unsent_of_scope))
+            .group_by(s.c.profile_id)
+        )
+        self.claims = d.compile(
+            select(e.c.claimed_by, func.count(), func.max(e.c.claimed_until))
+            .select_from(s.join(e, unsent_of_scope))
+            .where(e.c.claimed_by.is_not(None), e.c.claimed_until.is_not(None))
+            .group_by(e.c.claimed_by)
+        )
+        self.deleted = d.compile(
+            select(o.c.profile, func.count(), func.min(o.c.through)).group_by(o.c.profile)
+        )
 
 
-@functools.cache
-def statements(d: Dialect) -> Statements:
-    """The three counts, compiled once for `d`."""
-    s, e, o = t.started_scopes, t.started, t.deleted
-    unsent_of_scope = and_(e.c.profile_id == s.c.profile_id, e.c.sent == false())
-    unsent = (
-        select(s.c.profile_id, func.count(), func.min(e.c.started_at))
-        .select_from(s.join(e, unsent_of_scope))
-        .group_by(s.c.profile_id)
-    )
-    claims = (
-        select(e.c.claimed_by, func.count(), func.max(e.c.claimed_until))
-        .select_from(s.join(e, unsent_of_scope))
-        .where(e.c.claimed_by.is_not(None), e.c.claimed_until.is_not(None))
-        .group_by(e.c.claimed_by)
-    )
-    deleted = select(o.c.profile, func.count(), func.min(o.c.through)).group_by(o.c.profile)
-    return Statements(d.compile(unsent), d.compile(claims), d.compile(deleted))
+statements = functools.cache(Statements)
 
 
 async def backlog(db: Runner) -> Backlog:

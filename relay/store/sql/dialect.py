@@ -69,9 +69,7 @@ class Compiled:
 
     def args(self, params: Params) -> Any:
         values = {**self.defaults, **params} if self.defaults else params
-        if self.names is None:
-            return values
-        return self._pick(values)
+        return values if self.names is None else self._pick(values)
 
 
 # Compared and hashed by identity (there are two, `SQLITE` and `POSTGRES`): each aggregate's

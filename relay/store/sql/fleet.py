@@ -10,7 +10,6 @@ alone. A database below 0007 has no `relay_fleet`: the backend then records noth
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 from sqlalchemy import delete, select, update
 
@@ -18,48 +17,37 @@ from relay.errors import CorruptStateError, InvalidInputError
 from relay.store.fleet import BEFORE_RING, FIELDS, FORGET_MS, FleetMember
 from relay.store.sql import schema as t
 from relay.store.sql.compat import COMPAT_SINCE, later
-from relay.store.sql.dialect import Compiled, Dialect, Row, bind
+from relay.store.sql.dialect import Dialect, Row, bind
 from relay.store.sql.drivers.runner import Runner, Tx
-
-
-@dataclass(frozen=True, slots=True)
-class Statements:
-    prune: Compiled
-    upsert: Compiled
-    renew: Compiled
-    members: Compiled
-
 
 # The first revision whose `relay_fleet` has the clock offset and the passes.
 RING_SINCE = "0009"
 
 
-@functools.cache
-def statements(d: Dialect, ring: bool = True) -> Statements:
-    """The fleet's statements, compiled once for `d`; with `ring`, the columns 0009 added too."""
-    f = t.fleet.c
-    names = columns(ring)
-    insert = d.insert(t.fleet).values({name: bind(f[name]) for name in names})
-    return Statements(
-        prune=d.compile(delete(t.fleet).where(f.seen_at < bind(f.seen_at, "cutoff"))),
-        upsert=d.compile(
+class Statements:
+    """The fleet's statements, compiled once for a dialect by `statements(d)`; with `ring`, the
+    columns 0009 added too."""
+
+    def __init__(self, d: Dialect, ring: bool = True) -> None:
+        f = t.fleet.c
+        names = FIELDS if ring else BEFORE_RING
+        insert = d.insert(t.fleet).values({name: bind(f[name]) for name in names})
+        self.prune = d.compile(delete(t.fleet).where(f.seen_at < bind(f.seen_at, "cutoff")))
+        self.upsert = d.compile(
             insert.on_conflict_do_update(
                 index_elements=[f.owner],
                 set_={name: insert.excluded[name] for name in names if name != "owner"},
             )
-        ),
-        renew=d.compile(
+        )
+        self.renew = d.compile(
             update(t.fleet)
             .where(f.owner == bind(f.owner))
             .values(seen_at=bind(f.seen_at, "now"), live_until=bind(f.live_until, "until"))
-        ),
-        members=d.compile(select(*(f[name] for name in names)).order_by(f.owner)),
-    )
+        )
+        self.members = d.compile(select(*(f[name] for name in names)).order_by(f.owner))
 
 
-def columns(ring: bool) -> tuple[str, ...]:
-    """The row's columns, with or without those 0009 added."""
-    return FIELDS if ring else BEFORE_RING
+statements = functools.cache(Statements)
 
 
 def has_fleet(revision: str | None) -> bool:
@@ -75,12 +63,7 @@ def has_ring(revision: str | None) -> bool:
 def values(member: FleetMember, ring: bool = True) -> dict[str, object]:
     """`member`'s row as the upsert binds it."""
     document = member.document()
-    return {name: document[name] for name in columns(ring)}
-
-
-async def renew(tx: Tx, d: Dialect, owner: str, now_ms: int, until: int) -> None:
-    """Move `owner`'s row to seen now, live until `until`, inside the caller's transaction."""
-    await tx.run(statements(d).renew, {"owner": owner, "now": now_ms, "until": until})
+    return {name: document[name] for name in (FIELDS if ring else BEFORE_RING)}
 
 
 async def record_member(db: Runner, member: FleetMember, *, ring: bool = True) -> None:

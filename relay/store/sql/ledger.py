@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy import delete, false, literal, select, update
 
@@ -20,40 +18,30 @@ from relay.store.backend import Claim, Sightings, StartedClaim
 from relay.store.records import StartedEntry, StartedScope
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
-from relay.store.sql.dialect import Compiled, Dialect, Row, bind, closed_below
-from relay.store.sql.drivers.runner import Call, Many, Runner, Step, Tx
+from relay.store.sql.dialect import Dialect, Params, Row, bind, closed_below
+from relay.store.sql.drivers.runner import Call, Many, Runner, Step
 
 
-@dataclass(frozen=True, slots=True)
 class Statements:
-    add_scope: Compiled
-    prune: Compiled
-    add_entry: Compiled
-    claim_listed: Compiled
-    mark_sent: Compiled
-    ledger: Compiled
-
-
-@functools.cache
-def statements(d: Dialect) -> Statements:
-    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
-    s, scopes = t.started.c, t.started_scopes.c
-    in_scope = s.profile_id == bind(s.profile_id)
-    unsent_first = (s.started_at, s.session_id)
-    # Sessions before max(floor, now - 24 h) are never announced: the scope's cutoff.
-    floor = select(scopes.floor).where(scopes.profile_id == bind(s.profile_id)).scalar_subquery()
-    cutoff = d.greatest(floor, bind(s.started_at, "window"))
-    listed = d.listed("scopes")
-    return Statements(
-        add_scope=d.compile(
+    def __init__(self, d: Dialect) -> None:
+        s, scopes = t.started.c, t.started_scopes.c
+        in_scope = s.profile_id == bind(s.profile_id)
+        unsent_first = (s.started_at, s.session_id)
+        # Sessions before max(floor, now - 24 h) are never announced: the scope's cutoff.
+        floor = (
+            select(scopes.floor).where(scopes.profile_id == bind(s.profile_id)).scalar_subquery()
+        )
+        cutoff = d.greatest(floor, bind(s.started_at, "window"))
+        listed = d.listed("scopes")
+        self.add_scope = d.compile(
             d.insert(t.started_scopes)
             .values(profile_id=bind(scopes.profile_id), floor=bind(scopes.floor))
             .on_conflict_do_nothing(index_elements=[scopes.profile_id])
-        ),
-        prune=d.compile(
+        )
+        self.prune = d.compile(
             delete(t.started).where(in_scope, closed_below(s.started_at), s.started_at < cutoff)
-        ),
-        add_entry=d.compile(
+        )
+        self.add_entry = d.compile(
             d.insert(t.started)
             .from_select(
                 [s.profile_id, s.session_id, s.started_at, s.sent],
@@ -66,9 +54,9 @@ def statements(d: Dialect) -> Statements:
                 ),
             )
             .on_conflict_do_nothing(index_elements=[s.profile_id, s.session_id])
-        ),
+        )
         # The listed scopes' entries, scope by scope in the order listed, each oldest first.
-        claim_listed=d.compile(
+        self.claim_listed = d.compile(
             claim(
                 t.started,
                 (s.profile_id, s.session_id),
@@ -76,18 +64,20 @@ def statements(d: Dialect) -> Statements:
                 order_by=(d.rank(listed), *unsent_first),
                 joined=t.started.join(listed, listed.c.value == s.profile_id),
             ).returning(*t.started.c)
-        ),
-        mark_sent=d.compile(
+        )
+        self.mark_sent = d.compile(
             update(t.started)
             .where(in_scope, s.session_id == bind(s.session_id))
             .values(sent=True, claimed_by=None, claimed_until=None)
-        ),
-        ledger=d.compile(
+        )
+        self.ledger = d.compile(
             select(scopes.profile_id, scopes.floor, *t.started.c)
             .select_from(t.started_scopes.outerjoin(t.started, s.profile_id == scopes.profile_id))
             .order_by(scopes.profile_id, s.started_at, s.session_id)
-        ),
-    )
+        )
+
+
+statements = functools.cache(Statements)
 
 
 def entry(row: Row) -> StartedEntry:
@@ -113,20 +103,15 @@ def record_steps(d: Dialect, seen: Mapping[str, Mapping[str, int]], now_ms: int)
     return steps
 
 
-def _one_or_many(
-    rows: Sequence[Mapping[str, Any]],
-) -> Mapping[str, Any] | Sequence[Mapping[str, Any]]:
+def _one_or_many(rows: Sequence[Params]) -> Params | Sequence[Params]:
     # One parameter set runs as a plain statement: no executemany for a batch of one.
     return rows[0] if len(rows) == 1 else rows
 
 
 async def track_started(db: Runner, profile_ids: tuple[str, ...], now_ms: int) -> None:
     q = statements(db.dialect).add_scope
-
-    async def body(tx: Tx) -> None:
-        await tx.many(q, [{"profile_id": p, "floor": now_ms} for p in profile_ids])
-
-    await db.write(body, single=True)
+    scopes = [{"profile_id": p, "floor": now_ms} for p in profile_ids]
+    await db.write(lambda tx: tx.many(q, scopes), single=True)
 
 
 async def record_started(db: Runner, sightings: Sightings) -> None:

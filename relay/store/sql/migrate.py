@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import Connection, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Connection, inspect, select, text
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
+from relay.errors import InvalidInputError, SchemaError, StoreError, StoreUnavailableError
 from relay.store.forkgate import GATE as FORK_GATE
-from relay.store.sql import compat, guard, version_table
-from relay.store.sql.compat import Standing, compat_table
+from relay.store.sql import compat, schema, version_table
+from relay.store.sql.compat import Standing, later, schema_standing
+from relay.store.sql.drivers import sqlstate
 from relay.store.sql.drivers.engines import WRITE, postgres_engine, sqlite_engine
-from relay.store.sql.drivers.sqlite import connect_read_only
-from relay.store.sql.drivers.sqlstate import driver_error
+from relay.store.sql.drivers.runner import Runner
+from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
+from relay.store.sql.drivers.sqlstate import store_error
 from relay.store.sql.schema import HEAD_REVISION
 from relay.store.url import StoreTarget, resolve, schema_name
 from relay.store.url import command as cli_command
@@ -102,8 +105,7 @@ def revisions(after: str | None = None) -> list[Revision]:
     found = [
         Revision(str(s.revision), (s.doc or "").strip().splitlines()[0] if s.doc else "")
         for s in script.walk_revisions("base", "heads")
-    ]
-    found.reverse()  # walked from the head down
+    ][::-1]  # walked from the head down
     if after is None:
         return found
     ids = [revision.id for revision in found]
@@ -117,10 +119,11 @@ def upgrade_locked(
     lock_timeout_ms: int = LOCK_TIMEOUT_MS,
     force: bool = False,
     schema: str | None = None,
-) -> None:
+) -> str | None:
     """Upgrade on a connection whose open transaction already excludes other migrators (SQLite)
-    or takes the advisory lock that does (Postgres). A database already ahead of this code is
-    left alone: the caller reads where it stands."""
+    or takes the advisory lock that does (Postgres); the revision it found, read under that
+    lock (so what lies above it is what this upgrade applied, not what a racing replica did).
+    A database already ahead of this code is left alone: the caller reads where it stands."""
     from alembic import command
     from alembic.script import ScriptDirectory
 
@@ -130,30 +133,61 @@ def upgrade_locked(
         connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
     current = current_revision(connection)
     if Standing(current, head=head_revision()).ahead:
-        return
+        return current
     scripts = ScriptDirectory.from_config(config)
     steps = compat.pending(scripts, current, known(scripts, revision))
     contracts = [step.revision for step in steps if compat.kind(step) == compat.CONTRACT]
     if contracts and not force:
-        guard.refuse_breaking(connection, contracts[-1])
+        refuse_breaking(connection, contracts[-1])
     command.upgrade(config, revision)
+    return current
+
+
+# The fleet guard: a contract migration is refused while live replicas of older code would break.
+def breaking(connection: Connection, contract: str, now_ms: int | None = None) -> list[str]:
+    """The live replicas whose code a database at `contract` (a contract migration) no longer
+    takes: those built for an older schema head. A database without the fleet lists none."""
+    if not inspect(connection).has_table(schema.fleet.name):
+        return []
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    f = schema.fleet.c
+    rows = connection.execute(
+        select(f.owner, f.version, f.schema_head, f.host, f.pid, f.seen_at)
+        .where(f.live_until > now)
+        .order_by(f.owner)
+    ).all()
+    return [
+        f"{owner} (talaria-relay {version}, schema head {head}, pid {pid} on {host}, "
+        f"seen {max(0, now - seen) / 1000:.0f} s ago)"
+        for owner, version, head, host, pid, seen in rows
+        if later(contract, head)
+    ]
+
+
+def refuse_breaking(connection: Connection, contract: str) -> None:
+    """`SchemaError` naming every live replica a contract migration to `contract` would break."""
+    found = breaking(connection, contract)
+    if found:
+        raise SchemaError(
+            f"migration {contract} is a contract one: code of an older schema head stops "
+            f"working on it, and {len(found)} live replica(s) run such code: "
+            + "; ".join(found)
+            + ". Roll them out to this release first (they leave the fleet when they stop), "
+            "or pass --force to migrate anyway"
+        )
 
 
 def known(scripts: ScriptDirectory, revision: str) -> str:
     """`revision` if this code's scripts hold it ("head" for theirs), else `InvalidInputError`."""
     if revision in ("head", "base") or (revision.lstrip("+-").isdigit() and revision[0] in "+-"):
         return revision  # Alembic's own words, and steps relative to the current revision
+    unknown = f"no revision {revision!r} in this code's migrations (0001 to {head_revision()})"
     try:
         found = scripts.get_revision(revision)
     except Exception as exc:  # alembic raises several kinds for a revision it cannot place
-        found = None
-        cause: BaseException | None = exc
-    else:
-        cause = None
+        raise InvalidInputError(unknown) from exc
     if found is None:
-        raise InvalidInputError(
-            f"no revision {revision!r} in this code's migrations (0001 to {head_revision()})"
-        ) from cause
+        raise InvalidInputError(unknown)
     return found.revision
 
 
@@ -172,19 +206,10 @@ async def upgrade(
     """
 
     def step(connection: Connection) -> str | None:
-        # The revision is read under the migrators' lock (SQLite: BEGIN IMMEDIATE), so what we
-        # list is what this transaction applied, not what a racing replica did.
-        if connection.dialect.name == "postgresql":
-            connection.execute(text(f"SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"))
-        before = current_revision(connection)
-        upgrade_locked(
-            connection,
-            revision,
-            lock_timeout_ms=lock_timeout_ms,
-            force=force,
-            schema=schema_name(target.sqlalchemy_url),
+        schema = schema_name(target.sqlalchemy_url)
+        return upgrade_locked(
+            connection, revision, lock_timeout_ms=lock_timeout_ms, force=force, schema=schema
         )
-        return before
 
     before = await run(target, step)
     applied = revisions(before)
@@ -203,76 +228,29 @@ async def standing(target: StoreTarget) -> Standing:
     """Where the store stands against this code: its revision and compatibility record."""
     if target.url is None:
         raise InvalidInputError(f"a {target.name} store has no schema revision")
-    if target.backend == "sqlite":
-        assert target.path is not None
-        path = target.path
-        if not path.exists():
-            return Standing(None, head=head_revision())
-
-        def on_sqlite() -> Standing:
-            # Read-only: asking the revision must work on a file this process may not write.
-            conn = connect_read_only(path)
-            try:
-                return sqlite_standing(conn)
-            finally:
-                conn.close()
-
-        try:
-            return await asyncio.to_thread(FORK_GATE.run, on_sqlite)
-        except sqlite3.Error as exc:
-            raise file_error(exc, target) from exc
-    engine = postgres_engine(target.sqlalchemy_url)
-    try:
-        async with engine.connect() as connection:
-            return await connection.run_sync(read_standing)
-    except (DBAPIError, OSError, TimeoutError) as exc:
-        raise driver_error(exc, target) from exc
-    finally:
-        await engine.dispose()
-
-
-def sqlite_standing(conn: sqlite3.Connection) -> Standing:
-    """`Standing` read on a raw sqlite3 connection."""
-    vt = version_table
-    wanted = (vt.NAME, vt.SHARED, vt.MARKER, "relay_compat")
-    names = {
-        str(row[0])
-        for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?, ?)", wanted
-        )
-    }
-    if vt.NAME in names:
-        row = conn.execute(f"SELECT version_num FROM {vt.NAME}").fetchone()
-        revision = None if row is None else str(row[0])
-    elif vt.SHARED in names and vt.MARKER in names:
-        revision = vt.pick(str(r[0]) for r in conn.execute(f"SELECT version_num FROM {vt.SHARED}"))
-    else:
-        revision = None
-    if revision is None:
+    if target.backend == "sqlite" and not (target.path and target.path.exists()):
         return Standing(None, head=head_revision())
-    if "relay_compat" not in names:
-        return Standing(revision, head=head_revision())
-    record = "SELECT oldest_head, migrated_by FROM relay_compat WHERE id = 1"
-    found = conn.execute(record).fetchone()
-    if found is None:
-        return Standing(revision, head=head_revision())
-    by = None if found[1] is None else str(found[1])
-    return Standing(revision, str(found[0]), by, head_revision())
+    # Read-only: asking the revision must work on a file this process may not write.
+    runner = await open_runner(target, read_only=True)
+    try:
+        return replace(await schema_standing(runner), head=head_revision())
+    finally:
+        await runner.close()
 
 
-def read_standing(connection: Connection) -> Standing:
-    """`Standing` read on a SQLAlchemy connection (either dialect)."""
-    from sqlalchemy import inspect, select
+async def open_runner(target: StoreTarget, *, read_only: bool = False) -> Runner:
+    """A runner on the store `target` names; a SQLite file is made (private) unless `read_only`."""
+    if target.backend == "postgres":
+        from relay.store.sql.drivers.postgres import PostgresRunner  # asyncpg: Postgres only
 
-    revision = current_revision(connection)
-    if revision is None or not inspect(connection).has_table(compat_table.name):
-        return Standing(revision, head=head_revision())
-    row = connection.execute(
-        select(compat_table.c.oldest_head, compat_table.c.migrated_by).where(compat_table.c.id == 1)
-    ).first()
-    if row is None:
-        return Standing(revision, head=head_revision())
-    return Standing(revision, row[0], row[1], head_revision())
+        return await PostgresRunner.open(target.sqlalchemy_url, target.display)
+    assert target.path is not None
+    if not read_only:
+        try:
+            create_private(target.path)
+        except OSError as exc:
+            raise file_error(exc, target) from exc
+    return await SqliteRunner.open(target.path, target.display, read_only=read_only)
 
 
 def offline_sql(
@@ -320,41 +298,65 @@ async def run(target: StoreTarget, step: Callable[[Connection], T]) -> T:
             await engine.dispose()
         return answer
     assert target.path is not None
-    path = target.path
-
-    def on_sqlite() -> T:
-        engine = sqlite_engine(path)
-        try:
-            with engine.connect() as connection:
-                connection.execution_options(**{WRITE: True})
-                with connection.begin():
-                    return step(connection)
-        finally:
-            engine.dispose()
-
     try:
-        return await asyncio.to_thread(FORK_GATE.run, on_sqlite)
+        return await asyncio.to_thread(FORK_GATE.run, _on_sqlite, target.path, step)
     except (OSError, sqlite3.Error, DBAPIError) as exc:
         raise file_error(exc, target) from exc
 
 
+async def ensure_sqlite_schema(path: Path) -> None:
+    """Migrate an embedded SQLite file to head, once, whoever of several processes comes first."""
+
+    def step(connection: Connection) -> None:
+        # Only up: a database a newer release migrated meanwhile is left as it is. The fleet
+        # guard is `migrate`'s: a restarted embedded app upgrades its file.
+        if Standing(current_revision(connection)).below:
+            upgrade_locked(connection, force=True)
+
+    await asyncio.to_thread(FORK_GATE.run, _on_sqlite, path, step)
+
+
+def _on_sqlite(path: Path, step: Callable[[Connection], T]) -> T:
+    # Inside BEGIN IMMEDIATE: processes opening one new file at once migrate it in turn.
+    engine = sqlite_engine(path)
+    try:
+        with engine.connect() as connection:
+            connection.execution_options(**{WRITE: True})
+            with connection.begin():
+                return step(connection)
+    finally:
+        engine.dispose()
+
+
 def migration_error(exc: BaseException, target: StoreTarget) -> StoreError:
-    """A driver error of a migration; a lock wait past the timeout says what to do."""
-    error = driver_error(exc, target)
-    if "lock_timeout" in str(error):
+    """A driver's error in a migration, naming the store but never its password; a lock wait
+    past the timeout says what to do."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig or exc)
+    message = text.splitlines()[0] if text else type(exc).__name__
+    password = target.url.password if target.url is not None else None
+    if password:
+        message = message.replace(password, "***")
+    cause = orig.__cause__ if orig else None
+    state = str(getattr(orig, "sqlstate", None) or getattr(cause, "sqlstate", None) or "")
+    failed = isinstance(exc, DBAPIError) and not (
+        exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+    )
+    message = sqlstate.explained(exc, state, message)
+    if "lock_timeout" in message:
         return StoreUnavailableError(
             f"relay store {target.display}: the migration waited past its lock timeout for a "
             "table that a transaction holds, and changed nothing: run it again when that "
             "transaction ends, or give it longer "
             f"({cli_command('migrate --lock-timeout 60', target)})"
         )
-    return error
+    return store_error(target.display, message, failed=failed and not sqlstate.unavailable(state))
 
 
-def file_error(exc: BaseException, target: StoreTarget) -> StoreUnavailableError:
+def file_error(exc: BaseException, target: StoreTarget) -> StoreError:
     """A SQLite file that cannot be opened or written (read-only, not a file): one line."""
     text = getattr(exc, "strerror", None) or str(getattr(exc, "orig", None) or exc)
-    return StoreUnavailableError(f"relay store {target.display} is unavailable: {text}")
+    return store_error(target.display, text)
 
 
 if __name__ == "__main__":

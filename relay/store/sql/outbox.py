@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, or_, select, update
@@ -13,69 +12,51 @@ from relay.store.records import DeletedScope, DeletedView
 from relay.store.sql import schema as t
 from relay.store.sql.claims import claim, claim_params
 from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.drivers.runner import Call, Runner, Tx
+from relay.store.sql.drivers.runner import Call, Runner
 
-VIEW_COLUMNS = (
-    "id",
-    "session_id",
-    "profile",
-    "through",
-    "identity",
-    "scope_url",
-    "scope_publisher_id",
-    "scope_profile_id",
-)
+# What binds an entry to a registration (`bind_deleted`); an unbound entry's scope is NULL.
+BINDING = ("identity", "scope_url", "scope_publisher_id", "scope_profile_id")
+VIEW_COLUMNS = ("id", "session_id", "profile", "through", *BINDING)
 
 
-@dataclass(frozen=True, slots=True)
 class Statements:
-    enqueue_live: Compiled
-    enqueue_gone: Compiled
-    bind: Compiled
-    pending: Compiled
-    claim: Compiled
-    ack: Compiled
+    def __init__(self, d: Dialect) -> None:
+        c = t.deleted.c
+        # The record's columns; the claim columns are the outbox's own bookkeeping.
+        record = [c[name] for name in VIEW_COLUMNS]
+        insert = d.insert(t.deleted).values({column: bind(column) for column in record})
 
+        def enqueue(through: Any) -> Compiled:
+            # A queued entry keeps its id and binding; only `through` may move.
+            return d.compile(
+                insert.on_conflict_do_update(
+                    index_elements=[c.session_id, c.profile], set_={"through": through}
+                ).returning(*record)
+            )
 
-@functools.cache
-def statements(d: Dialect) -> Statements:
-    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
-    c = t.deleted.c
-    # The record's columns; the claim columns are the outbox's own bookkeeping.
-    record = [c[name] for name in VIEW_COLUMNS]
-    insert = d.insert(t.deleted).values({column: bind(column) for column in record})
-
-    def enqueue(through: Any) -> Compiled:
-        # A queued entry keeps its id and binding; only `through` may move.
-        return d.compile(
-            insert.on_conflict_do_update(
-                index_elements=[c.session_id, c.profile], set_={"through": through}
-            ).returning(*record)
-        )
-
-    return Statements(
         # A session that still has data pushes `through` forward, so the acknowledgement
         # covers runs that finished since.
-        enqueue_live=enqueue(d.greatest(c.through, insert.excluded.through)),
-        enqueue_gone=enqueue(c.through),
-        bind=d.compile(
+        self.enqueue_live = enqueue(d.greatest(c.through, insert.excluded.through))
+        self.enqueue_gone = enqueue(c.through)
+        self.bind = d.compile(
             update(t.deleted)
             .where(
                 c.profile == bind(c.profile),
                 c.scope_url.is_(None),
                 or_(c.identity.is_(None), c.identity == bind(c.identity)),
             )
-            .values(
-                identity=bind(c.identity),
-                scope_url=bind(c.scope_url),
-                scope_publisher_id=bind(c.scope_publisher_id),
-                scope_profile_id=bind(c.scope_profile_id),
-            )
-        ),
-        pending=d.compile(select(*record).order_by(c.through, c.id)),
-        claim=d.compile(claim(t.deleted, c.id, order_by=(c.through, c.id)).returning(*record)),
-        ack=d.compile(delete(t.deleted).where(c.id == bind(c.id), c.through == bind(c.through))),
-    )
+            .values({name: bind(c[name]) for name in BINDING})
+        )
+        self.pending = d.compile(select(*record).order_by(c.through, c.id))
+        self.claim = d.compile(
+            claim(t.deleted, c.id, order_by=(c.through, c.id)).returning(*record)
+        )
+        self.ack = d.compile(
+            delete(t.deleted).where(c.id == bind(c.id), c.through == bind(c.through))
+        )
+
+
+statements = functools.cache(Statements)
 
 
 def view(row: Row) -> DeletedView:
@@ -87,17 +68,14 @@ def view(row: Row) -> DeletedView:
 
 def columns(entry: DeletedView) -> dict[str, Any]:
     """A record as `relay_deleted` column values."""
-    scope = entry.scope
-    return {
-        "id": entry.id,
-        "session_id": entry.session_id,
-        "profile": entry.profile,
-        "through": entry.through,
-        "identity": entry.identity,
-        "scope_url": scope.url if scope else None,
-        "scope_publisher_id": scope.publisher_id if scope else None,
-        "scope_profile_id": scope.profile_id if scope else None,
-    }
+    head = {name: getattr(entry, name) for name in VIEW_COLUMNS[:4]}
+    return head | bound(entry.identity, entry.scope)
+
+
+def bound(identity: str | None, scope: DeletedScope | None) -> dict[str, Any]:
+    """The `BINDING` column values of an entry for `identity` in `scope`."""
+    found = (scope.url, scope.publisher_id, scope.profile_id) if scope else (None, None, None)
+    return dict(zip(BINDING, (identity, *found), strict=True))
 
 
 def enqueue_step(d: Dialect, deletion: Deletion) -> Call:
@@ -113,43 +91,24 @@ def ack_step(d: Dialect, view_id: str, through: int) -> Call:
 
 async def enqueue_deleted(db: Runner, deletion: Deletion) -> DeletedView:
     step = enqueue_step(db.dialect, deletion)
-
-    async def body(tx: Tx) -> DeletedView:
-        return view((await tx.rows(*step))[0])
-
-    return await db.write(body, single=True)
+    return view((await db.write(lambda tx: tx.rows(*step), single=True))[0])
 
 
 async def bind_deleted(db: Runner, binding: Binding) -> int:
-    q, scope = statements(db.dialect).bind, binding.scope
-    params = {
-        "profile": binding.profile,
-        "identity": binding.identity,
-        "scope_url": scope.url,
-        "scope_publisher_id": scope.publisher_id,
-        "scope_profile_id": scope.profile_id,
-    }
+    q = statements(db.dialect).bind
+    params = {"profile": binding.profile} | bound(binding.identity, binding.scope)
 
     return await db.write(lambda tx: tx.run(q, params), single=True)
 
 
 async def pending_deleted(db: Runner) -> list[DeletedView]:
     q = statements(db.dialect).pending
-
-    async def body(tx: Tx) -> list[DeletedView]:
-        return [view(row) for row in await tx.rows(q)]
-
-    return await db.read(body)
+    return [view(row) for row in await db.read(lambda tx: tx.rows(q))]
 
 
 async def claim_deleted(db: Runner, claim: Claim) -> list[DeletedView]:
-    q = statements(db.dialect).claim
-    params = claim_params(db.dialect, claim)
-
-    async def body(tx: Tx) -> list[DeletedView]:
-        return [view(row) for row in await tx.rows(q, params)]
-
-    claimed = await db.write(body, single=True)
+    q, params = statements(db.dialect).claim, claim_params(db.dialect, claim)
+    claimed = [view(row) for row in await db.write(lambda tx: tx.rows(q, params), single=True)]
     return sorted(claimed, key=lambda v: (v.through, v.id))
 
 

@@ -16,7 +16,6 @@ says.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -44,15 +43,8 @@ from relay.store.sql import fleet
 from relay.store.sql import runs as run_sql
 from relay.store.sql import schema as t
 from relay.store.sql.claims import free
-from relay.store.sql.dialect import Compiled, Dialect, Row, bind
-from relay.store.sql.drivers.runner import Runner, Step, Tx
-
-
-@dataclass(frozen=True, slots=True)
-class Statements:
-    view: Compiled
-    allocate: Compiled
-    owned: Compiled
+from relay.store.sql.dialect import Dialect, bind
+from relay.store.sql.drivers.runner import Runner, Step
 
 
 def _tagged(tag: str, name: Any = None, text: Any = None, number: Any = None) -> Any:
@@ -75,87 +67,86 @@ def _clock(d: Dialect) -> list[Any]:
     return [_tagged("clock", number=cast(func.floor(epoch * 1000), BigInteger))]
 
 
-@functools.cache
-def statements(d: Dialect, taken: bool = True) -> Statements:
-    """The statements, compiled once for `d`; with `taken`, the owned rows with `taken_from`."""
-    c, i, p = t.config.c, t.identities.c, t.presence.c
-    scopes, s, r = t.started_scopes.c, t.started.c, t.runs.c
-    owner, now = bind(r.owner), bind(r.lease_until, "now")
-    # "Is there a row": a scalar subquery of one row, not EXISTS, which Postgres may plan as a
-    # hashed subplan or a first-row search by sequential scan (each reads the whole table when
-    # no row matches); a LIMIT 1 subquery reads the index range the claim itself would.
-    unsent = (
-        select(literal(1))
-        .where(s.profile_id == scopes.profile_id, s.sent == false(), free(t.started, owner, now))
-        .limit(1)
-        .scalar_subquery()
-        .is_not(None)
-    )
-    deleted = (
-        select(t.deleted.c.through)
-        .where(free(t.deleted, owner, now))
-        .order_by(t.deleted.c.through, t.deleted.c.id)
-        .limit(1)
-        .scalar_subquery()
-        .is_not(None)
-    )
-    view = union_all(
-        _tagged("generation", number=c.generation).where(c.version == CONFIG_VERSION),
-        _tagged("identity", i.profile, i.identity),
-        _tagged("active", p.profile)
-        .where(p.active == true(), p.expires_at > now)
-        .group_by(p.profile),
-        _tagged("scope", scopes.profile_id, number=case((unsent, 1), else_=0)),
-        _tagged("deleted").where(deleted),
-        *_clock(d),
-    )
-    floor, cap = t.revision.c.floor, literal(MAX_SAFE_INTEGER, BigInteger)
-    owned = select(func.count().label("n")).select_from(t.runs).where(r.owner == owner)
-    n = owned.subquery("owned").c.n
-    since = d.greatest(literal(1, BigInteger), now)
-    first = since + n - 1
-    insert = d.insert(t.revision).from_select(
-        ["id", "floor"], select(literal(1, Integer), case((first <= cap, first))).where(n > 0)
-    )
-    # The proposed floor is since + n - 1: the update takes n from it, counted once. NULL past
-    # the cap: the NOT NULL column refuses it, and the transaction rolls back.
-    raised = d.greatest(floor + 1, now) + insert.excluded.floor - since
-    allocate = insert.on_conflict_do_update(
-        index_elements=[t.revision.c.id], set_={"floor": case((raised <= cap, raised))}
-    )
-    return Statements(
-        view=d.compile(view),
-        allocate=d.compile(allocate),
-        owned=d.compile(
+class Statements:
+    """The statements, compiled once for a dialect by `statements(d)`; with `taken`, the owned
+    rows with `taken_from`."""
+
+    def __init__(self, d: Dialect, taken: bool = True) -> None:
+        c, i, p = t.config.c, t.identities.c, t.presence.c
+        scopes, s, r = t.started_scopes.c, t.started.c, t.runs.c
+        owner, now = bind(r.owner), bind(r.lease_until, "now")
+        # "Is there a row": a scalar subquery of one row, not EXISTS, which Postgres may plan as a
+        # hashed subplan or a first-row search by sequential scan (each reads the whole table when
+        # no row matches); a LIMIT 1 subquery reads the index range the claim itself would.
+        unsent = (
+            select(literal(1))
+            .where(
+                s.profile_id == scopes.profile_id, s.sent == false(), free(t.started, owner, now)
+            )
+            .limit(1)
+            .scalar_subquery()
+            .is_not(None)
+        )
+        deleted = (
+            select(t.deleted.c.through)
+            .where(free(t.deleted, owner, now))
+            .order_by(t.deleted.c.through, t.deleted.c.id)
+            .limit(1)
+            .scalar_subquery()
+            .is_not(None)
+        )
+        view = union_all(
+            _tagged("generation", number=c.generation).where(c.version == CONFIG_VERSION),
+            _tagged("identity", i.profile, i.identity),
+            _tagged("active", p.profile)
+            .where(p.active == true(), p.expires_at > now)
+            .group_by(p.profile),
+            _tagged("scope", scopes.profile_id, number=case((unsent, 1), else_=0)),
+            _tagged("deleted").where(deleted),
+            *_clock(d),
+        )
+        floor, cap = t.revision.c.floor, literal(MAX_SAFE_INTEGER, BigInteger)
+        owned = select(func.count().label("n")).select_from(t.runs).where(r.owner == owner)
+        n = owned.subquery("owned").c.n
+        since = d.greatest(literal(1, BigInteger), now)
+        first = since + n - 1
+        insert = d.insert(t.revision).from_select(
+            ["id", "floor"], select(literal(1, Integer), case((first <= cap, first))).where(n > 0)
+        )
+        # The proposed floor is since + n - 1: the update takes n from it, counted once. NULL past
+        # the cap: the NOT NULL column refuses it, and the transaction rolls back.
+        raised = d.greatest(floor + 1, now) + insert.excluded.floor - since
+        allocate = insert.on_conflict_do_update(
+            index_elements=[t.revision.c.id], set_={"floor": case((raised <= cap, raised))}
+        )
+        self.view = d.compile(view)
+        self.allocate = d.compile(allocate)
+        self.owned = d.compile(
             select(
                 *(column for column in t.runs.c if taken or column.key != "taken_from"),
                 select(floor).scalar_subquery(),
             )
             .where(r.owner == owner)
             .order_by(r.started_at, r.session_id)
-        ),
-    )
+        )
+
+
+statements = functools.cache(Statements)
 
 
 def past_the_cap(error: StoreError) -> bool:
     """Whether a pass's write failed on the NULL its allocation sets past 2^53-1."""
     cause = error.__cause__
     if getattr(cause, "sqlstate", None) == "23502":  # Postgres: not_null_violation
-        return (getattr(cause, "table_name", None), getattr(cause, "column_name", None)) == (
-            t.revision.name,
-            "floor",
-        )
+        found = (getattr(cause, "table_name", None), getattr(cause, "column_name", None))
+        return found == (t.revision.name, "floor")
     return f"NOT NULL constraint failed: {t.revision.name}.floor" in str(cause)
 
 
 async def pass_view(db: Runner, query: ViewQuery) -> ViewReading:
-    q = statements(db.dialect).view
-
-    async def body(tx: Tx) -> list[Row]:
-        return await tx.rows(q, {"owner": query.owner, "now": query.now_ms})
-
+    q, params = statements(db.dialect).view, {"owner": query.owner, "now": query.now_ms}
     reading = ViewReading()
-    for tag, name, text, number in await db.read(body):
+    for tag, name, text, number in await db.read(lambda tx: tx.rows(q, params)):
         if tag == "generation":
             reading.generation = number
         elif tag == "identity":
@@ -192,15 +183,10 @@ def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True, taken: bool = T
         (q.prune, {"cutoff": sync.cutoff}),
         (q.forget, {"forget_before": sync.forget_before}),
         (q.mark_sending, mine),
-        *(
-            []
-            if sync.member is None
-            else [(fleet.statements(d, ring).upsert, fleet.values(sync.member, ring))]
-        ),
-        (p.allocate, {"owner": owner, "now": now_ms}),
-        (p.owned, {"owner": owner}),
     ]
-    return steps
+    if sync.member is not None:
+        steps.append((fleet.statements(d, ring).upsert, fleet.values(sync.member, ring)))
+    return [*steps, (p.allocate, {"owner": owner, "now": now_ms}), (p.owned, {"owner": owner})]
 
 
 async def pass_write(

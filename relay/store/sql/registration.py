@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
-from dataclasses import dataclass
 
 from sqlalchemy import bindparam, delete, exists, select, true, update
 
@@ -14,53 +13,33 @@ from relay.store.backend import Rekeyed
 from relay.store.keys import pkcs8
 from relay.store.records import CONFIG_VERSION, ProfileGrant, RelayConfig
 from relay.store.sql import schema as t
-from relay.store.sql.dialect import Compiled, Dialect
+from relay.store.sql.dialect import Dialect, bind
 from relay.store.sql.drivers.runner import Call, Runner, Tx, first, scalar
 
 
-@dataclass(frozen=True, slots=True)
 class Statements:
-    load_config: Compiled
-    key_exists: Compiled
-    stored_generation: Compiled
-    upsert_config: Compiled
-    forget_config: Compiled
-    forget_config_at: Compiled
-    clear_profiles: Compiled
-    insert_profile: Compiled
-    upsert_key: Compiled
-    load_key: Compiled
-    all_keys: Compiled
-    rekey: Compiled
-    delete_key: Compiled
-    identity: Compiled
-    mint_identity: Compiled
-    forget_identity: Compiled
-    identities: Compiled
-
-
-@functools.cache
-def statements(d: Dialect) -> Statements:
-    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
-    c, k, i = t.config.c, t.keys.c, t.identities.c
-    fields = ("url", "publisher_id", "key_id", "key_ref", "version", "updated_at")
-    config_values = {name: bindparam(name, type_=c[name].type) for name in fields}
-    upsert_config = d.insert(t.config).values(id=1, generation=1, **config_values)
-    upsert_key = d.insert(t.keys).values(
-        ref=bindparam("ref"), pem=bindparam("pem"), encrypted=bindparam("encrypted")
-    )
-    tombstone = {
-        **{name: "" for name in ("url", "publisher_id", "key_id", "key_ref")},
-        "version": 0,
-        "generation": c.generation + 1,
-        "updated_at": bindparam("updated_at", type_=c.updated_at.type),
-    }
-    mint = d.insert(t.identities).values(profile=bindparam("profile"), identity=bindparam("minted"))
-    by_profile = i.profile == bindparam("profile", type_=i.profile.type)
-    return Statements(
+    def __init__(self, d: Dialect) -> None:
+        c, k, i = t.config.c, t.keys.c, t.identities.c
+        fields = ("url", "publisher_id", "key_id", "key_ref", "version", "updated_at")
+        config_values = {name: bind(c[name]) for name in fields}
+        upsert_config = d.insert(t.config).values(id=1, generation=1, **config_values)
+        upsert_key = d.insert(t.keys).values(
+            ref=bindparam("ref"), pem=bindparam("pem"), encrypted=bindparam("encrypted")
+        )
+        by_ref = k.ref == bind(k.ref)
+        tombstone = {
+            **{name: "" for name in ("url", "publisher_id", "key_id", "key_ref")},
+            "version": 0,
+            "generation": c.generation + 1,
+            "updated_at": bind(c.updated_at),
+        }
+        mint = d.insert(t.identities).values(
+            profile=bindparam("profile"), identity=bindparam("minted")
+        )
+        by_profile = i.profile == bind(i.profile)
         # One statement, so a concurrent save is seen whole or not at all (Postgres reads each
         # statement of a READ COMMITTED transaction at its own snapshot).
-        load_config=d.compile(
+        self.load_config = d.compile(
             select(
                 c.url,
                 c.publisher_id,
@@ -72,62 +51,58 @@ def statements(d: Dialect) -> Statements:
                 t.profiles.c.identity,
                 t.profiles.c.profile_id,
             ).select_from(t.config.outerjoin(t.profiles, true()))
-        ),
-        key_exists=d.compile(select(k.ref).where(k.ref == bindparam("ref", type_=k.ref.type))),
-        stored_generation=d.compile(select(c.version, c.generation)),
+        )
+        self.key_exists = d.compile(select(k.ref).where(by_ref))
+        self.stored_generation = d.compile(select(c.version, c.generation))
         # Locks the singleton row first, so concurrent saves replace the profile map in turn.
-        upsert_config=d.compile(
+        self.upsert_config = d.compile(
             upsert_config.on_conflict_do_update(
                 index_elements=[c.id],
                 set_={**config_values, "generation": c.generation + 1},
             ).returning(c.generation)
-        ),
+        )
         # Forgetting keeps the row as a tombstone of no version: `load_config` shows none, a key
         # is named by nothing, and the generation keeps rising, so no later registration has
         # the one a replica may still hold.
-        forget_config=d.compile(update(t.config).values(tombstone)),
-        forget_config_at=d.compile(
+        self.forget_config = d.compile(update(t.config).values(tombstone))
+        self.forget_config_at = d.compile(
             update(t.config)
-            .where(
-                c.version == CONFIG_VERSION,
-                c.generation == bindparam("generation", type_=c.generation.type),
-            )
+            .where(c.version == CONFIG_VERSION, c.generation == bind(c.generation))
             .values(tombstone)
-        ),
-        clear_profiles=d.compile(delete(t.profiles)),
-        insert_profile=d.compile(
+        )
+        self.clear_profiles = d.compile(delete(t.profiles))
+        self.insert_profile = d.compile(
             t.profiles.insert().values(
                 profile=bindparam("profile"),
                 identity=bindparam("identity"),
                 profile_id=bindparam("profile_id"),
             )
-        ),
-        upsert_key=d.compile(
+        )
+        self.upsert_key = d.compile(
             upsert_key.on_conflict_do_update(
                 index_elements=[k.ref],
                 set_={"pem": upsert_key.excluded.pem, "encrypted": upsert_key.excluded.encrypted},
             )
-        ),
-        load_key=d.compile(select(k.pem).where(k.ref == bindparam("ref", type_=k.ref.type))),
+        )
+        self.load_key = d.compile(select(k.pem).where(by_ref))
         # FOR UPDATE on Postgres; on SQLite the write transaction (BEGIN IMMEDIATE) excludes.
-        all_keys=d.compile(select(k.ref, k.pem).order_by(k.ref).with_for_update()),
-        rekey=d.compile(
+        self.all_keys = d.compile(select(k.ref, k.pem).order_by(k.ref).with_for_update())
+        self.rekey = d.compile(
             update(t.keys)
-            .where(k.ref == bindparam("ref", type_=k.ref.type))
+            .where(by_ref)
             .values(pem=bindparam("pem"), encrypted=bindparam("encrypted"))
-        ),
+        )
         # A key the registration names is never deleted, whoever asks.
-        delete_key=d.compile(
-            delete(t.keys).where(
-                k.ref == bindparam("ref", type_=k.ref.type),
-                ~exists().where(c.key_ref == k.ref),
-            )
-        ),
-        identity=d.compile(select(i.identity).where(by_profile)),
-        mint_identity=d.compile(mint.on_conflict_do_nothing(index_elements=[i.profile])),
-        forget_identity=d.compile(delete(t.identities).where(by_profile)),
-        identities=d.compile(select(i.profile, i.identity)),
-    )
+        self.delete_key = d.compile(
+            delete(t.keys).where(by_ref, ~exists().where(c.key_ref == k.ref))
+        )
+        self.identity = d.compile(select(i.identity).where(by_profile))
+        self.mint_identity = d.compile(mint.on_conflict_do_nothing(index_elements=[i.profile]))
+        self.forget_identity = d.compile(delete(t.identities).where(by_profile))
+        self.identities = d.compile(select(i.profile, i.identity))
+
+
+statements = functools.cache(Statements)
 
 
 async def load_config(db: Runner) -> RelayConfig | None:
@@ -146,14 +121,8 @@ async def load_config(db: Runner) -> RelayConfig | None:
 
 async def save_config(db: Runner, config: RelayConfig, expected_generation: int | None) -> None:
     q = statements(db.dialect)
-    values = {
-        "url": config.url,
-        "publisher_id": config.publisher_id,
-        "key_id": config.key_id,
-        "key_ref": config.key_ref,
-        "version": CONFIG_VERSION,
-        "updated_at": int(time.time() * 1000),
-    }
+    values = {name: getattr(config, name) for name in ("url", "publisher_id", "key_id", "key_ref")}
+    values |= {"version": CONFIG_VERSION, "updated_at": int(time.time() * 1000)}
     grants = [
         {"profile": name, "identity": grant.identity, "profile_id": grant.profile_id}
         for name, grant in config.profiles.items()
@@ -199,22 +168,15 @@ async def forget_config(db: Runner, expected_generation: int | None) -> None:
 async def save_key(db: Runner, key_id: str, pem: str) -> str:
     ref = hashlib.sha256(key_id.encode()).hexdigest()[:16]
     q = statements(db.dialect).upsert_key
-
-    async def body(tx: Tx) -> None:
-        await tx.run(q, {"ref": ref, "pem": pem, "encrypted": pkcs8.is_encrypted(pem)})
-
-    await db.write(body, single=True)
+    params = {"ref": ref, "pem": pem, "encrypted": pkcs8.is_encrypted(pem)}
+    await db.write(lambda tx: tx.run(q, params), single=True)
     return ref
 
 
 async def load_key(db: Runner, ref: str) -> str | None:
     q = statements(db.dialect).load_key
-
-    async def body(tx: Tx) -> str | None:
-        # The PEM says whether it is encrypted; the column mirrors it for queries.
-        return await scalar(tx, q, {"ref": ref})  # type: ignore[no-any-return]
-
-    return await db.read(body)
+    # The PEM says whether it is encrypted; the column mirrors it for queries.
+    return await db.read(lambda tx: scalar(tx, q, {"ref": ref}))
 
 
 async def rekey(db: Runner, rekeyed: Rekeyed) -> int:
@@ -246,11 +208,7 @@ def identity_step(d: Dialect, profile: str) -> Call:
 
 async def profile_identity(db: Runner, profile: str) -> str | None:
     step = identity_step(db.dialect, profile)
-
-    async def body(tx: Tx) -> str | None:
-        return await scalar(tx, *step)  # type: ignore[no-any-return]
-
-    return await db.read(body)
+    return await db.read(lambda tx: scalar(tx, *step))
 
 
 async def mint_identity(db: Runner, profile: str, minted: str) -> str:
@@ -266,17 +224,9 @@ async def mint_identity(db: Runner, profile: str, minted: str) -> str:
 
 async def forget_identity(db: Runner, profile: str) -> None:
     q = statements(db.dialect).forget_identity
-
-    async def body(tx: Tx) -> None:
-        await tx.run(q, {"profile": profile})
-
-    await db.write(body, single=True)
+    await db.write(lambda tx: tx.run(q, {"profile": profile}), single=True)
 
 
 async def identities(db: Runner) -> dict[str, str]:
     q = statements(db.dialect).identities
-
-    async def body(tx: Tx) -> dict[str, str]:
-        return {row[0]: row[1] for row in await tx.rows(q)}
-
-    return await db.read(body)
+    return {row[0]: row[1] for row in await db.read(lambda tx: tx.rows(q))}

@@ -3,40 +3,33 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 from sqlalchemy import BigInteger, bindparam, select
 
 from relay.protocol import MAX_SAFE_INTEGER
 from relay.store.sql import schema as t
-from relay.store.sql.dialect import Compiled, Dialect
-from relay.store.sql.drivers.runner import Call, Runner, Tx, scalar
+from relay.store.sql.dialect import Dialect
+from relay.store.sql.drivers.runner import Call, Runner, scalar
 
 
-@dataclass(frozen=True, slots=True)
 class Statements:
-    allocate: Compiled
-    floor: Compiled
-
-
-@functools.cache
-def statements(d: Dialect) -> Statements:
-    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
-    floor = t.revision.c.floor
-    now, count = bindparam("now", type_=BigInteger), bindparam("count", type_=BigInteger)
-    raised = d.greatest(floor + 1, now) + count - 1
-    insert = d.insert(t.revision).values(id=1, floor=bindparam("first", type_=BigInteger))
-    return Statements(
-        allocate=d.compile(
+    def __init__(self, d: Dialect) -> None:
+        floor = t.revision.c.floor
+        now, count = bindparam("now", type_=BigInteger), bindparam("count", type_=BigInteger)
+        raised = d.greatest(floor + 1, now) + count - 1
+        insert = d.insert(t.revision).values(id=1, floor=bindparam("first", type_=BigInteger))
+        self.allocate = d.compile(
             insert.on_conflict_do_update(
                 index_elements=[t.revision.c.id],
                 set_={"floor": raised},
                 # Past 2^53-1 a revision is no longer exact on the wire: hand out none.
                 where=raised <= MAX_SAFE_INTEGER,
             ).returning(floor)
-        ),
-        floor=d.compile(select(floor)),
-    )
+        )
+        self.floor = d.compile(select(floor))
+
+
+statements = functools.cache(Statements)
 
 
 def allocate_step(d: Dialect, count: int, now_ms: int) -> Call | None:
@@ -51,17 +44,9 @@ async def allocate_revisions(db: Runner, count: int, now_ms: int) -> int | None:
     step = allocate_step(db.dialect, count, now_ms)
     if step is None:
         return None
-
-    async def body(tx: Tx) -> int | None:
-        return await scalar(tx, *step)  # type: ignore[no-any-return]
-
-    return await db.write(body, single=True)
+    return await db.write(lambda tx: scalar(tx, *step), single=True)
 
 
 async def revision_floor(db: Runner) -> int:
     q = statements(db.dialect).floor
-
-    async def body(tx: Tx) -> int:
-        return (await scalar(tx, q)) or 0
-
-    return await db.read(body)
+    return (await db.read(lambda tx: scalar(tx, q))) or 0

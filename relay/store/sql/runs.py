@@ -13,7 +13,6 @@ other's rows would otherwise deadlock. Syncs are short and rare, so queueing the
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
@@ -37,11 +36,13 @@ from relay.store.records import RunState
 from relay.store.sql import fleet as fleet_sql
 from relay.store.sql import schema as t
 from relay.store.sql.compat import later
-from relay.store.sql.dialect import Compiled, Dialect, Row, bind, closed_below
+from relay.store.sql.dialect import Dialect, Row, bind, closed_below
 from relay.store.sql.drivers.runner import Runner, Step, Tx
 
 # Any constant will do: it names this aggregate's lock among the database's advisory locks.
 _RUNS_LOCK = 0x7A1A_2D0C
+# What a replica offers of a turn (the rest of a row is its lease and its send).
+TURN = ("session_id", "stream_id", "profile", "title", "phase", "started_at", "updated_at")
 # The first revision whose `relay_runs` has `taken_from`.
 TAKEN_FROM_SINCE = "0011"
 
@@ -51,119 +52,106 @@ def has_taken_from(revision: str | None) -> bool:
     return revision is not None and not later(TAKEN_FROM_SINCE, revision)
 
 
-@dataclass(frozen=True, slots=True)
 class Statements:
-    lock: Compiled | None
-    save: Compiled
-    unconfirm: Compiled
-    end_unconfirmed: Compiled
-    renew: Compiled
-    take_over: Compiled
-    remember: Compiled
-    prune: Compiled
-    forget: Compiled
-    mark_sending: Compiled
-    release: Compiled
-    retire: Compiled
-    next_expiry: Compiled
-    all: Compiled
+    """The statements, compiled once for a dialect by `statements(d)`; with `taken`, on the
+    column 0011 added too."""
 
-
-@functools.cache
-def statements(d: Dialect, taken: bool = True) -> Statements:
-    """The statements, compiled once for `d`; with `taken`, on the column 0011 added too."""
-    r = t.runs.c
-    # Spelled out: a compiled-once statement cannot expand an IN list per call.
-    terminal = or_(*(r.phase == phase for phase in sorted(TERMINAL_PHASES)))
-    owner, now, until = bind(r.owner), bind(r.lease_until, "now"), bind(r.lease_until, "until")
-    table_columns = [c for c in t.runs.c if taken or c.key != "taken_from"]
-    turn_columns = [c for c in table_columns if c.key not in ("sending_by", "sending_until")]
-    f = t.turns.c
-    offered = {column.key: bind(column) for column in turn_columns}
-    offered_stream = func.coalesce(offered["stream_id"], "")
-    # A session whose row was pruned takes only a turn newer than the one it had.
-    newer_forgotten = select(literal(1)).where(
-        f.session_id == offered["session_id"],
-        or_(
-            f.started_at > offered["started_at"],
-            and_(
-                f.started_at == offered["started_at"],
-                func.coalesce(f.stream_id, "") >= offered_stream,
+    def __init__(self, d: Dialect, taken: bool = True) -> None:
+        r = t.runs.c
+        # Spelled out: a compiled-once statement cannot expand an IN list per call.
+        terminal = or_(*(r.phase == phase for phase in sorted(TERMINAL_PHASES)))
+        owner, now, until = bind(r.owner), bind(r.lease_until, "now"), bind(r.lease_until, "until")
+        table_columns = [c for c in t.runs.c if taken or c.key != "taken_from"]
+        turn_columns = [c for c in table_columns if c.key not in ("sending_by", "sending_until")]
+        f = t.turns.c
+        offered = {column.key: bind(column) for column in turn_columns}
+        offered_stream = func.coalesce(offered["stream_id"], "")
+        # A session whose row was pruned takes only a turn newer than the one it had.
+        newer_forgotten = select(literal(1)).where(
+            f.session_id == offered["session_id"],
+            or_(
+                f.started_at > offered["started_at"],
+                and_(
+                    f.started_at == offered["started_at"],
+                    func.coalesce(f.stream_id, "") >= offered_stream,
+                ),
             ),
-        ),
-    )
-    insert = d.insert(t.runs).from_select(
-        [c.key for c in turn_columns],
-        select(*(offered[c.key] for c in turn_columns)).where(~exists(newer_forgotten)),
-    )
-    new = insert.excluded
-    stream, new_stream = func.coalesce(r.stream_id, ""), func.coalesce(new.stream_id, "")
-    newer_turn = or_(
-        new.started_at > r.started_at,
-        and_(new.started_at == r.started_at, new_stream > stream),
-    )
-    same_turn = and_(new.started_at == r.started_at, new_stream == stream)
-    # The true phase from the replica a takeover ended the live turn for (`RunState.taken_back`);
-    # the save clears `taken_from`, so it corrects the row once.
-    taken_back = [and_(same_turn, r.taken_from == new.owner, r.phase != new.phase)] if taken else []
-    # A newer turn replaces the row wherever it runs; a turn that ended stays ended. Whoever is
-    # sending the row goes on sending it: that is not part of the turn.
-    save = insert.on_conflict_do_update(
-        index_elements=[r.session_id],
-        set_={c.key: new[c.key] for c in turn_columns if c.key != "session_id"},
-        where=or_(newer_turn, and_(same_turn, not_(terminal)), *taken_back),
-    )
-    cutoff = bind(r.updated_at, "cutoff")
-    # Closed below, so the planner reads an index range, not a third of the rows (`closed_below`).
-    pruned = and_(terminal, closed_below(r.updated_at), r.updated_at < cutoff)
-    remember = d.insert(t.turns).from_select(
-        ["session_id", "started_at", "stream_id", "forgotten_at"],
-        select(r.session_id, r.started_at, r.stream_id, now).where(pruned),
-    )
-    kept = remember.excluded
-    kept_stream, memory_stream = func.coalesce(kept.stream_id, ""), func.coalesce(f.stream_id, "")
-    remember = remember.on_conflict_do_update(
-        index_elements=[f.session_id],
-        set_={"started_at": kept.started_at, "stream_id": kept.stream_id, "forgotten_at": now},
-        where=or_(
-            kept.started_at > f.started_at,
-            and_(kept.started_at == f.started_at, kept_stream >= memory_stream),
-        ),
-    )
-    # Leases that ended within the last lease count too (`LeaseWatch.keep_alive`).
-    since = bind(r.lease_until, "since")
-    others = [
-        select(func.min(r.lease_until)).where(r.owner != owner, r.lease_until > since),
-        select(func.min(t.started.c.claimed_until)).where(
-            t.started.c.sent == false(),
-            t.started.c.claimed_by != owner,
-            t.started.c.claimed_until > since,
-        ),
-        select(func.min(t.deleted.c.claimed_until)).where(
-            t.deleted.c.claimed_by != owner, t.deleted.c.claimed_until > since
-        ),
-    ]
-    expiries = union_all(*others).subquery()
-    lock = select(func.pg_advisory_xact_lock(_RUNS_LOCK)) if d.postgres else None
-    locked = [] if lock is None else [lock.scalar_subquery().is_not(None)]
-    return Statements(
-        lock=None if lock is None else d.compile(lock),
-        save=d.compile(save),
+        )
+        insert = d.insert(t.runs).from_select(
+            [c.key for c in turn_columns],
+            select(*(offered[c.key] for c in turn_columns)).where(~exists(newer_forgotten)),
+        )
+        new = insert.excluded
+        stream, new_stream = func.coalesce(r.stream_id, ""), func.coalesce(new.stream_id, "")
+        newer_turn = or_(
+            new.started_at > r.started_at,
+            and_(new.started_at == r.started_at, new_stream > stream),
+        )
+        same_turn = and_(new.started_at == r.started_at, new_stream == stream)
+        # The true phase from the replica a takeover ended the live turn for
+        # (`RunState.taken_back`); the save clears `taken_from`, so it corrects the row once.
+        taken_back = (
+            [and_(same_turn, r.taken_from == new.owner, r.phase != new.phase)] if taken else []
+        )
+        # A newer turn replaces the row wherever it runs; a turn that ended stays ended. Whoever is
+        # sending the row goes on sending it: that is not part of the turn.
+        save = insert.on_conflict_do_update(
+            index_elements=[r.session_id],
+            set_={c.key: new[c.key] for c in turn_columns if c.key != "session_id"},
+            where=or_(newer_turn, and_(same_turn, not_(terminal)), *taken_back),
+        )
+        cutoff = bind(r.updated_at, "cutoff")
+        # Closed below, so the planner reads an index range, not a third of the rows
+        # (`closed_below`).
+        pruned = and_(terminal, closed_below(r.updated_at), r.updated_at < cutoff)
+        remember = d.insert(t.turns).from_select(
+            ["session_id", "started_at", "stream_id", "forgotten_at"],
+            select(r.session_id, r.started_at, r.stream_id, now).where(pruned),
+        )
+        kept = remember.excluded
+        kept_stream = func.coalesce(kept.stream_id, "")
+        memory_stream = func.coalesce(f.stream_id, "")
+        remember = remember.on_conflict_do_update(
+            index_elements=[f.session_id],
+            set_={"started_at": kept.started_at, "stream_id": kept.stream_id, "forgotten_at": now},
+            where=or_(
+                kept.started_at > f.started_at,
+                and_(kept.started_at == f.started_at, kept_stream >= memory_stream),
+            ),
+        )
+        # Leases that ended within the last lease count too (`LeaseWatch.keep_alive`).
+        since = bind(r.lease_until, "since")
+        others = [
+            select(func.min(r.lease_until)).where(r.owner != owner, r.lease_until > since),
+            select(func.min(t.started.c.claimed_until)).where(
+                t.started.c.sent == false(),
+                t.started.c.claimed_by != owner,
+                t.started.c.claimed_until > since,
+            ),
+            select(func.min(t.deleted.c.claimed_until)).where(
+                t.deleted.c.claimed_by != owner, t.deleted.c.claimed_until > since
+            ),
+        ]
+        expiries = union_all(*others).subquery()
+        lock = select(func.pg_advisory_xact_lock(_RUNS_LOCK)) if d.postgres else None
+        locked = [] if lock is None else [lock.scalar_subquery().is_not(None)]
+        self.lock = None if lock is None else d.compile(lock)
+        self.save = d.compile(save)
         # The owner's live rows wait to be confirmed by what it hosts now (a save sets a lease);
         # a row none confirmed is a newest turn its host dropped without an outcome: it ended,
         # as failed, and stays the session's row.
-        unconfirm=d.compile(
+        self.unconfirm = d.compile(
             update(t.runs).where(r.owner == owner, not_(terminal)).values(lease_until=0)
-        ),
-        end_unconfirmed=d.compile(
+        )
+        self.end_unconfirmed = d.compile(
             update(t.runs)
             .where(r.owner == owner, not_(terminal), r.lease_until == 0)
             .values(phase=literal("failed"), updated_at=now, lease_until=until)
-        ),
-        renew=d.compile(
+        )
+        self.renew = d.compile(
             update(t.runs).where(r.owner == owner, r.lease_until < until).values(lease_until=until)
-        ),
-        take_over=d.compile(
+        )
+        self.take_over = d.compile(
             update(t.runs)
             .where(r.owner != owner, closed_below(r.lease_until), r.lease_until <= now)
             .values(
@@ -175,36 +163,38 @@ def statements(d: Dialect, taken: bool = True) -> Statements:
                 updated_at=case((terminal, r.updated_at), else_=now),
                 **({"taken_from": case((terminal, r.taken_from), else_=r.owner)} if taken else {}),
             )
-        ),
-        remember=d.compile(remember),
-        prune=d.compile(delete(t.runs).where(pruned)),
-        forget=d.compile(
+        )
+        self.remember = d.compile(remember)
+        self.prune = d.compile(delete(t.runs).where(pruned))
+        self.forget = d.compile(
             delete(t.turns).where(f.forgotten_at < bind(f.forgotten_at, "forget_before"))
-        ),
-        mark_sending=d.compile(
+        )
+        self.mark_sending = d.compile(
             update(t.runs)
             .where(
                 r.owner == owner,
                 or_(r.sending_by.is_(None), r.sending_by == owner, r.sending_until <= now),
             )
             .values(sending_by=owner, sending_until=until)
-        ),
+        )
         # One statement, in autocommit: on Postgres it takes the aggregate's lock itself, in a
         # condition evaluated once before the scan (an InitPlan), so before any row lock.
-        release=d.compile(
+        self.release = d.compile(
             update(t.runs)
             .where(r.sending_by == owner, *locked)
             .values(sending_by=None, sending_until=0)
-        ),
+        )
         # A stopping replica's finished rows: their leases end now (a live one's does not).
-        retire=d.compile(
+        self.retire = d.compile(
             update(t.runs)
             .where(r.owner == owner, terminal, r.lease_until > now, *locked)
             .values(lease_until=now)
-        ),
-        next_expiry=d.compile(select(func.min(expiries.c[0]))),
-        all=d.compile(select(*table_columns).order_by(r.session_id)),
-    )
+        )
+        self.next_expiry = d.compile(select(func.min(expiries.c[0])))
+        self.all = d.compile(select(*table_columns).order_by(r.session_id))
+
+
+statements = functools.cache(Statements)
 
 
 def run_state(row: Row) -> RunState:
@@ -215,17 +205,8 @@ def run_state(row: Row) -> RunState:
 def columns(run: RunState, owner: str, until: int, taken: bool = True) -> dict[str, Any]:
     """The turn's columns of `run`, held by `owner` until `until` (with `taken`, `taken_from`
     too: a saved turn was taken from no one)."""
-    return ({"taken_from": None} if taken else {}) | {
-        "session_id": run.session_id,
-        "stream_id": run.stream_id,
-        "profile": run.profile,
-        "title": run.title,
-        "phase": run.phase,
-        "started_at": run.started_at,
-        "updated_at": run.updated_at,
-        "owner": owner,
-        "lease_until": until,
-    }
+    turn = {name: getattr(run, name) for name in TURN}
+    return turn | {"owner": owner, "lease_until": until} | ({"taken_from": None} if taken else {})
 
 
 async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | None:
@@ -246,13 +227,9 @@ async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | 
 
 async def release_runs(db: Runner, owner: str) -> None:
     q = statements(db.dialect).release
-
-    async def body(tx: Tx) -> None:
-        await tx.run(q, {"owner": owner})
-
     # Not durable: a release lost to a power cut leaves the rows marked until the marks'
     # lease ends, which only makes another replica wait that long to publish them.
-    await db.write(body, single=True, durable=False)
+    await db.write(lambda tx: tx.run(q, {"owner": owner}), single=True, durable=False)
 
 
 async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -20,7 +22,6 @@ from sqlalchemy import (
 
 # Indexes from 0008 (docs/query-plans.md): each hot statement reads an index range, at any size.
 
-# Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.
 # The migration these tables are the result of; `alembic` reads the same from the scripts, and
 # tests/test_migrations.py holds the two equal, so reading a revision needs no Alembic.
 HEAD_REVISION = "0011"
@@ -34,6 +35,7 @@ HEAD_REVISION = "0011"
 # it stays failed, as before).
 SAME_TABLES = ("0005", "0006", "0007", "0008", "0009", "0010")
 
+# Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.
 metadata = MetaData(
     naming_convention={
         "ix": "ix_%(column_0_label)s",
@@ -44,19 +46,32 @@ metadata = MetaData(
     }
 )
 
-# Times are integer milliseconds, as on the wire.
-config = Table(
+
+def _singleton(name: str, *columns: Column[Any]) -> Table:
+    """A table of one row, whose `id` is 1."""
+    return Table(
+        name,
+        metadata,
+        Column("id", Integer, primary_key=True, autoincrement=False),
+        *columns,
+        CheckConstraint("id = 1", name="singleton"),
+    )
+
+
+def _ms(name: str, *, nullable: bool = False) -> Column[int]:
+    """A time: integer milliseconds, as on the wire."""
+    return Column(name, BigInteger, nullable=nullable)
+
+
+config = _singleton(
     "relay_config",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=False),
     Column("url", Text, nullable=False),
     Column("publisher_id", Text, nullable=False),
     Column("key_id", Text, nullable=False),
     Column("key_ref", Text, nullable=False),
     Column("version", Integer, nullable=False),
     Column("generation", BigInteger, nullable=False),
-    Column("updated_at", BigInteger, nullable=False),
-    CheckConstraint("id = 1", name="singleton"),
+    _ms("updated_at"),
 )
 
 profiles = Table(
@@ -83,13 +98,7 @@ identities = Table(
     Column("identity", Text, nullable=False),
 )
 
-revision = Table(
-    "relay_revision",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=False),
-    Column("floor", BigInteger, nullable=False),
-    CheckConstraint("id = 1", name="singleton"),
-)
+revision = _singleton("relay_revision", Column("floor", BigInteger, nullable=False))
 
 started_scopes = Table(
     "relay_started_scopes",
@@ -103,10 +112,10 @@ started = Table(
     metadata,
     Column("profile_id", Text, primary_key=True),
     Column("session_id", String(191), primary_key=True),
-    Column("started_at", BigInteger, nullable=False),
+    _ms("started_at"),
     Column("sent", Boolean, nullable=False, server_default=false()),
     Column("claimed_by", String(64)),
-    Column("claimed_until", BigInteger),
+    _ms("claimed_until", nullable=True),
     # Claims read one scope's unsent entries oldest first, straight off this index.
     Index("ix_relay_started_unsent", "profile_id", "sent", "started_at", "session_id"),
     # The 24 h prune deletes one scope's oldest entries: a range of this one.
@@ -133,7 +142,7 @@ deleted = Table(
     Column("scope_profile_id", Text),
     # Who is delivering the entry, until when: a dead claimer's work is taken over.
     Column("claimed_by", String(64)),
-    Column("claimed_until", BigInteger),
+    _ms("claimed_until", nullable=True),
     UniqueConstraint("session_id", "profile", name="uq_relay_deleted_session_profile"),
     # Claims take the oldest `through` first; a pass asks whether one would; an idle replica
     # reads the next lease end; a registration binds a profile's unbound entries (few).
@@ -159,8 +168,8 @@ presence = Table(
     Column("tab_id", String(64), primary_key=True),
     Column("seq", BigInteger, nullable=False),
     Column("active", Boolean, nullable=False),
-    Column("expires_at", BigInteger, nullable=False),
-    Column("updated_at", BigInteger, nullable=False),
+    _ms("expires_at"),
+    _ms("updated_at"),
 )
 
 runs = Table(
@@ -171,10 +180,10 @@ runs = Table(
     Column("profile", Text),
     Column("title", Text, nullable=False),
     Column("phase", String(32), nullable=False),
-    Column("started_at", BigInteger, nullable=False),
-    Column("updated_at", BigInteger, nullable=False),
+    _ms("started_at"),
+    _ms("updated_at"),
     Column("owner", String(64), nullable=False),
-    Column("lease_until", BigInteger, nullable=False),
+    _ms("lease_until"),
     # Which replica is sending a snapshot with this row in it, until when: a replica that took
     # the row over publishes it only after that send, so the relay never sees it go back.
     Column("sending_by", String(64)),
@@ -197,21 +206,18 @@ turns = Table(
     "relay_turns",
     metadata,
     Column("session_id", String(191), primary_key=True),
-    Column("started_at", BigInteger, nullable=False),
+    _ms("started_at"),
     Column("stream_id", String(191)),
-    Column("forgotten_at", BigInteger, nullable=False),
+    _ms("forgotten_at"),
     Index("ix_relay_turns_forgotten_at", "forgotten_at"),
 )
 
 # The oldest schema head whose code may still use this database (`relay.store.sql.compat`),
 # written by the migrations from 0007 on; one row.
-compat = Table(
+compat = _singleton(
     "relay_compat",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=False),
     Column("oldest_head", String(32), nullable=False),
     Column("migrated_by", String(64)),
-    CheckConstraint("id = 1", name="singleton"),
 )
 
 # Every running service, as it recorded itself: what code it runs, where, and how its passes go.
@@ -225,13 +231,13 @@ fleet = Table(
     Column("schema_head", String(32), nullable=False),
     Column("host", String(255), nullable=False),
     Column("pid", BigInteger, nullable=False),
-    Column("started_at", BigInteger, nullable=False),
-    Column("seen_at", BigInteger, nullable=False),
+    _ms("started_at"),
+    _ms("seen_at"),
     # Live until then: its lease, renewed with its leases (a replica dead this long is gone).
-    Column("live_until", BigInteger, nullable=False),
-    Column("pass_at", BigInteger),
+    _ms("live_until"),
+    _ms("pass_at", nullable=True),
     Column("pass_outcome", String(32)),
-    Column("backoff_until", BigInteger),
+    _ms("backoff_until", nullable=True),
     Column("backoff_class", String(64)),
     # From 0009: the replica's wall clock minus the store's (ms), and its passes over the last
     # hour, a character a minute (`relay.store.fleet_passes`; 60 wide, 64 for room).

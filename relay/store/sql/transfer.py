@@ -3,92 +3,70 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import and_, bindparam, or_, select, update
 
 from relay.store.records import StartedEntry, StartedScope, StateBatch
+from relay.store.sql import presence
 from relay.store.sql import schema as t
-from relay.store.sql.dialect import Compiled, Dialect, bind
+from relay.store.sql.dialect import Dialect, bind
 from relay.store.sql.drivers.runner import Call, Many, Runner, Tx, first
-from relay.store.sql.outbox import VIEW_COLUMNS, columns
+from relay.store.sql.outbox import BINDING, VIEW_COLUMNS, columns
 
-
-@dataclass(frozen=True, slots=True)
-class Statements:
-    identity: Compiled
-    floor: Compiled
-    scope: Compiled
-    entry: Compiled
-    deleted: Compiled
-    insert_deleted: Compiled
-    update_deleted: Compiled
-    lease: Compiled
+ENTRY_COLUMNS = ("profile_id", "session_id", "started_at", "sent")
 
 
 def _values(table: Any, *keys: str) -> dict[str, Any]:
     return {key: bind(table.c[key]) for key in keys}
 
 
-@functools.cache
-def statements(d: Dialect) -> Statements:
-    """This aggregate's statements, compiled once for `d` (the bench's raw side runs them too)."""
-    s, p, r, sc, dl = t.started.c, t.presence.c, t.revision.c, t.started_scopes.c, t.deleted.c
-    floor = d.insert(t.revision).values(id=1, **_values(t.revision, "floor"))
-    scope = d.insert(t.started_scopes).values(_values(t.started_scopes, "profile_id", "floor"))
-    entry = d.insert(t.started).values(
-        _values(t.started, "profile_id", "session_id", "started_at", "sent")
-    )
-    lease = d.insert(t.presence).values(_values(t.presence, *(c.key for c in t.presence.c)))
-    same = and_(dl.session_id == bindparam("session_id"), dl.profile == bindparam("profile"))
-    changes = ("through", "identity", "scope_url", "scope_publisher_id", "scope_profile_id")
-    return Statements(
-        identity=d.compile(
+class Statements:
+    def __init__(self, d: Dialect) -> None:
+        s, r, sc, dl = t.started.c, t.revision.c, t.started_scopes.c, t.deleted.c
+        floor = d.insert(t.revision).values(id=1, **_values(t.revision, "floor"))
+        scope = d.insert(t.started_scopes).values(_values(t.started_scopes, "profile_id", "floor"))
+        entry = d.insert(t.started).values(_values(t.started, *ENTRY_COLUMNS))
+        same = and_(dl.session_id == bindparam("session_id"), dl.profile == bindparam("profile"))
+        changes = ("through", *BINDING)
+        self.identity = d.compile(
             d.insert(t.identities)
             .values(_values(t.identities, "profile", "identity"))
             .on_conflict_do_nothing(index_elements=[t.identities.c.profile])
-        ),
-        floor=d.compile(
+        )
+        self.floor = d.compile(
             floor.on_conflict_do_update(
                 index_elements=[r.id], set_={"floor": d.greatest(r.floor, floor.excluded.floor)}
             )
-        ),
-        scope=d.compile(
+        )
+        self.scope = d.compile(
             scope.on_conflict_do_update(
                 index_elements=[sc.profile_id],
                 set_={"floor": d.least(sc.floor, scope.excluded.floor)},
             )
-        ),
-        entry=d.compile(
+        )
+        self.entry = d.compile(
             entry.on_conflict_do_update(
                 index_elements=[s.profile_id, s.session_id],
                 set_={"sent": or_(s.sent, entry.excluded.sent)},
             )
-        ),
-        deleted=d.compile(select(*(dl[k] for k in changes)).where(same)),
-        insert_deleted=d.compile(t.deleted.insert().values(_values(t.deleted, *VIEW_COLUMNS))),
-        update_deleted=d.compile(
+        )
+        self.deleted = d.compile(select(*(dl[k] for k in changes)).where(same))
+        self.insert_deleted = d.compile(
+            t.deleted.insert().values(_values(t.deleted, *VIEW_COLUMNS))
+        )
+        self.update_deleted = d.compile(
             update(t.deleted).where(same).values(_values(t.deleted, *changes))
-        ),
-        lease=d.compile(
-            lease.on_conflict_do_update(
-                index_elements=[p.profile, p.tab_id],
-                set_={k: lease.excluded[k] for k in ("seq", "active", "expires_at", "updated_at")},
-                where=p.seq < lease.excluded.seq,
-            )
-        ),
-    )
+        )
+        self.lease = d.compile(presence.upsert(d))
 
 
-def entry_values(e: StartedEntry) -> dict[str, Any]:
+statements = functools.cache(Statements)
+
+
+def entry_values(entry: StartedEntry) -> dict[str, Any]:
     """A started entry's columns as a merge inserts it (its claim is not copied)."""
-    return {
-        "profile_id": e.profile_id,
-        "session_id": e.session_id,
-        "started_at": e.started_at,
-        "sent": e.sent,
-    }
+    return {column: getattr(entry, column) for column in ENTRY_COLUMNS}
 
 
 def ledger_steps(d: Dialect, scope: StartedScope) -> tuple[Call, Many]:
@@ -103,17 +81,7 @@ async def merge_state(db: Runner, batch: StateBatch) -> None:
     identities = [{"profile": k, "identity": v} for k, v in batch.identities.items()]
     scopes = [{"profile_id": x.profile_id, "floor": x.floor} for x in batch.started]
     entries = [entry_values(e) for scope in batch.started for e in scope.entries]
-    leases = [
-        {
-            "profile": x.profile,
-            "tab_id": x.tab_id,
-            "seq": x.seq,
-            "active": x.active,
-            "expires_at": x.expires_at,
-            "updated_at": x.updated_at,
-        }
-        for x in batch.presence
-    ]
+    leases = [presence.lease_values(x) for x in batch.presence]
 
     async def body(tx: Tx) -> None:
         if identities:
@@ -136,14 +104,9 @@ async def _merge_deleted(tx: Tx, q: Statements, incoming: dict[str, Any]) -> Non
     if existing is None:
         await tx.run(q.insert_deleted, incoming)
         return
-    through, identity, url, publisher_id, profile_id = existing
+    through, url = existing[0], existing[2]
     changes = {**incoming, "through": max(through, incoming["through"])}
     # The entry already queued for this session keeps its id and any binding it has.
     if url is not None or incoming["scope_url"] is None:
-        changes |= {
-            "identity": identity,
-            "scope_url": url,
-            "scope_publisher_id": publisher_id,
-            "scope_profile_id": profile_id,
-        }
+        changes |= dict(zip(BINDING, existing[1:], strict=True))
     await tx.run(q.update_deleted, changes)

@@ -73,14 +73,11 @@ _LIMITS = {
 
 def budget(query: Mapping[str, str]) -> Budget:
     """The budget a store URL's parameters set; InvalidInputError naming a bad one."""
-    size = query.get("pool_size")
-    pool_size = DEFAULT.pool_size
-    if size is not None:
-        if not size.isascii() or not size.isdigit() or not 1 <= int(size) <= MAX_POOL_SIZE:
-            raise InvalidInputError(f"pool_size must be a whole number in 1..{MAX_POOL_SIZE}")
-        pool_size = int(size)
+    size = query.get("pool_size", str(DEFAULT.pool_size))
+    if not size.isascii() or not size.isdigit() or not 1 <= int(size) <= MAX_POOL_SIZE:
+        raise InvalidInputError(f"pool_size must be a whole number in 1..{MAX_POOL_SIZE}")
     seconds = {name: _seconds(name, query[name]) for name in _LIMITS if name in query}
-    return Budget(pool_size=pool_size, **seconds)
+    return Budget(pool_size=int(size), **seconds)
 
 
 def _seconds(name: str, raw: str) -> float:

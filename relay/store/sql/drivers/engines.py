@@ -2,48 +2,34 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import URL, Engine, create_engine, event
-from sqlalchemy.engine.interfaces import DBAPIConnection
-from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+from sqlalchemy.pool import StaticPool
+
+from relay.store.sql.drivers.sqlite import BUSY_TIMEOUT_S, connect, create_private
 
 if TYPE_CHECKING:  # its import costs a tenth of a second (it loads the ORM): only to migrate
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 # Execution option that makes the next transaction `BEGIN IMMEDIATE` on SQLite.
 WRITE = "relay_write"
-BUSY_TIMEOUT_S = 30.0
-CONNECT_TIMEOUT_S = 10.0
 
 
 def sqlite_engine(path: Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
-    """A synchronous engine on one connection, to be used from one thread only.
+    """A synchronous engine on one connection made as the store makes its own (`connect`: no
+    implicit transactions, WAL, `synchronous=FULL`), to be used from one thread only.
 
     A write transaction starts with `BEGIN IMMEDIATE`: a deferred one that reads and then writes
     fails with "database is locked" at once instead of waiting out the busy timeout.
     """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    # The database holds the publisher key: create it private; SQLite gives -wal/-shm its mode.
-    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    create_private(path)
     engine = create_engine(
         URL.create("sqlite+pysqlite", database=str(path)),
         poolclass=StaticPool,
-        connect_args={"check_same_thread": False, "timeout": busy_timeout_s},
+        creator=lambda: connect(path, busy_timeout_s=busy_timeout_s),
     )
-
-    @event.listens_for(engine, "connect")
-    def _configure(dbapi_connection: DBAPIConnection, _entry: ConnectionPoolEntry) -> None:
-        # We issue BEGIN ourselves; the driver's implicit transactions would defer writes.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        # FULL: a commit survives power loss, not only a killed process.
-        cursor.execute("PRAGMA synchronous = FULL")
-        cursor.close()
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:

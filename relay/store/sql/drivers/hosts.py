@@ -127,12 +127,9 @@ def _netloc(found: Sequence[Server]) -> str:
 
 
 def _hostlist(text: str, *, in_query: bool) -> list[Server]:
-    found = []
-    for spec in text.split(","):
-        if not spec:
-            raise InvalidInputError("store URL has an empty host in its host list")
-        found.append(_server(spec, in_query=in_query))
-    return found
+    if "" in text.split(","):
+        raise InvalidInputError("store URL has an empty host in its host list")
+    return [_server(spec, in_query=in_query) for spec in text.split(",")]
 
 
 def _server(spec: str, *, in_query: bool) -> Server:

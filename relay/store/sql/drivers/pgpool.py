@@ -19,35 +19,31 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 Connect = Callable[[], Awaitable[Any]]
 
 
+@dataclass(eq=False)
 class Pool:
     """At most `size` connections, the most recently used handed out first."""
 
-    def __init__(
-        self,
-        connect: Connect,
-        size: int,
-        *,
-        max_idle_s: float = math.inf,
-        max_lifetime_s: float = math.inf,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self._connect = connect
-        self._size = size
-        self._max_idle_s = max_idle_s
-        self._max_lifetime_s = max_lifetime_s
-        self._clock = clock
+    connect: Connect
+    size: int
+    _: KW_ONLY
+    max_idle_s: float = math.inf
+    max_lifetime_s: float = math.inf
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
         # Idle connections and when each came back, least recently used first.
         self._idle: list[tuple[Any, float]] = []
         # Each connection's birth and generation, by id: `discard_all` starts a new generation.
         self._born: dict[int, tuple[float, int]] = {}
         self._generation = 0
         # Free slots: taking one when any is free returns without suspending.
-        self._slots = asyncio.Semaphore(size)
+        self._slots = asyncio.Semaphore(self.size)
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
 
@@ -55,7 +51,7 @@ class Pool:
     async def open(cls, connect: Connect, size: int, **limits: Any) -> Pool:
         """A pool with one connection made, so an unreachable server fails here."""
         pool = cls(connect, size, **limits)
-        pool._idle.append((await pool._new(), pool._clock()))
+        pool._idle.append((await pool._new(), pool.clock()))
         pool._schedule()
         return pool
 
@@ -72,7 +68,7 @@ class Pool:
         try:
             if self._closed:
                 raise RuntimeError("the pool is closed")
-            now = self._clock()
+            now = self.clock()
             while self._idle:
                 conn, since = self._idle.pop()
                 if self._usable(conn, since, now):
@@ -86,7 +82,7 @@ class Pool:
         """Take `conn` back; one closed, still inside a transaction, or past its lifetime or
         generation is dropped."""
         try:
-            now = self._clock()  # read once per release
+            now = self.clock()  # read once per release
             if conn.is_closed():
                 self._forget(conn)
             elif conn.is_in_transaction() or self._spent(conn, now):
@@ -106,7 +102,7 @@ class Pool:
 
     def prune(self) -> None:
         """Retire idle connections past their idle time or lifetime."""
-        now = self._clock()
+        now = self.clock()
         self._idle = [(conn, since) for conn, since in self._idle if self._usable(conn, since, now)]
 
     async def close(self) -> None:
@@ -116,7 +112,7 @@ class Pool:
             self._timer.cancel()
         taken = 0
         try:
-            for _ in range(self._size):
+            for _ in range(self.size):
                 await self._slots.acquire()
                 taken += 1
             idle, self._idle = self._idle, []
@@ -133,15 +129,15 @@ class Pool:
                 self._slots.release()
 
     async def _new(self) -> Any:
-        conn = await self._connect()
-        self._born[id(conn)] = (self._clock(), self._generation)
+        conn = await self.connect()
+        self._born[id(conn)] = (self.clock(), self._generation)
         return conn
 
     def _usable(self, conn: Any, since: float, now: float) -> bool:
         """Whether `conn`, idle since `since`, may serve again; one that may not is dropped."""
         if conn.is_closed():
             self._forget(conn)
-        elif self._spent(conn, now) or now - since >= self._max_idle_s:
+        elif self._spent(conn, now) or now - since >= self.max_idle_s:
             self._retire(conn)
         else:
             return True
@@ -149,7 +145,7 @@ class Pool:
 
     def _spent(self, conn: Any, now: float) -> bool:
         born, generation = self._born.get(id(conn), (now, self._generation))
-        return generation != self._generation or now - born >= self._max_lifetime_s
+        return generation != self._generation or now - born >= self.max_lifetime_s
 
     def _retire(self, conn: Any) -> None:
         # An idle connection has no transaction to lose: the server just sees it go.
@@ -163,10 +159,10 @@ class Pool:
         """Prune again when the first idle connection's time is up (no timer without limits)."""
         if self._timer is not None or self._closed or not self._idle:
             return
-        now = self._clock()
-        idle_ends = (since + self._max_idle_s for _, since in self._idle)
+        now = self.clock()
+        idle_ends = (since + self.max_idle_s for _, since in self._idle)
         lives_end = (
-            self._born.get(id(c), (now, 0))[0] + self._max_lifetime_s for c, _ in self._idle
+            self._born.get(id(c), (now, 0))[0] + self.max_lifetime_s for c, _ in self._idle
         )
         due = min(*idle_ends, *lives_end)
         if math.isinf(due):

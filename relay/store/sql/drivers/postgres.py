@@ -18,13 +18,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import asyncpg
 from sqlalchemy import URL
 
-from relay.errors import InvalidInputError, StoreError, StoreUnavailableError
-from relay.refused import nothing_listening, unknown_host
+from relay.errors import InvalidInputError, StoreError
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
 from relay.store.sql.drivers import keepalive, pgbatch, sqlstate
 from relay.store.sql.drivers.budget import PARAMETERS as BUDGET_PARAMETERS
@@ -45,48 +45,42 @@ _LOST = (
     asyncpg.InternalClientError,
     OSError,
 )
-_DRIVER_ERRORS = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.InternalClientError,
-    OSError,
-)
+_DRIVER_ERRORS = (asyncpg.PostgresError, *_LOST)
 # A transaction's client-side deadline lies past its server-side statement_timeout, so the
 # server's own answer (57014) comes first; the client's ends a wait on a server that is silent.
 _CLIENT_MARGIN_S = 5.0
 
 
+@dataclass(slots=True)
 class PostgresTx:
     """Statements on one connection, each bounded by `timeout` seconds from the client (asyncpg
     then cancels it on the server); None: the caller bounds them (`Deadlines`)."""
 
-    def __init__(self, conn: Any, stats: Stats, timeout: float | None) -> None:
-        self._conn = conn
-        self._stats = stats
-        self._timeout = timeout
+    conn: Any
+    stats: Stats
+    timeout: float | None
 
     async def rows(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> list[Row]:
-        self._stats.statements += 1
-        return await self._conn.fetch(  # type: ignore[no-any-return]
-            q.sql, *q.args(params), timeout=self._timeout
+        self.stats.statements += 1
+        return await self.conn.fetch(  # type: ignore[no-any-return]
+            q.sql, *q.args(params), timeout=self.timeout
         )
 
     async def run(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> int:
-        self._stats.statements += 1
-        status: str = await self._conn.execute(q.sql, *q.args(params), timeout=self._timeout)
+        self.stats.statements += 1
+        status: str = await self.conn.execute(q.sql, *q.args(params), timeout=self.timeout)
         count = status.rpartition(" ")[2]
         return int(count) if count.isdigit() else 0
 
     async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
-        self._stats.statements += 1
-        await self._conn.executemany(q.sql, [q.args(row) for row in rows], timeout=self._timeout)
+        self.stats.statements += 1
+        await self.conn.executemany(q.sql, [q.args(row) for row in rows], timeout=self.timeout)
 
 
 def connect_options(url: URL) -> dict[str, Any]:
     """asyncpg's arguments for a store URL; libpq parameters it knows pass through its DSN."""
-    query = {k: str(v) for k, v in url.query.items() if k not in BUDGET_PARAMETERS}
-    query.pop("host", None)
-    query.pop("port", None)
+    skipped = (*BUDGET_PARAMETERS, "host", "port")  # the hosts go in the DSN's netloc
+    query = {k: str(v) for k, v in url.query.items() if k not in skipped}
     options: dict[str, Any] = {}
     try:
         options["timeout"] = float(str(query.pop("connect_timeout", CONNECT_TIMEOUT_S)))
@@ -114,20 +108,24 @@ class PostgresRunner:
 
     def __init__(self, display: str, password: str | None, limits: Budget) -> None:
         self.stats = Stats()
-        self.budget = limits
         self._display = display
         self._password = password
-        self._pool: Pool | None = None
-        self._begin = limits.set_local()
-        self._batch_settings = limits.batch_settings()
-        self._deadlines = Deadlines(limits.statement_timeout)
+        self.pool: Pool | None = None  # from `open` until `close`
         # Until a call says the function is missing or not ours to run: then, for this
         # runner's life, batches are transactions of their statements.
         self._batch_calls = True
         # The longest wait for the server (`bound_waits`): to connect, and how soon keepalive
         # and TCP_USER_TIMEOUT find a silent connection dead (`keepalive`).
-        self._wait_s = min(CONNECT_TIMEOUT_S, limits.statement_timeout)
+        self._wait_s = CONNECT_TIMEOUT_S
         self._margin_s = _CLIENT_MARGIN_S
+        self._set_budget(limits)
+
+    def _set_budget(self, limits: Budget) -> None:
+        self.budget = limits
+        self._begin = limits.set_local()
+        self._batch_settings = limits.batch_settings()
+        self._deadlines = Deadlines(limits.statement_timeout)
+        self._wait_s = min(self._wait_s, limits.statement_timeout)
 
     @classmethod
     async def open(cls, url: URL, display: str) -> PostgresRunner:
@@ -137,7 +135,7 @@ class PostgresRunner:
         try:
             # No floor of idle connections to restore: passes connect on demand, so a database
             # outage costs a failed call, not a task logging tracebacks every few seconds.
-            runner._pool = await Pool.open(
+            runner.pool = await Pool.open(
                 lambda: runner._connect(options),
                 limits.pool_size,
                 max_idle_s=limits.pool_max_idle,
@@ -156,19 +154,11 @@ class PostgresRunner:
     def bound_waits(self, seconds: float) -> None:
         """Wait `seconds` at most for the server (to connect, for a statement, a lock, a silent
         connection), never longer than the URL says: a silent network fails a call within it."""
-        self.budget = self.budget.bounded(seconds)
-        self._begin = self.budget.set_local()
-        self._batch_settings = self.budget.batch_settings()
-        self._deadlines = Deadlines(self.budget.statement_timeout)
+        self._set_budget(self.budget.bounded(seconds))
         self._wait_s = min(self._wait_s, seconds)
         self._margin_s = min(self._margin_s, seconds / 4)
-        if self._pool is not None:
-            self._pool.discard_all()  # those made before: their keepalive was the URL's
-
-    @property
-    def pool(self) -> Pool | None:
-        """The pool, for tests and `bench` to count what it holds."""
-        return self._pool
+        if self.pool is not None:
+            self.pool.discard_all()  # those made before: their keepalive was the URL's
 
     async def read(self, body: Body[T]) -> T:
         return await self._run(body, transaction=False)
@@ -214,9 +204,9 @@ class PostgresRunner:
         return await self._run(body, transaction=not single)
 
     async def _run(self, body: Body[T], *, transaction: bool) -> T:
-        # The pool this call draws from, to the end: `close` drops `self._pool` at once, and
+        # The pool this call draws from, to the end: `close` drops `self.pool` at once, and
         # the pool terminates the connections in use as they come back.
-        pool = self._pool
+        pool = self.pool
         if pool is None:
             raise StoreError(f"the store {self._display} is closed")
         try:
@@ -253,7 +243,8 @@ class PostgresRunner:
                 # The server behind this connection is read-only, leaving or gone: so is it
                 # behind the others (a restart ends them all), which a new connection (with a
                 # multi-host URL, to the new primary) avoids.
-                _terminate(conn)
+                with contextlib.suppress(asyncpg.InterfaceError):  # the server closed it
+                    conn.terminate()
                 pool.discard_all()
             if driver or timed_out:
                 raise self.translated(error, lost=lost) from error
@@ -284,22 +275,17 @@ class PostgresRunner:
         state = _state(error)
         if isinstance(error, TimeoutError):
             text = f"no answer within statement_timeout ({self.budget.statement_timeout:g}s)"
-        elif state:
-            text = sqlstate.described(state, text)
-        elif (refused := nothing_listening(error)) is not None:
-            text = refused
-        elif (unknown := unknown_host(error)) is not None:
-            text = unknown
+        else:
+            text = sqlstate.explained(error, state, text)
         if lost:
             text = f"the connection was lost ({text})"
         if self._password:
             text = text.replace(self._password, "***")
-        if isinstance(error, asyncpg.PostgresError) and not sqlstate.unavailable(state):
-            return StoreError(f"relay store {self._display} failed: {text}")
-        return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
+        failed = isinstance(error, asyncpg.PostgresError) and not sqlstate.unavailable(state)
+        return sqlstate.store_error(self._display, text, failed=failed)
 
     async def close(self) -> None:
-        pool, self._pool = self._pool, None
+        pool, self.pool = self.pool, None
         if pool is not None:
             await pool.close()
 
@@ -318,11 +304,6 @@ def _state(error: BaseException) -> str:
     return str(getattr(_first(error), "sqlstate", "") or "")
 
 
-def _terminate(conn: Any) -> None:
-    with contextlib.suppress(asyncpg.InterfaceError):  # the server closed it under us
-        conn.terminate()
-
-
 def _discard_unless_clean(conn: Any, error: BaseException, *, broken: bool) -> None:
     """Terminate a connection that may still hold our locks, so it never goes back to the pool.
 
@@ -333,8 +314,7 @@ def _discard_unless_clean(conn: Any, error: BaseException, *, broken: bool) -> N
     dirty = not isinstance(error, Exception) or (
         broken and not isinstance(error, asyncpg.PostgresError)
     )
-    try:
+    # InterfaceError: the server closed it under us, and the pool has already taken it back.
+    with contextlib.suppress(asyncpg.InterfaceError):
         if dirty or conn.is_in_transaction():
             conn.terminate()
-    except asyncpg.InterfaceError:
-        pass  # the server closed it under us, and the pool has already taken it back

@@ -14,35 +14,37 @@ import os
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from relay.errors import StoreError, StoreUnavailableError
+from relay.errors import StoreError
 from relay.store.forkgate import GATE as FORK_GATE
 from relay.store.sql.dialect import SQLITE, Compiled, Row
 from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, drive, run_steps
+from relay.store.sql.drivers.sqlstate import store_error
 from relay.store.sql.drivers.worker import Worker
 
 T = TypeVar("T")
 BUSY_TIMEOUT_S = 30.0
 
 
+@dataclass(slots=True)
 class SqliteTx:
-    def __init__(self, conn: sqlite3.Connection, stats: Stats) -> None:
-        self._conn = conn
-        self._stats = stats
+    conn: sqlite3.Connection
+    stats: Stats
 
     async def rows(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> list[Row]:
-        self._stats.statements += 1
-        return self._conn.execute(q.sql, q.args(params)).fetchall()
+        self.stats.statements += 1
+        return self.conn.execute(q.sql, q.args(params)).fetchall()
 
     async def run(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> int:
-        self._stats.statements += 1
-        return self._conn.execute(q.sql, q.args(params)).rowcount
+        self.stats.statements += 1
+        return self.conn.execute(q.sql, q.args(params)).rowcount
 
     async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
-        self._stats.statements += 1
-        self._conn.executemany(q.sql, [q.args(row) for row in rows])
+        self.stats.statements += 1
+        self.conn.executemany(q.sql, [q.args(row) for row in rows])
 
 
 def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False) -> sqlite3.Connection:
@@ -109,15 +111,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _refuse_inherited(name: str, display: str) -> None:
-    if name in _inherited:
-        raise StoreError(
-            f"relay store {display} was open in the process this one was forked from, and "
-            "SQLite cannot share a database across fork(): open it in a process that never had "
-            "it open (start the relay service after the fork, e.g. in gunicorn's post_fork)"
-        )
-
-
 class SqliteRunner:
     """Runs bodies on one SQLite file; `await SqliteRunner.open(path, display)`."""
 
@@ -146,7 +139,13 @@ class SqliteRunner:
         try:
             # By its real path: the same file under another name is the same SQLite state.
             name = await runner._in_thread(os.path.realpath, path)
-            _refuse_inherited(name, display)
+            if name in _inherited:
+                raise StoreError(
+                    f"relay store {display} was open in the process this one was forked from, "
+                    "and SQLite cannot share a database across fork(): open it in a process that "
+                    "never had it open (start the relay service after the fork, e.g. in "
+                    "gunicorn's post_fork)"
+                )
             _open_files[name] += 1
             runner._name = name
             if read_only:
@@ -227,9 +226,8 @@ class SqliteRunner:
         # file system) is SQLITE_IOERR_WRITE.
         if name := getattr(error, "sqlite_errorname", None):
             text = f"{text} ({name})"
-        if isinstance(error, sqlite3.OperationalError):
-            return StoreUnavailableError(f"relay store {self._display} is unavailable: {text}")
-        return StoreError(f"relay store {self._display} failed: {text}")
+        failed = not isinstance(error, sqlite3.OperationalError)
+        return store_error(self._display, text, failed=failed)
 
     def bound_waits(self, seconds: float) -> None:
         """Nothing to bound: the file is on this host, and its busy wait is its own."""

@@ -2,15 +2,10 @@
 work now ("unavailable", retried after a backoff), and which connections must go.
 
 One table for the runner (asyncpg) and the migrations (SQLAlchemy over asyncpg, through
-`driver_error`), so a command and a replica classify the same answer the same way.
+`migrate.migration_error`), so a command and a replica classify the same answer the same way.
 """
 
 from __future__ import annotations
-
-from typing import Protocol
-
-from sqlalchemy import URL
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from relay.errors import StoreError, StoreUnavailableError
 from relay.refused import nothing_listening, unknown_host
@@ -67,37 +62,16 @@ def described(state: str, text: str) -> str:
     return f"{cause}: {text}" if cause else text
 
 
-class Named(Protocol):
-    """How an error names a store (a `StoreTarget`): its URL shown, and the password to hide."""
-
-    @property
-    def display(self) -> str: ...
-
-    @property
-    def url(self) -> URL | None: ...
+def explained(error: BaseException, state: str, text: str) -> str:
+    """The driver's message, led by what its SQLSTATE says, or by why no server answered."""
+    if state:
+        return described(state, text)
+    return nothing_listening(error) or unknown_host(error) or text
 
 
-def driver_error(exc: BaseException, target: Named) -> StoreError:
-    """A driver's exception as a `StoreError` that names the store but never its password."""
-    text = str(getattr(exc, "orig", None) or exc)
-    message = text.splitlines()[0] if text else type(exc).__name__
-    password = target.url.password if target.url is not None else None
-    if password:
-        message = message.replace(password, "***")
-    orig = getattr(exc, "orig", None)
-    state = getattr(orig, "sqlstate", None) or getattr(
-        orig.__cause__ if orig else None, "sqlstate", None
-    )
-    if isinstance(state, str):
-        message = described(state, message)
-    elif (refused := nothing_listening(exc)) is not None:
-        message = refused
-    elif (unknown := unknown_host(exc)) is not None:
-        message = unknown
-    if isinstance(state, str) and unavailable(state):
-        return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")
-    if isinstance(exc, DBAPIError) and not (
-        exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
-    ):
-        return StoreError(f"relay store {target.display} failed: {message}")
-    return StoreUnavailableError(f"relay store {target.display} is unavailable: {message}")
+def store_error(display: str, text: str, *, failed: bool = False) -> StoreError:
+    """The store's error, naming it: a request that failed, or a store that cannot take the
+    work now (unavailable: retried after a backoff)."""
+    if failed:
+        return StoreError(f"relay store {display} failed: {text}")
+    return StoreUnavailableError(f"relay store {display} is unavailable: {text}")
