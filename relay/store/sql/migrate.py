@@ -230,12 +230,18 @@ async def standing(target: StoreTarget) -> Standing:
         raise InvalidInputError(f"a {target.name} store has no schema revision")
     if target.backend == "sqlite" and not (target.path and target.path.exists()):
         return Standing(None, head=head_revision())
-    # Read-only: asking the revision must work on a file this process may not write.
-    runner = await open_runner(target, read_only=True)
     try:
-        return replace(await schema_standing(runner), head=head_revision())
-    finally:
-        await runner.close()
+        # Read-only: asking the revision must work on a file this process may not write.
+        runner = await open_runner(target, read_only=True)
+        try:
+            return replace(await schema_standing(runner), head=head_revision())
+        finally:
+            await runner.close()
+    except StoreError as exc:
+        if target.backend == "postgres" or isinstance(exc, StoreUnavailableError):
+            raise
+        # A file that is no SQLite database is a store that cannot be opened (docs/operating.md).
+        raise file_error(exc.__cause__ or exc, target) from exc
 
 
 async def open_runner(target: StoreTarget, *, read_only: bool = False) -> Runner:
