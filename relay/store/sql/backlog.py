@@ -13,7 +13,7 @@ from sqlalchemy import and_, false, func, select
 
 from relay.store.records import Backlog, Waiting
 from relay.store.sql import schema as t
-from relay.store.sql.dialect import Dialect, Row
+from relay.store.sql.dialect import Dialect
 from relay.store.sql.drivers.runner import Runner, Tx
 
 
@@ -45,12 +45,9 @@ statements = functools.cache(Statements)
 async def backlog(db: Runner) -> Backlog:
     q = statements(db.dialect)
 
-    async def body(tx: Tx) -> tuple[list[Row], list[Row], list[Row]]:
-        return await tx.rows(q.unsent), await tx.rows(q.claims), await tx.rows(q.deleted)
+    async def body(tx: Tx) -> list[dict[str, Waiting]]:
+        # In `Backlog`'s order: each group's key, count and oldest.
+        found = [await tx.rows(counts) for counts in (q.unsent, q.deleted, q.claims)]
+        return [{row[0]: Waiting(row[1], row[2]) for row in rows} for rows in found]
 
-    unsent, claims, deleted = await db.read(body)
-
-    def grouped(rows: list[Row]) -> dict[str, Waiting]:
-        return {row[0]: Waiting(row[1], row[2]) for row in rows}
-
-    return Backlog(grouped(unsent), grouped(deleted), grouped(claims))
+    return Backlog(*await db.read(body))

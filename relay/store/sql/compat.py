@@ -234,14 +234,9 @@ async def unwritable(runner: Runner) -> str | None:
     if not d.postgres:
         return None
     q = d.compile(select(func.pg_is_in_recovery(), func.current_setting("transaction_read_only")))
-
-    async def body(tx: Tx) -> str | None:
-        row = await first(tx, q)
-        assert row is not None
-        if row[0]:
-            return "the server is in recovery (a standby): it takes no writes"
-        if row[1] == "on":
-            return "the server is read-only (default_transaction_read_only): it takes no writes"
-        return None
-
-    return await runner.read(body)
+    recovery, read_only = (await runner.read(lambda tx: tx.rows(q)))[0]
+    if recovery:
+        return "the server is in recovery (a standby): it takes no writes"
+    if read_only == "on":
+        return "the server is read-only (default_transaction_read_only): it takes no writes"
+    return None

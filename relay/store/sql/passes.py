@@ -8,9 +8,8 @@ outbox holds an entry the owner would claim. On Postgres it is one round trip in
 
 The write is the run sync's statements (`runs`), then the revision allocation for the rows the
 owner now has, then those rows with the counter: no statement waits on an earlier one's answer,
-so a runner may send them all at once (`Runner.batch`). Past 2^53-1 the allocation sets the
-counter to NULL, which its NOT NULL refuses: the whole transaction rolls back, as the contract
-says.
+so a runner may send them all at once (`Runner.batch`). Past 2^53-1 the whole transaction
+rolls back, as the contract says (`past_the_cap`).
 """
 
 from __future__ import annotations
@@ -199,5 +198,5 @@ async def pass_write(
         if past_the_cap(error):
             return None
         raise
-    runs = [run_sql.run_state(row[:-1]) for row in rows]
+    runs = [RunState(*row[:-1]) for row in rows]  # the run's row, then the counter
     return runs, (rows[-1][-1] if rows else 0)

@@ -106,17 +106,13 @@ statements = functools.cache(Statements)
 
 
 async def load_config(db: Runner) -> RelayConfig | None:
-    q = statements(db.dialect)
-
-    async def body(tx: Tx) -> RelayConfig | None:
-        rows = await tx.rows(q.load_config)
-        if not rows or rows[0][4] != CONFIG_VERSION:
-            return None
-        url, publisher_id, key_id, key_ref, _, generation = rows[0][:6]
-        grants = {r[6]: ProfileGrant(r[7], r[8]) for r in rows if r[6] is not None}
-        return RelayConfig(url, publisher_id, key_id, key_ref, grants, generation)
-
-    return await db.read(body)
+    q = statements(db.dialect).load_config
+    rows = await db.read(lambda tx: tx.rows(q))
+    if not rows or rows[0][4] != CONFIG_VERSION:
+        return None
+    url, publisher_id, key_id, key_ref, _, generation = rows[0][:6]
+    grants = {r[6]: ProfileGrant(r[7], r[8]) for r in rows if r[6] is not None}
+    return RelayConfig(url, publisher_id, key_id, key_ref, grants, generation)
 
 
 async def save_config(db: Runner, config: RelayConfig, expected_generation: int | None) -> None:

@@ -1,9 +1,7 @@
 """Run state on SQL: one row per session, its newest turn, owned by the replica hosting it.
 
-`relay_turns` remembers the newest turn of each session whose row was pruned, so that no older
-turn a replica still offers becomes the session's row again. `taken_from` (0011 on) records whom
-a takeover ended a live turn for, so that replica's true phase corrects it once
-(`RunState.taken_back`); below 0011 the statements leave the column out (`has_taken_from`).
+With `relay_turns`, the pruned sessions' newest turns, and from 0011 on `taken_from` (below it
+the statements leave the column out: `has_taken_from`); `schema.py` says what each is for.
 
 On Postgres every write of this aggregate takes one transaction-scoped advisory lock first: a
 pass's sync locks many rows in an order no index gives, and two replicas taking over each
@@ -36,7 +34,7 @@ from relay.store.records import RunState
 from relay.store.sql import fleet as fleet_sql
 from relay.store.sql import schema as t
 from relay.store.sql.compat import later
-from relay.store.sql.dialect import Dialect, Row, bind, closed_below
+from relay.store.sql.dialect import Dialect, bind, closed_below
 from relay.store.sql.drivers.runner import Runner, Step, Tx
 
 # Any constant will do: it names this aggregate's lock among the database's advisory locks.
@@ -197,11 +195,6 @@ class Statements:
 statements = functools.cache(Statements)
 
 
-def run_state(row: Row) -> RunState:
-    """A `relay_runs` row (in table order) as a record."""
-    return RunState(*row)
-
-
 def columns(run: RunState, owner: str, until: int, taken: bool = True) -> dict[str, Any]:
     """The turn's columns of `run`, held by `owner` until `until` (with `taken`, `taken_from`
     too: a saved turn was taken from no one)."""
@@ -245,4 +238,5 @@ async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
 async def run_states(db: Runner, *, taken: bool = True) -> list[RunState]:
     q = statements(db.dialect, taken).all
 
-    return [run_state(row) for row in await db.read(lambda tx: tx.rows(q))]
+    # A row, in table order, is a record's fields.
+    return [RunState(*row) for row in await db.read(lambda tx: tx.rows(q))]

@@ -6,18 +6,14 @@ takes the statements' SQL and their parameters and runs them in order, so one
 `SELECT * FROM relay_batch(…)` in autocommit is the whole transaction: atomic, one round trip,
 nothing left on the session (PgBouncer's transaction mode is safe).
 
-How a step travels: its SQL as `Compiled.batched` gives it, each `$n` read as `($1[n]::TYPE)`
-from one text array (the function `EXECUTE`s it `USING` that array, so no value is ever part of
-the SQL text); every value as Postgres' text form of it, which the cast reads back exactly (a
-list of texts, a listed parameter, as an array literal of quoted members).
-The last step's rows come back as one JSON object each (`json`, not `jsonb`: it keeps the
-column order), decoded to tuples in that order.
+How a step travels: its SQL as `Compiled.batched` gives it, `EXECUTE`d `USING` one text array
+of its values (`_text`), so no value is ever part of the SQL text. The last step's rows come
+back as one `json` object each (not `jsonb`: it keeps the column order).
 
 Timeouts: `lock_timeout` is set inside, transaction-local (`set_config(…, true)`), before any
 step. `statement_timeout` cannot be: the server arms it when a statement starts, so one set
 inside the call bounds nothing. The call is bounded from the client instead, as every statement
-run alone is (asyncpg cancels it on the server), by the same `statement_timeout`, for the
-whole batch.
+run alone is, by the same `statement_timeout`, for the whole batch.
 """
 
 from __future__ import annotations

@@ -305,12 +305,9 @@ def _state(error: BaseException) -> str:
 
 
 def _discard_unless_clean(conn: Any, error: BaseException, *, broken: bool) -> None:
-    """Terminate a connection that may still hold our locks, so it never goes back to the pool.
-
-    Cancelled mid-statement, or the connection broke: the server may still hold our locks. A
-    statement that failed in autocommit, or a body that raised after its transaction rolled
-    back, leaves a clean connection.
-    """
+    """Terminate a connection that may still hold our locks (cancelled mid-statement, or
+    broken), so it never goes back to the pool; a statement that failed in autocommit, or a body
+    that raised after its transaction rolled back, leaves a clean connection."""
     dirty = not isinstance(error, Exception) or (
         broken and not isinstance(error, asyncpg.PostgresError)
     )

@@ -153,10 +153,9 @@ class SqliteRunner:
                 conn = await runner._in_thread(connect_read_only, path)
                 runner._writer = runner._reader = conn
             else:
-                runner._writer, runner._reader = await runner._in_thread(
+                runner._writer, runner._reader, runner._wal = await runner._in_thread(
                     _open_pair, path, busy_timeout_s
                 )
-                runner._wal = await runner._in_thread(_in_wal_mode, runner._writer)
         except BaseException:
             await runner.close()
             raise
@@ -248,20 +247,19 @@ class SqliteRunner:
             thread.stop()
 
 
-def _open_pair(path: Path, busy_timeout_s: float) -> tuple[sqlite3.Connection, sqlite3.Connection]:
+def _open_pair(
+    path: Path, busy_timeout_s: float
+) -> tuple[sqlite3.Connection, sqlite3.Connection, bool]:
+    """The writer, the reader, and whether the file is in WAL mode."""
     writer = connect(path, busy_timeout_s=busy_timeout_s)
     try:
+        wal = str(writer.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
         # Never waits on the caller's thread: a busy read goes to the writer thread instead.
         reader = connect(path, busy_timeout_s=0.0, read_only=True)
     except BaseException:
         writer.close()
         raise
-    return writer, reader
-
-
-def _in_wal_mode(conn: sqlite3.Connection | None) -> bool:
-    assert conn is not None
-    return str(conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal"
+    return writer, reader, wal
 
 
 def _busy(error: sqlite3.Error) -> bool:
