@@ -1,6 +1,6 @@
 """Store URLs: which backend, where, and how to show it without its password.
 
-A Postgres URL may name several servers, as libpq does (`relay.store.sql.drivers.hosts`): the store
+A Postgres URL may name several servers, as libpq does (`relay.store.hosts`): the store
 connects to the first that answers and matches `target_session_attrs`.
 """
 
@@ -17,8 +17,7 @@ from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from relay.errors import InvalidInputError
-from relay.store import paths
-from relay.store.sql.drivers import budget, hosts
+from relay.store import budget, hosts, paths
 
 ENV_VAR = "TALARIA_RELAY_STORE_URL"
 # A store in this process only: each open is a new, empty one.

@@ -19,7 +19,7 @@ from sqlalchemy import make_url
 
 from relay.errors import InvalidInputError, StoreUnavailableError
 from relay.store import open_store, resolve
-from relay.store.sql.drivers.hosts import servers
+from relay.store.hosts import servers
 from relay.store.sql.drivers.postgres import connect_options
 
 FORMS = {

@@ -13,8 +13,8 @@ from sqlalchemy import make_url
 
 from relay.errors import InvalidInputError, StoreUnavailableError
 from relay.store import open_store
+from relay.store.budget import Budget
 from relay.store.sql.drivers import keepalive
-from relay.store.sql.drivers.budget import Budget
 from relay.store.sql.drivers.postgres import PostgresRunner
 
 

@@ -25,12 +25,12 @@ import asyncpg
 from sqlalchemy import URL
 
 from relay.errors import InvalidInputError, StoreError
+from relay.store.budget import PARAMETERS as BUDGET_PARAMETERS
+from relay.store.budget import Budget, budget
+from relay.store.hosts import dsn
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
 from relay.store.sql.drivers import keepalive, pgbatch, sqlstate
-from relay.store.sql.drivers.budget import PARAMETERS as BUDGET_PARAMETERS
-from relay.store.sql.drivers.budget import Budget, budget
 from relay.store.sql.drivers.deadlines import Deadlines
-from relay.store.sql.drivers.hosts import dsn
 from relay.store.sql.drivers.pgpool import Pool
 from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, Tx, run_steps
 
