@@ -17,6 +17,7 @@ import os
 import runpy
 import signal
 import socket
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from multiprocessing import reduction
@@ -195,3 +196,24 @@ async def _streams(sock: socket.socket) -> tuple[asyncio.StreamReader, asyncio.S
     protocol = _ClosedAtEof(reader)
     transport, _ = await loop.create_unix_connection(lambda: protocol, sock=sock)
     return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+async def run(
+    target: str,
+    *argv: str,
+    module: bool = False,
+    env: Mapping[str, str],
+    cwd: str | Path,
+    within_s: float,
+) -> subprocess.CompletedProcess[str]:
+    """`subprocess.run(..., capture_output=True, text=True)` for a forked child: run to its end
+    (killed past `within_s`), its exit code and output."""
+    process = await start(target, *argv, module=module, env=env, cwd=cwd)
+    output = asyncio.gather(process.stdout.read(), process.captured_stderr.read())
+    try:
+        stdout, stderr = await asyncio.wait_for(output, within_s)
+    finally:
+        process.kill()
+    code = await process.wait()
+    args = [target, *argv]
+    return subprocess.CompletedProcess(args, code, stdout.decode(), stderr.decode())

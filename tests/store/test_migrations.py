@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import zipfile
@@ -10,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forked
 import mp_workers
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -68,14 +70,10 @@ def _relay_tables(conn: Connection) -> set[str]:
     return {name for name in inspect(conn).get_table_names() if name.startswith("relay_")}
 
 
-def _alembic(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "alembic", "-x", f"url={url}", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+async def _alembic(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    """`python -m alembic ARGS` in the checkout, forked from the fork server (`forked.py`)."""
+    return await forked.run(
+        "alembic", "-x", f"url={url}", *args, module=True, env=os.environ, cwd=ROOT, within_s=120
     )
 
 
@@ -101,11 +99,11 @@ async def test_downgrade_base_then_upgrade_round_trips(empty_url: str) -> None:
     assert await _inspect(empty_url, _differences) == []
 
 
-def test_alembic_command_line_upgrades_and_checks(empty_url: str) -> None:
+async def test_alembic_command_line_upgrades_and_checks(empty_url: str) -> None:
     """The `alembic` CLI (async env.py, URL from -x) upgrades; `alembic check` finds no drift."""
-    upgraded = _alembic("upgrade", "head", url=empty_url)
+    upgraded = await _alembic("upgrade", "head", url=empty_url)
     assert upgraded.returncode == 0, upgraded.stderr
-    checked = _alembic("check", url=empty_url)
+    checked = await _alembic("check", url=empty_url)
     assert checked.returncode == 0, checked.stderr
     assert "No new upgrade operations detected" in checked.stdout + checked.stderr
 
@@ -114,10 +112,10 @@ async def test_alembic_commands_that_read_leave_a_0009_database_as_it_is(empty_u
     """On a database at 0009 (its revision in `alembic_version`), `alembic current` and `check`
     move nothing; `alembic upgrade head` moves the revision to the relay's own table."""
     await migrate.upgrade(resolve(empty_url), "0009")
-    assert _alembic("current", url=empty_url).returncode == 0
-    assert _alembic("check", url=empty_url).returncode != 0  # not up to date
+    assert (await _alembic("current", url=empty_url)).returncode == 0
+    assert (await _alembic("check", url=empty_url)).returncode != 0  # not up to date
     assert await _inspect(empty_url, version_table.legacy_revision) == "0009"
-    assert _alembic("upgrade", "head", url=empty_url).returncode == 0
+    assert (await _alembic("upgrade", "head", url=empty_url)).returncode == 0
     assert await _inspect(empty_url, version_table.legacy_revision) is None
     assert await _inspect(empty_url, migrate.current_revision) == migrate.head_revision()
 
@@ -129,25 +127,27 @@ async def test_concurrent_upgrades_all_succeed(empty_url: str) -> None:
     assert await _inspect(empty_url, _differences) == []
 
 
-def test_offline_sql_takes_the_replica_lock() -> None:
+async def test_offline_sql_takes_the_replica_lock() -> None:
     """`alembic upgrade head --sql` prints the DDL, advisory lock first, without a server."""
-    result = _alembic("upgrade", "head", "--sql", url="postgresql://nobody@127.0.0.1:1/none")
+    result = await _alembic("upgrade", "head", "--sql", url="postgresql://nobody@127.0.0.1:1/none")
     assert result.returncode == 0, result.stderr
     assert result.stdout.index("pg_advisory_xact_lock") < result.stdout.index("CREATE TABLE")
 
 
-def test_offline_sql_of_0006_creates_the_batch_function_on_postgres_only(tmp_path: Path) -> None:
+async def test_offline_sql_of_0006_creates_the_batch_function_on_postgres_only(
+    tmp_path: Path,
+) -> None:
     """0006 prints `CREATE FUNCTION relay_batch` for Postgres (and its downgrade drops it);
     for SQLite it prints only the revision's bump."""
     pg = "postgresql://nobody@127.0.0.1:1/none"
-    upgraded = _alembic("upgrade", "0005:0006", "--sql", url=pg)
+    upgraded = await _alembic("upgrade", "0005:0006", "--sql", url=pg)
     assert upgraded.returncode == 0, upgraded.stderr
     assert "CREATE FUNCTION relay_batch(" in upgraded.stdout
     assert "SECURITY INVOKER" in upgraded.stdout
-    downgraded = _alembic("downgrade", "0006:0005", "--sql", url=pg)
+    downgraded = await _alembic("downgrade", "0006:0005", "--sql", url=pg)
     assert downgraded.returncode == 0, downgraded.stderr
     assert "DROP FUNCTION IF EXISTS relay_batch(text[]" in downgraded.stdout
-    lite = _alembic("upgrade", "0005:0006", "--sql", url=f"sqlite:///{tmp_path / 'r.db'}")
+    lite = await _alembic("upgrade", "0005:0006", "--sql", url=f"sqlite:///{tmp_path / 'r.db'}")
     assert lite.returncode == 0, lite.stderr
     assert "FUNCTION" not in lite.stdout
     assert "0006" in lite.stdout
