@@ -61,8 +61,8 @@ def test_the_drivers_import_nothing_of_the_store_above_them() -> None:
     """`sql/drivers` runs statements: it never reaches the URL parser or the store's hooks, only
     the pure Postgres URL rules below them (hosts, the connection budget); a driver's error is
     translated beside the SQLSTATE table. The URL parser imports nothing of `store/sql`."""
-    below = ("relay.store.sql.drivers", "relay.store.sql.dialect", "relay.store.forkgate")
-    below += ("relay.store.hosts", "relay.store.budget")
+    below = ["relay.store.sql.drivers", "relay.store.sql.dialect", "relay.store.forkgate"]
+    below += ["relay.store.hosts", "relay.store.budget"]
     for name, targets in _reaching("relay.store.sql.drivers").items():
         assert {t for t in targets if not _in(t, *below)} <= GROUND, name
     assert not [t for t in GRAPH["relay.store.url"] if _in(t, "relay.store.sql")]
