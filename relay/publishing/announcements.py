@@ -7,6 +7,7 @@ so a session is announced once, oldest first, to its own profile's scope.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -82,11 +83,13 @@ class Announcements:
                 for entry in entries:
                     if leases.lapsing(asked):
                         break  # claim the rest again: another replica may hold them by now
-                    profile = profiles[entry.profile_id]
-                    await self._announce(
-                        config, profile, entry.profile_id, entry.session_id, entry.started_at
-                    )
-                    done.append((entry.profile_id, entry.session_id))
+                    # A permanent refusal counts as done; a retryable one raises, and the entry
+                    # stays unsent, to go again under the same eventId.
+                    pid, sid = entry.profile_id, entry.session_id
+                    path = session_path(config.publisher_id, pid, sid, "started")
+                    body = started_body(config.publisher_id, pid, sid, entry.started_at)
+                    await self.send(path, body, profiles[pid])
+                    done.append((pid, sid))
                 if not done:
                     # The claim itself outlasted its window (a frozen process, a store that slow):
                     # the next pass claims again rather than this one spinning on it.
@@ -104,8 +107,8 @@ class Announcements:
         """Record every messageful session started in a publishing profile, in one transaction;
         the scopes that got new sightings. `track`: start the floors of scopes without a ledger
         first."""
-        index: list[IndexRow] = await self.swallowed.call(
-            "session_index", self._index, [], "announcing Agent sessions only"
+        index: Sequence[IndexRow] = await self.swallowed.call(
+            "session_index", self.host.session_index, [], "announcing Agent sessions only"
         )
         if track:
             await self.track(config)
@@ -114,8 +117,11 @@ class Announcements:
         self._recorded = {key: ms for key, ms in self._recorded.items() if ms >= cutoff}
         seen: dict[str, list[tuple[str, int]]] = {}
         for profile, grant in publishing:
-            agent: list[AgentSessionRow] = await self.swallowed.call(
-                "agent_sessions", partial(self._agent, profile), [], "announcing no Agent session"
+            agent: Sequence[AgentSessionRow] = await self.swallowed.call(
+                "agent_sessions",
+                partial(self.host.agent_sessions, profile),
+                [],
+                "announcing no Agent session",
             )
             # A compressed Agent chat keeps its lineage root's id and start: not a new session.
             found = [
@@ -136,21 +142,6 @@ class Announcements:
             for profile_id, sightings in seen.items():
                 self._recorded.update(((profile_id, sid), ms) for sid, ms in sightings)
         return set(seen)
-
-    async def _index(self) -> list[IndexRow]:
-        return list(await self.host.session_index())
-
-    async def _agent(self, profile: str) -> list[AgentSessionRow]:
-        return list(await self.host.agent_sessions(profile))
-
-    async def _announce(
-        self, config: RelayConfig, profile: str, profile_id: str, session_id: str, started_at: int
-    ) -> None:
-        """Send one announcement; a permanent refusal counts as done, a retryable one raises (the
-        entry stays unsent, to go again under the same eventId)."""
-        path = session_path(config.publisher_id, profile_id, session_id, "started")
-        body = started_body(config.publisher_id, profile_id, session_id, started_at)
-        await self.send(path, body, profile)
 
 
 def _ms(seconds: float) -> int | None:

@@ -20,17 +20,13 @@ from relay.errors import RelayHttpError
 # Snapshot PUTs of one pass in flight at once: P = 10 profiles take two relay round trips.
 SNAPSHOT_CONCURRENCY = 8
 
-Attempt = Callable[[], Awaitable[None]]
-
 
 async def attempt_all(
-    attempts: Sequence[Attempt], limit: int = SNAPSHOT_CONCURRENCY
+    attempts: Sequence[Callable[[], Awaitable[None]]], limit: int = SNAPSHOT_CONCURRENCY
 ) -> list[Exception | None]:
     """Await every attempt, at most `limit` at once, in order of starting; each one's failure
-    (or None), in the order given.
-
-    Only a cancellation of the caller (a stop) ends the others early.
-    """
+    (or None), in the order given. Only a cancellation of the caller (a stop) ends the others
+    early."""
     outcomes: list[Exception | None] = [None] * len(attempts)
     # Shared by the workers: each takes the next attempt not yet started.
     queue = iter(enumerate(attempts))
@@ -63,13 +59,11 @@ def sort_out(failed: Sequence[Failed]) -> tuple[list[Failed], list[Exception]]:
     return permanent, [one[2] for one in failed if one not in permanent]
 
 
-def _wait_asked(error: Exception) -> float:
-    """The seconds the relay asked to wait (`Retry-After`), 0 when it asked nothing."""
-    return (error.retry_after or 0.0) if isinstance(error, RelayHttpError) else 0.0
-
-
 def longest_wait(errors: Sequence[Exception]) -> Exception:
     """The failure a pass raises for its backoff: the one whose Retry-After is longest, so the
     backoff honours it; of equals the first given (the earliest profile), so what is raised does
     not depend on which PUT came back first."""
-    return max(errors, key=_wait_asked)  # `max` keeps the first of equals
+    return max(  # `max` keeps the first of equals
+        errors,
+        key=lambda e: (e.retry_after or 0.0) if isinstance(e, RelayHttpError) else 0.0,
+    )

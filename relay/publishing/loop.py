@@ -59,12 +59,8 @@ def backoff_delay(failures: int, uniform: Callable[[float, float], float]) -> fl
 def retry_delay(
     failures: int, error: BaseException, uniform: Callable[[float, float], float]
 ) -> float:
-    """The backoff, or longer when the relay's answer asked for it (Retry-After); 300 s at most.
-
-    Retry-After only lengthens the wait: a relay asking for less never makes us retry sooner
-    than the backoff. What it asks for is jittered upwards, so replicas do not all come back in
-    the same instant, and capped, so a bad header cannot park the publisher for hours.
-    """
+    """The backoff, or longer when the relay asked (Retry-After, jittered upwards so replicas do
+    not all come back at once); capped, so a bad header cannot park the publisher for hours."""
     delay = backoff_delay(failures, uniform)
     if isinstance(error, RelayHttpError) and error.retry_after is not None:
         delay = max(delay, error.retry_after * uniform(1.0, 1.2))
@@ -181,14 +177,6 @@ class PassLoop:
 
     async def run_once(self) -> float | None:
         """One pass, now; the seconds to back off for after a failure, else None."""
-        delay = await self._timed_pass()
-        if delay is not None and self.on_backoff is not None and self._error is not None:
-            # Once the pass is over and before the wait: whoever reads the fleet meanwhile
-            # learns of the backoff in progress, not of the one before it.
-            await self.on_backoff(self._error)
-        return delay
-
-    async def _timed_pass(self) -> float | None:
         async with self._passing:
             self._begun += 1
             start = time.perf_counter()
@@ -197,7 +185,6 @@ class PassLoop:
             try:
                 with tracing.pass_span():
                     delay = await self._attempt()
-                return delay
             finally:
                 self._pass_began = None
                 outcome = "ok" if delay is None and not self.stopped else "failed"
@@ -210,6 +197,11 @@ class PassLoop:
                 self._finished += 1
                 async with self._progress:
                     self._progress.notify_all()
+        if delay is not None and self.on_backoff is not None and self._error is not None:
+            # Once the pass is over and before the wait: whoever reads the fleet meanwhile
+            # learns of the backoff in progress, not of the one before it.
+            await self.on_backoff(self._error)
+        return delay
 
     async def _attempt(self) -> float | None:
         try:
@@ -274,11 +266,6 @@ class PassLoop:
             self.report.warning(line, facts)
         return delay
 
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), seconds)
-        self._wake.clear()
-
     async def _idle(self) -> None:
         """Wait for a change, the heartbeat, or the end of a lease another replica holds.
 
@@ -292,7 +279,11 @@ class PassLoop:
             now = clock()
             if now >= min(beat_at, takeover_at):
                 return
-            await self._sleep(min(beat_at, takeover_at, now + self.poll_s) - now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    self._wake.wait(), min(beat_at, takeover_at, now + self.poll_s) - now
+                )
+            self._wake.clear()
             if self.poll is None or self._dirty or clock() >= min(beat_at, takeover_at):
                 continue
             try:
@@ -319,7 +310,7 @@ class PassLoop:
             self._dirty = False
             delay = await self.run_once()
             if delay is not None:
-                # Not `_sleep`: a change must not cut the delay short. `stop()` cancels this.
+                # Not a wait on `_wake`: a change must not cut the delay short; `stop()` cancels it.
                 silent = isinstance(self._error, StoreUnavailableError)
                 waiting = self._until_store_answers if silent else asyncio.sleep
                 await waiting(delay)
@@ -327,9 +318,7 @@ class PassLoop:
                     self._dirty = True
 
     async def _until_store_answers(self, delay: float) -> None:
-        """A backoff after the store did not answer: it ends early once the store answers the
-        lease renewal again (tried every `poll_s`, a second at most), so a replica back from a
-        silent network publishes its rows' true state at once, not a doubled delay later."""
+        """A backoff that ends early once the store answers a lease renewal (issue 33)."""
         clock = asyncio.get_running_loop().time
         ends = clock() + delay
         while self.poll is not None and not self.stopped and clock() < ends:

@@ -5,8 +5,6 @@ views (and the deleted-session outbox), publish every profile's snapshot, send t
 announce newly started sessions. Failures back off and never block a turn. Every piece of state
 that must outlive the process or be shared by replicas goes through `RelayStore`; what stays in
 memory (terminal runs, queued views) is handed from one publisher to the next on a swap.
-
-The parts live in `relay.publishing`; this class gathers the records and composes them.
 """
 
 from __future__ import annotations
@@ -33,11 +31,7 @@ from relay.errors import (
 from relay.host import ActiveRun, Host
 from relay.logfields import fields, of_error
 from relay.presence import Presence
-from relay.protocol import (
-    RelayState,
-    snapshot_body,
-    snapshot_path,
-)
+from relay.protocol import RelayState, snapshot_body, snapshot_path
 from relay.publishing import fanout, states
 from relay.publishing.announcements import Announcements
 from relay.publishing.clock import StoreClock
@@ -198,8 +192,6 @@ class RelayPublisher:
         self.views.update(previous.views)
         self.accepted.update(previous.accepted)
 
-    # ── lifecycle ─────────────────────────────────────────────────────────────
-
     async def start(self, publish_initial: bool = True) -> None:
         if self._loop.running or self._loop.stopped:
             return
@@ -218,15 +210,12 @@ class RelayPublisher:
         return self._loop.recent()
 
     def health(self) -> LoopHealth:
-        """Consecutive failures, the last successful pass and the backoff, from the loop."""
         return self._loop.health()
 
     def changed(self) -> None:
-        """Something to publish: wake the loop (changes coalesce into one pass)."""
         self._loop.changed()
 
     async def flush(self) -> None:
-        """Return once a pass that began after this call has finished (failed or not)."""
         await self._loop.flush()
 
     def note_terminal(self, run: ActiveRun, phase: str) -> None:
@@ -241,10 +230,7 @@ class RelayPublisher:
         self.changed()
 
     async def run_once(self) -> float | None:
-        """One pass, now; the seconds to back off for after a failure, else None.
-
-        Without a background loop (`background=False`) this is how passes happen.
-        """
+        """One pass, now (how passes happen with `background=False`); the backoff, or None."""
         return await self._loop.run_once()
 
     async def _pass(self) -> None:
@@ -283,8 +269,6 @@ class RelayPublisher:
         if following and view.generation not in (None, self.config.generation):
             return await self._read_view(False) if await self._signer.follow() else view
         return view
-
-    # ── snapshots ─────────────────────────────────────────────────────────────
 
     async def publish_snapshot(self, *, isolate_permanent: bool = False) -> None:
         """Publish every profile: all states built, then the PUTs side by side (`fanout`), each
@@ -333,7 +317,6 @@ class RelayPublisher:
             raise fanout.longest_wait(backoff)
 
     async def _build_all(self) -> list[tuple[str, str, list[RelayState]]]:
-        """Every published profile's states: (profile, profile id, states)."""
         return [
             (profile, grant.profile_id, await self.build_states(profile))
             for profile, grant in await self._publishing()
@@ -431,8 +414,6 @@ class RelayPublisher:
         if self._identities is not None:
             self._identities[profile] = identity
         return identity
-
-    # ── session-started announcements ─────────────────────────────────────────
 
     async def publish_started(self) -> None:
         """Announce each newly seen session once, oldest first, to its own profile's scope."""
