@@ -53,48 +53,37 @@ class FleetRow:
         recent: Sequence[PassRecord] = (),
     ) -> FleetMember:
         """The row now: seen at `now_ms`, live until `until`, with the loop's last pass and its
-        backoff (the failure's class name only), the clock offset `offset_s` (this host's wall
-        clock minus the store's) and the `recent` passes' ring. The loop's times are this host's
-        wall clock: the row's are the store's, so they move by the offset."""
+        backoff, the clock offset `offset_s` (this host's wall clock minus the store's) and the
+        last hour of the `recent` passes (oldest first) as its ring. The loop's times are this
+        host's wall clock: the row's are the store's, so they move by the offset."""
         row = self.base.seen(now_ms, until)
         offset = offset_s or 0.0
         row = replace(row, clock_offset_ms=None if offset_s is None else round(offset_s * 1000))
         if health is None:
             return row
+        # `RelayHttpError 503`: the failure's class, and the relay's HTTP status when it answered
+        # (never a message: the row is read by every replica's page).
+        named = health.last_failure or ""
+        if health.last_failure_status is not None:
+            named = f"{named[: CLASS_LIMIT - 4]} {health.last_failure_status}"
         pass_at = _ms(health.last_pass, offset)
+        passes = []
+        # Only the passes of the ring's hour are looked at (at most a few hundred).
+        for one in reversed(recent):
+            at = _ms(one.at, offset) or 0
+            if pass_at is None or at < pass_at - fleet_passes.SLOTS * fleet_passes.SLOT_MS:
+                break
+            passes.append(
+                fleet_passes.Pass(at, one.outcome == "ok", _ms(one.backoff_until, offset))
+            )
         return replace(
             row,
             pass_at=pass_at,
             pass_outcome=health.last_outcome,
             backoff_until=_ms(health.backoff_until, offset),
-            backoff_class=None if health.backoff_until is None else _failure(health),
-            passes=_ring(recent, pass_at, offset),
+            backoff_class=None if health.backoff_until is None else named[:CLASS_LIMIT] or None,
+            passes="" if pass_at is None else fleet_passes.encode(passes, pass_at),
         )
-
-
-def _failure(health: LoopHealth) -> str | None:
-    """`RelayHttpError 503`: the failure's class, and the relay's HTTP status when it answered
-    (never a message: the row is read by every replica's page)."""
-    named = health.last_failure or ""
-    if health.last_failure_status is not None:
-        named = f"{named[: CLASS_LIMIT - 4]} {health.last_failure_status}"
-    return named[:CLASS_LIMIT] or None
-
-
-def _ring(recent: Sequence[PassRecord], pass_at: int | None, offset: float) -> str:
-    """The last hour of `recent` (oldest first) as the row's ring, ending at `pass_at`'s minute;
-    only the passes of that hour are looked at (at most a few hundred)."""
-    if pass_at is None:
-        return ""
-    start = pass_at - fleet_passes.SLOTS * fleet_passes.SLOT_MS
-    passes = []
-    for one in reversed(recent):
-        at = _ms(one.at, offset) or 0
-        if at < start:
-            break
-        until = _ms(one.backoff_until, offset)
-        passes.append(fleet_passes.Pass(at, one.outcome == "ok", until))
-    return fleet_passes.encode(passes, pass_at)
 
 
 @dataclass(eq=False)
@@ -126,8 +115,7 @@ class Membership:
             )
 
     def member(self, now_ms: int, until: int | None = None) -> FleetMember | None:
-        """The row now, with the loop's last pass and backoff, the clock offset and the last
-        hour of passes; None before `record`."""
+        """The row now (`FleetRow.at`); None before `record`."""
         if self._row is None:
             return None
         return self._row.at(
@@ -139,13 +127,10 @@ class Membership:
         )
 
     async def failed(self, error: BaseException) -> None:
-        """A pass failed with `error` and its backoff begins: the row goes out now, with the
-        backoff's end and cause, so every replica's page shows it backing off while it waits
-        (the next pass's write would bring it only once the wait is over).
-
-        Not when the store is what failed: the write would only wait out the store's timeout
-        again, the pass's own line already says what failed, and the next pass's write carries
-        the row. Nor is a failure of this write told: the same goes for it."""
+        """A pass failed and its backoff begins: the row goes out now, so every replica's page
+        shows it backing off while it waits, not once the wait is over. Not when the store is
+        what failed (the write would only wait out its timeout again; the next pass's write
+        carries the row), and a failure of this write is not told either."""
         member = self.member(self.leases.now_ms())
         if member is None or isinstance(error, StoreError):
             return

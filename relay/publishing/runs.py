@@ -12,10 +12,11 @@ import contextlib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol
 
 from relay.errors import RelayError
-from relay.host import ActiveRun, Host, SessionMeta
+from relay.host import ActiveRun, Host
 from relay.protocol import REQUEST_TIMEOUT_S, TERMINAL_RETENTION_S
 from relay.publishing import states
 from relay.publishing.leases import Leases
@@ -76,7 +77,13 @@ class HostedRuns:
         owner = self.leases.owner
         offered: dict[str, RunState] = {}
         for row in states.session_runs(await self.host.active_runs(), self.terminal):
-            meta = await self._meta(row.session_id)
+            # One unreadable session must not sink the snapshot.
+            meta = await self.swallowed.call(
+                "session_meta",
+                partial(self.host.session_meta, row.session_id),
+                None,
+                "sessions without metadata are left out of snapshots",
+            )
             if meta is not None:
                 run = states.run_state(row, meta, owner, now)
             else:
@@ -122,12 +129,3 @@ class HostedRuns:
         )
         # A millisecond past the end: the pass then finds the lease ended, not about to end.
         return None if ends is None else (max(ends - now_ms, 0) + 1) / 1000
-
-    async def _meta(self, session_id: str) -> SessionMeta | None:
-        # One unreadable session must not sink the snapshot.
-        return await self.swallowed.call(
-            "session_meta",
-            lambda: self.host.session_meta(session_id),
-            None,
-            "sessions without metadata are left out of snapshots",
-        )

@@ -67,8 +67,12 @@ def session_runs(runs: Iterable[ActiveRun], terminal: Mapping[str, Terminal]) ->
     return list(latest.values())
 
 
-def phase_of(row: SessionRun, meta: SessionMeta) -> str:
-    """The wire phase: a terminal outcome, else what the session waits on, else the run's own."""
+def run_state(row: SessionRun, meta: SessionMeta, owner: str, now: float) -> RunState | None:
+    """What the replica hosting the run tells the others about it; None if the relay can't show it.
+
+    A finished run keeps the instant it ended, so a viewer of that turn covers it.
+    """
+    # The wire phase: a terminal outcome, else what the session waits on, else the run's own.
     phase = row.terminal.phase if row.terminal else "running"
     if phase not in TERMINAL_PHASES and meta.approval_pending:
         phase = "waiting_for_approval"
@@ -76,23 +80,14 @@ def phase_of(row: SessionRun, meta: SessionMeta) -> str:
         phase = "waiting_for_input"
     if phase == "running" and row.run.phase.endswith("starting"):
         phase = "starting"
-    return phase
-
-
-def run_state(row: SessionRun, meta: SessionMeta, owner: str, now: float) -> RunState | None:
-    """What the replica hosting the run tells the others about it; None if the relay can't show it.
-
-    A finished run keeps the instant it ended, so a viewer of that turn covers it.
-    """
-    title = capped_title(meta.title)
     ended = row.terminal.terminal_at if row.terminal else now
     try:
         return RunState(
             row.session_id,
             row.run.stream_id or None,
             meta.profile,
-            title,
-            phase_of(row, meta),
+            capped_title(meta.title),
+            phase,
             _ms(row.run.started_at),
             _ms(ended),
             owner,

@@ -70,31 +70,22 @@ class StoreWatch:
             raise
         finally:
             del self._calls[token]
-            if heard:
-                self.answered()
-            elif heard is False:
-                self.unanswered()
+            if heard:  # the silence, if any, is over (said once)
+                if self._warned:
+                    silent = self.silent_s()
+                    self.report.info(
+                        f"[relay] Talaria relay store answers again after {silent or 0.0:.1f}s",
+                        fields("store_recovered", retry_in=silent),
+                    )
+                self._since = None if not self._calls else min(self._calls.values())
+                self._failed = self._warned = False
+            elif heard is False:  # given up without an answer (unavailable, past its wait)
+                self._failed = True
+                if self._since is None:
+                    self._since = self.ticks()
+                self.check()
             elif not self._calls and not self._failed:
                 self._since = None
-
-    def answered(self) -> None:
-        """The store answered a call: the silence, if any, is over (said once)."""
-        if self._warned:
-            silent = self.silent_s()
-            self.report.info(
-                f"[relay] Talaria relay store answers again after {silent or 0.0:.1f}s",
-                fields("store_recovered", retry_in=silent),
-            )
-        self._since = None if not self._calls else min(self._calls.values())
-        self._failed = False
-        self._warned = False
-
-    def unanswered(self) -> None:
-        """A call was given up without an answer (unavailable, past its bounded wait)."""
-        self._failed = True
-        if self._since is None:
-            self._since = self.ticks()
-        self.check()
 
     def silent_s(self) -> float | None:
         """Seconds the store has left this replica without an answer; None while it answers (a
