@@ -83,8 +83,6 @@ class ThreadedRelayService:
         self._started = False  # start() was called: a forked child starts again
         _LIVE.add(self)
 
-    # ── the service's methods ─────────────────────────────────────────────────
-
     def start(self, *, timeout: float | None = None) -> bool:
         """Resume from stored state (`RelayService.start`): True when a publisher runs."""
         self._started = True
@@ -153,13 +151,9 @@ class ThreadedRelayService:
         service = runtime.service if runtime is not None else None
         return service.owner if service is not None else None
 
-    # ── lifetime ──────────────────────────────────────────────────────────────
-
     def stop(self, timeout: float = DEFAULT_STOP_S) -> None:
         """Stop the publisher, close the store, end the thread: once, within about `timeout`.
-
-        Calls in flight raise `ServiceStoppedError`; so does every call after it.
-        """
+        Calls in flight raise `ServiceStoppedError`; so does every call after it."""
         runtime = self._runtime
         if runtime is not None and threading.current_thread() is runtime.thread:
             raise RelayError("stop() from the relay's own loop would deadlock")
@@ -197,12 +191,18 @@ class ThreadedRelayService:
         self, name: str, action: Callable[[RelayService], Awaitable[T]], timeout: float | None
     ) -> T:
         wait = _seconds(self.timeout if timeout is None else timeout)
-        if name not in ("start", "health", "unpair"):
-            # The thread starts on first use, and the service with it: a threaded app that
-            # forgot `start()` publishes from its first call on (the async service raises).
-            self._started = True
-            action = _started_first(action)
-        return self._runtime_here().call(name, action, wait)
+        if name in ("start", "health", "unpair"):
+            return self._runtime_here().call(name, action, wait)
+        # The thread starts on first use, and the service with it: a threaded app that forgot
+        # `start()` publishes from its first call on (the async service raises).
+        self._started = True
+
+        async def started_first(service: RelayService) -> T:
+            if not service.started:
+                await service.start()
+            return await action(service)
+
+        return self._runtime_here().call(name, started_first, wait)
 
     def _after_fork(self) -> None:
         """In a forked child: the parent's runtime is not ours; make one here, lazily or now."""
@@ -216,31 +216,19 @@ class ThreadedRelayService:
             self._runtime_here().boot(lambda s: s.start()).add_done_callback(_report_restart)
 
 
-def _seconds(timeout: float) -> float:
-    if not isinstance(timeout, int | float) or not isfinite(timeout) or timeout <= 0:
-        raise InvalidInputError("timeout must be a positive number of seconds")
-    return float(timeout)
-
-
-def _started_first(
-    action: Callable[[RelayService], Awaitable[T]],
-) -> Callable[[RelayService], Awaitable[T]]:
-    async def run(service: RelayService) -> T:
-        if not service.started:
-            await service.start()
-        return await action(service)
-
-    return run
-
-
 def _report_restart(answer: Future[bool]) -> None:
-    error = answer.exception()
-    if error is not None:
+    if (error := answer.exception()) is not None:
         logger.warning(
             "[relay] the threaded relay service did not restart after fork: %s",
             error,
             extra=of_error("fork_restart_failed", error),
         )
+
+
+def _seconds(timeout: float) -> float:
+    if not isinstance(timeout, int | float) or not isfinite(timeout) or timeout <= 0:
+        raise InvalidInputError("timeout must be a positive number of seconds")
+    return float(timeout)
 
 
 def _after_fork_in_child() -> None:

@@ -9,10 +9,9 @@ once (`relay.publishing.logs.Swallowed`), as it does for an async host.
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, TypeGuard, TypeVar
+from typing import Protocol, TypeVar
 
 from relay.host import ActiveRun, AgentSessionRow, Host, IndexRow, SessionMeta
 
@@ -58,11 +57,6 @@ class SyncHost(Protocol):
     def agent_sessions(self, profile: str) -> Sequence[AgentSessionRow]:
         """The profile's messageful Agent sessions."""
         ...
-
-
-def is_async_host(host: SyncHost | Host) -> TypeGuard[Host]:
-    """Whether `host` is an async `Host` (its I/O methods are coroutine functions)."""
-    return inspect.iscoroutinefunction(getattr(host, "active_runs", None))
 
 
 class OffLoopHost(Host):

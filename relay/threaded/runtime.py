@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
 import threading
@@ -23,7 +24,7 @@ from relay.host import Host
 from relay.logfields import fields, of_error
 from relay.service import RelayService, ServiceOptions
 from relay.store import open_store
-from relay.threaded.host import OffLoopHost, SyncHost, is_async_host
+from relay.threaded.host import OffLoopHost, SyncHost
 
 logger = logging.getLogger("relay.threaded")
 T = TypeVar("T")
@@ -40,10 +41,10 @@ class Runtime:
         self._options = options
         self.loop = asyncio.new_event_loop()
         self.pool = ThreadPoolExecutor(host_threads, thread_name_prefix="relay-host")
-        # An async Host is used as it is; a SyncHost is called on the pool.
-        self.host: Host = (
-            host if is_async_host(host) else OffLoopHost(cast(SyncHost, host), self.pool)
-        )
+        # An async Host (its I/O methods are coroutine functions) is used as it is; a SyncHost
+        # is called on the pool.
+        async_host = inspect.iscoroutinefunction(getattr(host, "active_runs", None))
+        self.host = cast(Host, host) if async_host else OffLoopHost(cast(SyncHost, host), self.pool)
         self.service: RelayService | None = None
         self._opening = asyncio.Lock()
         self._calls: set[asyncio.Task[Any]] = set()
@@ -55,8 +56,6 @@ class Runtime:
         self._waiting_lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="relay-loop", daemon=True)
         self.thread.start()
-
-    # ── the loop thread ───────────────────────────────────────────────────────
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -92,8 +91,6 @@ class Runtime:
     def changed(self) -> None:
         if self.service is not None and self.service.started:
             self.service.changed()
-
-    # ── callers' threads ──────────────────────────────────────────────────────
 
     def boot(self, action: Callable[[RelayService], Awaitable[T]]) -> Future[T]:
         """Run `action` before any call (a restart after fork); its answer."""
