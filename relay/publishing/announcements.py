@@ -1,8 +1,6 @@
-"""Session-started announcements: observe new sessions into the shared ledger, claim, announce.
-
-Every replica records what it sees; the ledger hands each unsent entry to one claimer at a time,
-so a session is announced once, oldest first, to its own profile's scope.
-"""
+"""Session-started announcements: every replica records the sessions it sees in the shared
+ledger, which hands each unsent entry to one claimer at a time, so a session is announced once,
+oldest first, to its own profile's scope."""
 
 from __future__ import annotations
 
@@ -50,13 +48,10 @@ class Announcements:
     ) -> None:
         """Announce each newly seen session of the `publishing` profiles once, oldest first.
 
-        One claim covers every publishing profile (profile by profile, each oldest first), and
-        the batch that went out is marked sent in the transaction that claims the next. So a
-        pass that announces S sessions costs ⌈S / STARTED_BATCH⌉ + 2 transactions (its
-        sightings, its first claim, a mark-and-claim per batch), whatever the number of profiles;
-        no transaction is open while a batch goes out. With the pass's `view`, a scope is claimed
-        from only if the view found unsent entries there or this pass recorded some, and the
-        floors are set only if the view found a scope without one.
+        One claim covers every profile, and each batch sent is marked in the transaction that
+        claims the next: S sessions cost ⌈S / STARTED_BATCH⌉ + 2 transactions whatever the number
+        of profiles, none open while a batch goes out. With the pass's `view`, only scopes with
+        unsent or newly recorded entries are claimed from, and floors set only where it found none.
         """
         recorded = await self._observe(config, publishing, view is None or bool(view.untracked))
         if view is not None:

@@ -1,16 +1,10 @@
-"""One time base for every replica: the store's clock, as this replica reads it.
+"""One time base for every replica: the store's clock, as this replica reads it (docs/clock.md).
 
-Lease and claim ends, run takeovers, the started ledger's window, presence and the viewed
-`through` are instants one replica writes and another compares. So they are all on the store's
-clock, not on each replica's wall clock. Each pass's one read (`pass_view`) brings the store's
-time with it (Postgres: `statement_timestamp()`): no extra round trip. Between reads a replica
-carries that time forward on its own monotonic clock, which nobody sets and which counts a
-suspend, so a wall clock stepped meanwhile changes nothing. SQLite, JSON and memory stores live
-on this host: their time base is this host's wall clock, as before.
-
-The difference between this replica's wall clock and the store's is its offset: `health()`
-shows it, the `relay.clock.offset` metric records it, and the log says once when it passes 1 s
-(WARNING) and half the lease (ERROR), where leases decided by wall clocks would lie.
+Instants one replica writes and another compares (lease and claim ends, takeovers, the started
+ledger, presence, the viewed `through`) are on the store's clock, read with each pass's one read
+and carried forward on this host's monotonic clock, so a wall clock stepped meanwhile changes
+nothing; SQLite, JSON and memory stores live on this host and use its wall clock. The offset
+(this wall clock minus the store's) is logged once past 1 s (WARNING) and half the lease (ERROR).
 """
 
 from __future__ import annotations
@@ -59,10 +53,7 @@ class Reading:
 @dataclass(eq=False)
 class StoreClock:
     """This replica's reading of the store's clock; `wall` until a store reports one.
-
-    `follow=False` keeps this process's wall clock as the time base even on Postgres: for one
-    host, or a test that moves the wall clock by hand.
-    """
+    `follow=False` keeps `wall` as the time base even on Postgres (a test moving it by hand)."""
 
     wall: Callable[[], float] = time.time
     _: KW_ONLY
@@ -99,11 +90,9 @@ class StoreClock:
 
     def read(self, sent: float, received: float, store_ms: int | None) -> None:
         """A store read sent at `sent` and answered at `received` (`ticks`) said its clock was
-        `store_ms` (None: the store has no clock of its own, this host's is the time base).
-
-        The statement ran between the two, so the middle is taken, to within half the round
-        trip. A reading is kept while it stays more certain than a newer one, unless the newer
-        one contradicts it (the store's clock was stepped)."""
+        `store_ms` (None: it has none). The middle of the round trip is taken, to within half of
+        it; a reading is kept while it stays more certain than a newer one, unless the newer one
+        contradicts it (the store's clock was stepped)."""
         self.asked = True
         if store_ms is None or not self.follow:
             return

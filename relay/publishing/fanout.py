@@ -1,13 +1,9 @@
-"""Profiles side by side: the snapshot PUTs of a pass in flight together, a few at a time.
+"""Profiles side by side: a pass's snapshot PUTs in flight together, at most
+`SNAPSHOT_CONCURRENCY` at once (not one replica opening dozens of connections), earliest profile
+first; upstream sends them one after another, so its last profile moves P round trips late.
 
-Upstream sends a pass's snapshots one after another, so with the relay 50 to 100 ms away the last
-profile's row moves P round trips after the pass began. Here they go out together, at most
-`SNAPSHOT_CONCURRENCY` at once (a relay need not see one replica open dozens of connections),
-the earliest profiles (config order) first.
-
-Upstream's isolation is kept by making each profile's outcome a value of its own: a failure is
-caught where it happens and returned, so it neither cancels nor delays another profile's PUT,
-and what the pass makes of the failures is decided once every profile was attempted.
+Upstream's isolation is kept: each profile's failure is caught where it happens and returned, so
+it neither cancels nor delays another PUT; the pass judges the failures once all were attempted.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""This replica's row in the fleet: recorded when it starts, then brought up to date for each
-write, and no longer live once it stops.
-
-The row goes out whole with every pass's write (`pass_write`), so the store learns the last pass,
-the backoff, this replica's clock offset and its last hour of passes (`fleet_passes`) without a
-call of its own; `keep_alive` renews its times between passes.
-"""
+"""This replica's row in the fleet: recorded when it starts, sent whole with every pass's write
+(`pass_write`: no call of its own), renewed by `keep_alive`, no longer live once it stops."""
 
 from __future__ import annotations
 

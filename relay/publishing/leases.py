@@ -1,7 +1,5 @@
-"""How long a replica's claims and runs stay its own, and when it renews them.
-
-A claim (an announcement or a deletion being delivered) and a run row are leased to one replica.
-While it lives it renews them; when it dies, another takes them over once the lease has ended.
+"""How long a replica's claims (an announcement or a deletion being delivered) and run rows stay
+its own: it renews them while it lives; when it dies, another takes them once the lease ended.
 
 A holder trusts a lease only within its trust window (as River's leader does): from the moment
 it asked for the lease, by its own monotonic clock, for the lease's length minus the time a
@@ -23,21 +21,17 @@ from relay.store.records import OWNER_LIMIT
 
 DEFAULT_LEASE_S = 20.0
 DEFAULT_HEARTBEAT_S = 60.0
-# The random part of an incarnation: 48 bits, so two processes of one name never share an id.
-_INCARNATION_HEX = 12
+
 # A claim is renewed before a send that could outlast it: one request takes this long at most.
 _SEND_MS = math.ceil(REQUEST_TIMEOUT_S * 1000) + 2000
 
 
 def incarnation(name: str) -> str:
     """The owner id of this process under `name`: `name/<12 hex digits>`, new for every process.
-
-    A process restarted under its name is another replica to the store: the rows and claims of
-    the one that died are taken over when their leases end, as any dead replica's, and never
-    taken for its own (two live processes given one name by mistake stay apart too). A name too
-    long to fit the stored id with its suffix is cut; the suffix alone tells processes apart.
-    """
-    suffix = secrets.token_hex(_INCARNATION_HEX // 2)
+    A process restarted under its name is another replica: the dead one's rows and claims are
+    taken over when their leases end, never taken for its own (two live processes given one name
+    stay apart too). A name too long for the stored id is cut; the suffix tells them apart."""
+    suffix = secrets.token_hex(6)  # 48 bits: two processes of one name never share an id
     return f"{name[: OWNER_LIMIT - len(suffix) - 1]}/{suffix}"
 
 

@@ -1,9 +1,6 @@
-"""The store's backlog as metrics: the deleted outbox's depth and the started ledger's unsent.
-
-Both come from one store read (`RelayStore.backlog`, counts made in the store), taken only while
-an SDK records metrics (`relay.metrics`) and at most every `SAMPLE_S` seconds: a steady replica
-pays nothing for them without one, and a large ledger costs no more than a small one.
-"""
+"""The store's backlog as metrics: the deleted outbox's depth and the started ledger's unsent,
+from one store read (counts made in the store) taken only while an SDK records metrics, at most
+every `SAMPLE_S` seconds."""
 
 from __future__ import annotations
 

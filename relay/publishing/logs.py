@@ -1,9 +1,6 @@
-"""The `[relay]` lines: to the web app's own `log` callable when it passes one, else to logging.
-
-Upstream hands its messages to one callable, and tests and the demo collect them that way; a
-`logging.Logger` under `relay` gives them levels. A traceback cannot travel through a callable
-of lines, so a record that carries one always reaches the logger as well.
-"""
+"""The `[relay]` lines: to the web app's own `log` callable when it passes one (as upstream),
+else to a `logging.Logger` under `relay`, with levels. A traceback cannot travel through a
+callable of lines, so a record that carries one always reaches the logger as well."""
 
 from __future__ import annotations
 
@@ -59,11 +56,8 @@ def cause(error: BaseException) -> str:
 
 
 class Swallowed:
-    """Host calls a pass survives the failure of: each kind is warned of once, not every pass.
-
-    A kind is healthy again after a pass in which it was called and never failed; its next
-    failure is warned of anew.
-    """
+    """Host calls a pass survives the failure of: each kind is warned of once, not every pass,
+    and anew after a pass in which it was called and never failed."""
 
     def __init__(self, report: Reporter) -> None:
         self._report = report
@@ -121,11 +115,10 @@ class Sender:
             if not isinstance(error, RelayHttpError) or error.retryable:
                 error.profile = error.profile or profile
                 raise
-            self._refused(error.status, profile)
+            status = error.status
         else:
             metrics.count(self.metric, None)
-
-    def _refused(self, status: int, profile: str) -> None:
+            return
         if status != 404:
             self.report.warning(
                 f"[relay] Talaria relay rejected a {self.what} for profile {profile} "

@@ -1,16 +1,14 @@
 """The coalescing loop: changes wake one pass, failures back off, nothing but a stop ends it.
 
-What a pass does is the publisher's; what its failure means is decided here. The relay or the
-store failing (`RelayError`) is expected and gets one line; anything else is a bug and gets its
-traceback. Both back off and try again; only a permanent HTTP answer stops the loop for good.
+The relay or the store failing (`RelayError`) is expected and gets one line; anything else is a
+bug and gets its traceback. Both back off and try again; only a permanent HTTP answer stops the
+loop for good.
 
-A backoff holds (spec §1.5): after a failure the loop sleeps the whole delay and only then runs
-again. A change during the delay is coalesced into that next pass, never a reason to retry
-sooner, or a busy app would retry at its own event rate; only `stop()` ends a backoff early,
-and, after a store that did not answer (`StoreUnavailableError`), the store's answer to a lease
-renewal tried every second at most: a replica back from a silent network publishes its rows'
-true state at once (issue 33), while a relay's failure, or a store that answers with a refusal
-(read-only), still waits the whole delay.
+A backoff holds (spec §1.5): the loop sleeps the whole delay, and a change meanwhile joins the
+next pass (or a busy app would retry at its own event rate). Only `stop()` ends it early, and,
+after a store that did not answer (`StoreUnavailableError`), the store's answer to a lease
+renewal tried every second at most, so a replica back from a silent network publishes its rows'
+true state at once (issue 33); a relay's failure or a store's refusal waits the whole delay.
 """
 
 from __future__ import annotations
@@ -161,11 +159,8 @@ class PassLoop:
         self._wake.set()
 
     async def flush(self) -> None:
-        """Return once a pass that began after this call has finished (failed or not).
-
-        During a backoff that pass is the one after the delay: a flush waits it out (at most
-        `MAX_DELAY_S` and one pass), or returns at `stop()`.
-        """
+        """Return once a pass that began after this call has finished (failed or not): during a
+        backoff, the one after the delay (at most `MAX_DELAY_S` and one pass), or at `stop()`."""
         if self._task is None or self.stopped:
             if not self.stopped:
                 await self.run_once()
@@ -267,11 +262,8 @@ class PassLoop:
         return delay
 
     async def _idle(self) -> None:
-        """Wait for a change, the heartbeat, or the end of a lease another replica holds.
-
-        Meanwhile every `poll_s` the replica renews its own leases and learns when the next
-        lease of another one ends, so a dead replica's work is taken over as soon as it may.
-        """
+        """Wait for a change, the heartbeat, or the end of a lease another replica holds; every
+        `poll_s` renew this replica's leases and learn when the next one of another ends."""
         clock = asyncio.get_running_loop().time
         beat_at = clock() + self.heartbeat_s
         takeover_at = math.inf

@@ -1,8 +1,6 @@
-"""Viewed acknowledgements and the deleted-session outbox (Talaria Web 1.20 semantics).
-
-A view is sent after the snapshot that carries its session's outcome. A deleted session's view
-is persisted in the store, bound once to one relay scope, and removed only by the relay's ack.
-"""
+"""Viewed acknowledgements, each sent after the snapshot carrying its session's outcome, and the
+deleted-session outbox: persisted, bound once to one relay scope, removed only by the relay's
+ack (Talaria Web 1.20 semantics)."""
 
 from __future__ import annotations
 
@@ -50,12 +48,9 @@ class Outbox:
 
     async def ready(self, config: RelayConfig, *, claim: bool = True) -> list[tuple[str, View]]:
         """What a pass sends after its snapshot: the queued views, then the deleted outbox bound
-        once to this registration's scope, minus sessions that still exist.
-
-        Only deletions this replica claimed: another replica's are delivered by it, once. Without
-        `claim` (the pass's view found nothing this replica would claim) the outbox is left
-        alone: this replica holds no claim on it either.
-        """
+        once to this registration's scope, minus sessions that still exist; only deletions this
+        replica claimed (another's deliver theirs). Without `claim` (the pass's view found
+        nothing to claim) the outbox is left alone."""
         ready = list(self.views.items())
         if not claim:
             self._claimed = set()
@@ -84,19 +79,17 @@ class Outbox:
         self._claimed = {view.id for view in views}
         return views
 
-    async def _still_claimed(self, view: DeletedView) -> bool:
-        if self.leases.lapsing(self._asked):
-            await self._claim()
-        # A claim that outlasted its own window is not trusted either: the next pass asks again.
-        return view.id in self._claimed and not self.leases.lapsing(self._asked)
-
     async def flush(self, config: RelayConfig, ready: list[tuple[str, View]]) -> None:
         """Send the views queued before the snapshot just published."""
         for sid, view in ready:
-            if view.deleted and (
-                await self.host.session_exists(sid) or not await self._still_claimed(view.deleted)
-            ):
-                continue
+            if view.deleted:
+                if await self.host.session_exists(sid):
+                    continue
+                if self.leases.lapsing(self._asked):
+                    await self._claim()
+                # A claim past its own window is not trusted either: the next pass asks again.
+                if view.deleted.id not in self._claimed or self.leases.lapsing(self._asked):
+                    continue
             answered = False
             for profile, grant in config.profiles.items():
                 if not self.host.profiles_match(view.profile, profile) or not await self.publishes(

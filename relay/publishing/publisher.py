@@ -1,10 +1,9 @@
 """`RelayPublisher`: coalesces changes into signed complete snapshots, one per enrolled profile.
 
-A port of Talaria Web 1.20's `RelayPublisher`. One pass of the loop, in order: copy the queued
-views (and the deleted-session outbox), publish every profile's snapshot, send the views, then
-announce newly started sessions. Failures back off and never block a turn. Every piece of state
-that must outlive the process or be shared by replicas goes through `RelayStore`; what stays in
-memory (terminal runs, queued views) is handed from one publisher to the next on a swap.
+A port of Talaria Web 1.20's: a pass copies the queued views (and deleted outbox), publishes each
+profile's snapshot, sends the views, then announces new sessions; failures back off and never
+block a turn. Shared or lasting state is in `RelayStore`; what stays in memory (terminal runs,
+queued views) is handed from one publisher to the next on a swap.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""This replica's side of run state: the turns it hosts, told to the store every pass.
-
-The store decides which rows this replica publishes (its own, and the dead replicas' it took
-over); this keeps what the store cannot know: each turn's outcome until it is published, and
-what each hosted turn was last offered as.
-"""
+"""This replica's side of run state: the turns it hosts, told to the store every pass (which
+decides the rows it publishes), and what the store cannot know: each turn's outcome until
+published, and what each hosted turn was last offered as."""
 
 from __future__ import annotations
 
@@ -64,13 +61,9 @@ class HostedRuns:
 
     async def sync(self) -> PassRows:
         """Tell the others what this replica hosts; the rows it publishes (its own, taken over),
-        each with a revision, in the pass's one write.
-
-        A row just taken from a replica still sending it is published after that send, so the
-        relay never gets its older turn last: this waits a request's time at most (each try
-        allocates revisions anew; those of the earlier tries are never used, a gap the relay
-        does not mind: revisions only have to rise).
-        """
+        each with a revision, in the pass's one write. A row taken from a replica still sending
+        it waits for that send (a request's time at most), so the relay never gets its older
+        turn last; each try allocates revisions anew (a gap: revisions only have to rise)."""
         now = self.leases.clock()
         self.terminal = states.retained(self.terminal, now)
         hosted = []

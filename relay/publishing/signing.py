@@ -1,9 +1,6 @@
-"""The registration a publisher signs with: its config and key, and a newer one adopted.
-
-Another replica may save a new registration (a new key or profile): the pass's view, or the
-relay's 401 to the old key, tells of it, and it is adopted in place. Another relay is another
-registration, which the service swaps publishers for.
-"""
+"""The registration a publisher signs with: its config and key, and a newer one another replica
+saved (a new key or profile), adopted in place when the pass's view or the relay's 401 to the
+old key tells of it. Another relay is another registration: the service swaps publishers."""
 
 from __future__ import annotations
 
@@ -43,12 +40,9 @@ class Signer:
         self.key = load_key(await self.store.load_key(self.config.key_ref))
 
     async def follow(self, refused: int | None = None) -> bool:
-        """Adopt a registration another replica saved (a new key or profile); whether one was.
-
-        `refused`: the generation a request the relay refused (401) was signed under. Requests
-        side by side may all be refused at once: the first adopts the new registration, the
-        others find it adopted and need not read the store again.
-        """
+        """Adopt a registration another replica saved; whether one was. `refused`: the generation
+        a request the relay refused (401) was signed under: of requests refused at once, the
+        first adopts the new registration, the others find it adopted without a store read."""
         async with self._following:  # one swap at a time; held over store reads, never a PUT
             if refused is not None and refused != self.config.generation:
                 return True

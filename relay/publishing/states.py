@@ -1,9 +1,6 @@
-"""A profile's snapshot rows, built from records alone: no store, no host, nothing awaited.
-
-Two steps, each decided here so it can be tested without I/O: the replica hosting a run turns
-its records (the run, its session's meta, its outcome) into the `RunState` every replica shares;
-the replica owning a row turns the rows (with presence and revisions) into snapshot states.
-"""
+"""A profile's snapshot rows, built from records alone (testable without I/O): the replica
+hosting a run turns its records into the `RunState` every replica shares; the replica owning a
+row turns the rows (with presence and revisions) into snapshot states."""
 
 from __future__ import annotations
 
@@ -50,9 +47,7 @@ def retained(terminal: Mapping[str, Terminal], now: float) -> dict[str, Terminal
 
 def session_runs(runs: Iterable[ActiveRun], terminal: Mapping[str, Terminal]) -> list[SessionRun]:
     """One run per session: its newest turn, live or finished; a finished turn beats its live copy.
-
-    Health-only waiters and runs without a session id publish nothing.
-    """
+    Health-only waiters and runs without a session id publish nothing."""
     latest: dict[str, SessionRun] = {}
     for run in runs:
         sid = run.session_id.strip()
@@ -69,9 +64,7 @@ def session_runs(runs: Iterable[ActiveRun], terminal: Mapping[str, Terminal]) ->
 
 def run_state(row: SessionRun, meta: SessionMeta, owner: str, now: float) -> RunState | None:
     """What the replica hosting the run tells the others about it; None if the relay can't show it.
-
-    A finished run keeps the instant it ended, so a viewer of that turn covers it.
-    """
+    A finished run keeps the instant it ended, so a viewer of that turn covers it."""
     # The wire phase: a terminal outcome, else what the session waits on, else the run's own.
     phase = row.terminal.phase if row.terminal else "running"
     if phase not in TERMINAL_PHASES and meta.approval_pending:
@@ -97,10 +90,8 @@ def run_state(row: SessionRun, meta: SessionMeta, owner: str, now: float) -> Run
 
 
 def same_turn(offered: RunState | None, row: SessionRun) -> RunState | None:
-    """`offered` again if it was `row`'s turn (with the outcome `row` now has), else None.
-
-    For a session whose metadata cannot be read this pass: its turn is still hosted.
-    """
+    """`offered` again if it was `row`'s turn (with the outcome `row` now has), else None: for a
+    session whose metadata cannot be read this pass, its turn still hosted."""
     try:
         started = _ms(row.run.started_at)
         ended = _ms(row.terminal.terminal_at) if row.terminal else None
@@ -118,10 +109,8 @@ def same_turn(offered: RunState | None, row: SessionRun) -> RunState | None:
 
 def drafts(runs: Iterable[RunState], now_ms: int) -> list[RelayState]:
     """The rows of one profile's sessions, most recent first, as many as the relay takes, each
-    with revision 0 until `states` gives it one.
-
-    A live run is published as of now; a finished one as of when it ended.
-    """
+    with revision 0 until `states` gives it one; a live run as of now, a finished one as of its
+    end."""
     built = [
         RelayState(
             r.session_id, r.stream_id, 0, r.title, r.phase, r.updated_at if r.terminal else now_ms

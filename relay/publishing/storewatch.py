@@ -1,13 +1,10 @@
 """`StoreWatch`: whether this replica's store answers, from the calls it makes anyway.
 
-A replica whose packets to Postgres are silently dropped (a firewall change, a half-open
-connection behind a NAT, a partition) sees no error: its calls just wait. The watch notes when
-each watched call (a pass's view and write, the idle lease renewal, the health probe) began and
-how it ended, so `health()` answers at once from what is already known, a silence is logged once
-(WARNING) as soon as one call has waited `wait_s` (the store's bounded wait, 0.2 of the lease: well
-before another replica may take this one's leases over), and the store's answer again once (INFO).
-
-Times are monotonic seconds (`ticks`): a silence is a duration, never compared across replicas.
+A replica whose packets to Postgres are silently dropped (a firewall, a half-open connection, a
+partition) sees no error: its calls just wait. The watch notes when each watched call began and
+how it ended, so `health()` answers at once, a silence is logged once (WARNING) as soon as a
+call has waited `wait_s` (well before another replica may take this one's leases over), and the
+store's answer again once (INFO). Times are monotonic (`ticks`): a silence is a duration.
 """
 
 from __future__ import annotations
