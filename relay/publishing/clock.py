@@ -46,9 +46,6 @@ class Reading:
     def now_ms(self, now: float) -> float:
         return self.store_ms + (now - self.at) * 1000
 
-    def uncertainty_ms(self, now: float) -> float:
-        return self.error_ms + (now - self.at) * 1000 * _DRIFT
-
 
 @dataclass(eq=False)
 class StoreClock:
@@ -101,7 +98,7 @@ class StoreClock:
         new = Reading(store_ms, middle, (received - sent) * 500, wall - store_ms / 1000)
         old = self._reading
         if old is not None:
-            known = old.uncertainty_ms(middle)
+            known = old.error_ms + (middle - old.at) * 1000 * _DRIFT
             apart = abs(old.now_ms(middle) - store_ms)
             if new.error_ms > known and apart <= known + new.error_ms:
                 return
@@ -144,9 +141,8 @@ class StoreClock:
 
 
 def offset_text(offset_s: float) -> str:
-    """A replica's clock against the store's, said one way by `status` and the operator page:
-    `0.4 s ahead of the store`, `2.0 s behind the store`, `in step with the store` (within
-    50 ms)."""
+    """A replica's clock against the store's, as `status` and the operator page say it: `0.4 s
+    ahead of the store`, `2.0 s behind the store`, `in step with the store` (within 50 ms)."""
     if abs(offset_s) < 0.05:
         return "in step with the store"
     side = "ahead of" if offset_s > 0 else "behind"

@@ -22,11 +22,8 @@ def fingerprint(pem: str) -> str:
 
 
 async def key_state(store: RelayStore, ref: str) -> tuple[bool | None, str | None]:
-    """Whether the stored key is encrypted, and its fingerprint; None for what cannot be known.
-
-    Both still answer when the key is missing, unreadable, or encrypted without the passphrase
-    here: the problem shows as null.
-    """
+    """Whether the stored key is encrypted, and its fingerprint; None for what cannot be known
+    (a key missing, unreadable, or encrypted without the passphrase here)."""
     try:
         encrypted = pkcs8.is_encrypted(await store.stored_key(ref))
     except RelayError:

@@ -201,9 +201,9 @@ class PassLoop:
     async def _attempt(self) -> float | None:
         try:
             await self.one_pass()
-        except RelayHttpError as error:
-            if error.retryable:
-                return self._failed(error)
+        except Exception as error:
+            if not isinstance(error, RelayHttpError) or error.retryable:  # back off and retry
+                return self._failed(error, bug=not isinstance(error, RelayError))
             self.report.error(
                 f"[relay] Talaria relay publisher stopped after permanent HTTP {error.status}"
                 + _for(error),
@@ -213,10 +213,6 @@ class PassLoop:
             self._backing_off.clear()
             tracing.annotate({"relay.outcome": "stopped"}, error)
             return None
-        except RelayError as error:  # the relay or the store: expected, one line
-            return self._failed(error)
-        except Exception as error:  # a bug: its traceback, and the loop goes on
-            return self._failed(error, bug=True)
         if self._health.failures:
             self.report.info(
                 "[relay] Talaria relay snapshot recovered", fields("snapshot_recovered")

@@ -1,10 +1,6 @@
-"""`SyncHost`: the `Host` port with plain methods, for a threaded web app, and its async adapter.
-
-The adapter runs each call on a small thread pool of its own, off the event loop, so a slow host
-call stalls neither the publisher's other work nor other requests' calls. A call that raises
-raises in the awaiting coroutine as it would from an async `Host`, so the publisher warns of it
-once (`relay.publishing.logs.Swallowed`), as it does for an async host.
-"""
+"""`SyncHost`: the `Host` port with plain methods, for a threaded web app, and its async adapter,
+which runs each call on a small thread pool of its own, so a slow host call stalls neither the
+publisher's other work nor other requests' calls; a call that raises raises as from a `Host`."""
 
 from __future__ import annotations
 

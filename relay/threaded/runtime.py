@@ -1,9 +1,8 @@
 """`Runtime`: one event loop in one daemon thread, the store and the `RelayService` it runs.
 
-Blocking callers hand it coroutines and wait on a future of their own, so whatever happens to the
-loop (a stop, a timeout) the caller's future is settled: with the answer, the service's own error,
-or `ServiceStoppedError`. Nothing here is shared with another process: after `fork()` a child
-abandons its parent's runtime unread (its sockets and files are the parent's) and makes its own.
+Blocking callers wait on a future of their own, settled whatever happens to the loop: with the
+answer, the service's own error, or `ServiceStoppedError`. After `fork()` a child abandons its
+parent's runtime unread (its sockets and files are the parent's) and makes its own.
 """
 
 from __future__ import annotations
@@ -196,10 +195,8 @@ def _settle(
     answer: Future[Any], *, value: object = None, error: BaseException | None = None
 ) -> None:
     """Settle `answer` unless a stop or a timeout settled it first."""
-    try:
+    with contextlib.suppress(InvalidStateError):
         if error is None:
             answer.set_result(value)
         else:
             answer.set_exception(error)
-    except InvalidStateError:
-        pass
