@@ -27,8 +27,7 @@ _DRIFT = 1e-4
 
 
 def ticks() -> float:
-    """Seconds on this host's clock that nobody sets and that counts a suspend (CLOCK_BOOTTIME on
-    Linux, else the monotonic clock)."""
+    """Seconds on a clock nobody sets that counts a suspend (CLOCK_BOOTTIME, else monotonic)."""
     boottime = getattr(time, "CLOCK_BOOTTIME", None)
     return time.clock_gettime(boottime) if boottime is not None else time.monotonic()
 

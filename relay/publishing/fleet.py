@@ -47,10 +47,9 @@ class FleetRow:
         offset_s: float | None = None,
         recent: Sequence[PassRecord] = (),
     ) -> FleetMember:
-        """The row now: seen at `now_ms`, live until `until`, with the loop's last pass and its
-        backoff, the clock offset `offset_s` (this host's wall clock minus the store's) and the
-        last hour of the `recent` passes (oldest first) as its ring. The loop's times are this
-        host's wall clock: the row's are the store's, so they move by the offset."""
+        """The row now: seen at `now_ms`, live until `until`, with the loop's last pass and
+        backoff, the clock offset `offset_s` and the last hour of `recent` (oldest first) as its
+        ring, moved by the offset from this host's wall clock onto the store's."""
         row = self.base.seen(now_ms, until)
         offset = offset_s or 0.0
         row = replace(row, clock_offset_ms=None if offset_s is None else round(offset_s * 1000))

@@ -30,12 +30,10 @@ class Levels:
         self._next = now + SAMPLE_S
         try:
             found = await self._store.backlog()
-            depth = sum(waiting.count for waiting in found.deleted.values())
-            unsent = sum(waiting.count for waiting in found.unsent.values())
         except RelayError:
             return  # the pass has already published; a failed sample waits for the next one
-        self._outbox.set(depth)
-        self._unsent.set(unsent)
+        self._outbox.set(sum(waiting.count for waiting in found.deleted.values()))
+        self._unsent.set(sum(waiting.count for waiting in found.unsent.values()))
 
     def clear(self) -> None:
         """A stopped publisher no longer reports a backlog (another replica may)."""

@@ -102,8 +102,7 @@ class PassLoop:
     poll_s: float = math.inf
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     clock: Callable[[], float] = time.time
-    # Called with the failure after a failed pass, before its backoff's wait (the fleet row's
-    # write).
+    # Awaited with a failed pass's error, before its backoff's wait (the fleet row's write).
     on_backoff: Callable[[BaseException], Awaitable[None]] | None = None
 
     def __post_init__(self) -> None:

@@ -110,9 +110,8 @@ class RelayPublisher:
         store_clock: StoreClock | None = None,
         store_watch: StoreWatch | None = None,
     ) -> None:
-        """`clock` is this process's wall clock; `store_clock` the time base shared with the
-        other replicas and `store_watch` the store's answers (a service's publishers share both;
-        by default their own); `options` its lease, heartbeat and pacing (`PublisherOptions`)."""
+        """`clock`: this process's wall clock; `store_clock`, `store_watch`: the replicas' time
+        base and the store's answers (a service's publishers share both; by default their own)."""
         self._options = options = options or PublisherOptions()
         lease_s = options.lease_s
         self._store = store
@@ -377,15 +376,13 @@ class RelayPublisher:
             written = await self._runs.sync()
             allocated = iter(written.revisions)
         rows = [run for run in written.runs if self._host.profiles_match(run.profile, profile)]
-        eligible = True
-        if self._alert_eligibility:
-            eligible = not await self._presence.active(profile, self._view)
+        active = self._alert_eligibility and await self._presence.active(profile, self._view)
         now_ms = self._leases.now_ms()
         planned = states.drafts(rows, now_ms)
         revisions = list(itertools.islice(allocated, len(planned)))
         if len(revisions) < len(planned):  # a row shown under two profiles takes two
             revisions += await self._store.allocate_revisions(len(planned) - len(revisions), now_ms)
-        return states.states(planned, revisions, eligible=eligible)
+        return states.states(planned, revisions, eligible=not active)
 
     async def _publishing(self) -> list[tuple[str, ProfileGrant]]:
         profiles = self.config.profiles.items()
