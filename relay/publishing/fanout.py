@@ -43,18 +43,6 @@ async def attempt_all(
     return outcomes
 
 
-Failed = tuple[str, str, Exception]  # a profile, its relay scope, what its attempt raised
-
-
-def sort_out(failed: Sequence[Failed]) -> tuple[list[Failed], list[Exception]]:
-    """The permanent refusals (each disables its profile alone) and the failures that back off
-    the publisher (network errors, retryable statuses, anything unexpected)."""
-    permanent = [
-        one for one in failed if isinstance(one[2], RelayHttpError) and not one[2].retryable
-    ]
-    return permanent, [one[2] for one in failed if one not in permanent]
-
-
 def longest_wait(errors: Sequence[Exception]) -> Exception:
     """The failure a pass raises for its backoff: the one whose Retry-After is longest, so the
     backoff honours it; of equals the first given (the earliest profile), so what is raised does

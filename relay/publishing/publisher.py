@@ -299,9 +299,13 @@ class RelayPublisher:
         ]
         if failed and not isolate_permanent:
             raise failed[0][2]
-        permanent, backoff = fanout.sort_out(failed)
-        for profile, profile_id, error in permanent:
-            status = error.status if isinstance(error, RelayHttpError) else None
+        # A permanent refusal disables its profile alone; anything else backs off the publisher.
+        backoff: list[Exception] = []
+        for profile, profile_id, error in failed:
+            if not isinstance(error, RelayHttpError) or error.retryable:
+                backoff.append(error)
+                continue
+            status = error.status
             self.disabled[profile_id] = f"the relay refused its snapshot for good (HTTP {status})"
             line = f"[relay] Talaria relay disabled profile {profile} after permanent HTTP {status}"
             if status == 401 and (note := self._time.note()):
