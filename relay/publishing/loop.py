@@ -27,10 +27,6 @@ from relay.logfields import fields, of_error
 from relay.publishing.leases import DEFAULT_HEARTBEAT_S
 from relay.publishing.logs import Reporter, cause
 
-# Seconds from now until another replica's lease ends (a pass may take its work over), or None.
-Poll = Callable[[], Awaitable[float | None]]
-
-
 # No wait is longer: not the backoff, not what a relay's Retry-After asks for.
 MAX_DELAY_S = 300.0
 # How often a backoff after a silent store asks it again (a cheap lease renewal), at most.
@@ -98,7 +94,9 @@ class PassLoop:
     _: KW_ONLY
     report: Reporter
     uniform: Callable[[float, float], float]
-    poll: Poll | None = None
+    # Renews the leases: seconds until another replica's lease ends (a pass may take its work
+    # over), or None.
+    poll: Callable[[], Awaitable[float | None]] | None = None
     poll_s: float = math.inf
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     clock: Callable[[], float] = time.time

@@ -46,9 +46,6 @@ from relay.threaded.runtime import Runtime
 logger = logging.getLogger("relay.threaded")
 T = TypeVar("T")
 
-DEFAULT_TIMEOUT_S = 30.0
-DEFAULT_STOP_S = 5.0
-
 # Services of this process, for the fork hook; weak, so one the app dropped is not kept.
 _LIVE: weakref.WeakSet[ThreadedRelayService] = weakref.WeakSet()
 # A child's inherited runtimes: never used, never collected (their finalizers would touch the
@@ -64,7 +61,7 @@ class ThreadedRelayService:
         store_url: str | None,
         host: SyncHost | Host,
         *,
-        timeout: float = DEFAULT_TIMEOUT_S,
+        timeout: float = 30.0,
         host_threads: int = 4,
         **options: Unpack[ServiceOptions],
     ) -> None:
@@ -151,7 +148,7 @@ class ThreadedRelayService:
         service = runtime.service if runtime is not None else None
         return service.owner if service is not None else None
 
-    def stop(self, timeout: float = DEFAULT_STOP_S) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         """Stop the publisher, close the store, end the thread: once, within about `timeout`.
         Calls in flight raise `ServiceStoppedError`; so does every call after it."""
         runtime = self._runtime
