@@ -63,8 +63,7 @@ class JsonDocuments:
         """The state dir, created (0700) when missing, its killed writer's change finished and
         its temps removed."""
         documents = cls(state_dir, profile_home)
-        await documents.run(documents._create_dir)
-        await documents.run(documents._sweep)
+        await documents.run(documents._prepare)
         return documents
 
     @property
@@ -114,21 +113,17 @@ class JsonDocuments:
             return StoredRegistration(None, mtime, f"{path}: {error}")
         return StoredRegistration(config, mtime if config else 0)
 
-    def _create_dir(self) -> None:
+    def _prepare(self) -> None:
         try:
             self.directory.mkdir(mode=0o700, parents=True)
+            os.chmod(self.directory, 0o700)  # mkdir's mode went through the umask
         except FileExistsError:
             if not self.directory.is_dir():
                 raise StoreError(f"relay state dir {self.directory} is not a directory") from None
-            return
-        os.chmod(self.directory, 0o700)  # mkdir's mode went through the umask
-
-    def _sweep(self) -> int:
-        """Finish a killed writer's change and remove the temps killed writers left; how many."""
-        if not stale_temps(self.directory) and not (self.directory / JOURNAL).exists():
-            return 0  # the usual case: opening takes no lock
-        with self.lock.locked(exclusive=True):  # which finishes the change
-            return remove_stale(self.directory)
+        # Usually there is nothing to sweep, and opening takes no lock.
+        if stale_temps(self.directory) or (self.directory / JOURNAL).exists():
+            with self.lock.locked(exclusive=True):  # which finishes the change
+                remove_stale(self.directory)
 
 
 class _Session:
@@ -153,8 +148,7 @@ class _Session:
 
     def _load(self, name: str) -> Any:
         if name == docs.CONFIG.name:
-            registration = self._owner.registration()
-            self._before[name] = registration
+            self._before[name] = registration = self._owner.registration()
             return registration
         if name == docs.KEYS.name:
             keys = key_files(self._dir)
@@ -169,11 +163,7 @@ class _Session:
         return IdentityTable(value) if name == docs.IDENTITIES.name else value
 
     def writes(self) -> list[Write]:
-        out: list[Write] = []
-        for name in _ORDER:
-            if name in self._values:
-                out += self._writes(name, self._values[name])
-        return out
+        return [w for n in _ORDER if n in self._values for w in self._writes(n, self._values[n])]
 
     def _writes(self, name: str, value: Any) -> list[Write]:
         if name == docs.CONFIG.name:
