@@ -35,7 +35,6 @@ class Deadlines:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> int:
-        """Note the current task's call, due `timeout_s` from now; its token."""
         task = asyncio.current_task()
         assert task is not None
         token = next(self._tokens)
@@ -46,7 +45,6 @@ class Deadlines:
         return token
 
     def expired(self, token: int) -> bool:
-        """Whether the call was cancelled here, past its deadline."""
         return token in self._expired
 
     def end(self, token: int) -> None:

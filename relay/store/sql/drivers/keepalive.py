@@ -15,20 +15,18 @@ import math
 import socket
 from typing import Any
 
-# Probes after the connection has been idle a third of the wait, then every sixth: the third
-# unanswered probe ends it, so a dead idle connection is found within about the wait.
-_PROBES = 3
-
 
 def options(wait_s: float) -> list[tuple[int, int, int]]:
     """The (level, option, value) triples for a TCP socket, those this platform has."""
+    # Probes after the connection has been idle a third of the wait, then every sixth: the third
+    # unanswered probe ends it, so a dead idle connection is found within about the wait.
     idle = max(1, math.floor(wait_s / 3))
     interval = max(1, math.floor(wait_s / 6))
     wanted = [
         (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
         (socket.IPPROTO_TCP, "TCP_KEEPIDLE", idle),
         (socket.IPPROTO_TCP, "TCP_KEEPINTVL", interval),
-        (socket.IPPROTO_TCP, "TCP_KEEPCNT", _PROBES),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", 3),
         (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", max(1000, math.floor(wait_s * 1000))),
     ]
     return [
@@ -39,7 +37,6 @@ def options(wait_s: float) -> list[tuple[int, int, int]]:
 
 
 def apply(conn: Any, wait_s: float) -> None:
-    """Set keepalive and the user timeout on asyncpg connection `conn`'s socket, if TCP."""
     transport = getattr(conn, "_transport", None)  # asyncpg keeps its transport there
     sock = None if transport is None else transport.get_extra_info("socket")
     if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):

@@ -57,7 +57,6 @@ class Pool:
 
     @property
     def idle(self) -> int:
-        """Connections kept open for the next caller."""
         return len(self._idle)
 
     async def acquire(self) -> Any:
@@ -99,11 +98,6 @@ class Pool:
         idle, self._idle = self._idle, []
         for conn, _ in idle:
             self._retire(conn)
-
-    def prune(self) -> None:
-        """Retire idle connections past their idle time or lifetime."""
-        now = self.clock()
-        self._idle = [(conn, since) for conn, since in self._idle if self._usable(conn, since, now)]
 
     async def close(self) -> None:
         """Refuse new calls, wait for the connections in use to come back, then close all."""
@@ -160,17 +154,18 @@ class Pool:
         if self._timer is not None or self._closed or not self._idle:
             return
         now = self.clock()
-        idle_ends = (since + self.max_idle_s for _, since in self._idle)
-        lives_end = (
-            self._born.get(id(c), (now, 0))[0] + self.max_lifetime_s for c, _ in self._idle
+        due = min(
+            min(since + self.max_idle_s, self._born.get(id(c), (now, 0))[0] + self.max_lifetime_s)
+            for c, since in self._idle
         )
-        due = min(*idle_ends, *lives_end)
         if math.isinf(due):
             return
 
         def fire() -> None:
+            # Retire the idle connections past their idle time or lifetime.
             self._timer = None
-            self.prune()
+            now = self.clock()
+            self._idle = [(c, since) for c, since in self._idle if self._usable(c, since, now)]
             self._schedule()
 
         # A millisecond late, so the prune finds the connection's time up, not a hair short.

@@ -111,9 +111,9 @@ class PostgresRunner:
         self._display = display
         self._password = password
         self.pool: Pool | None = None  # from `open` until `close`
-        # Until a call says the function is missing or not ours to run: then, for this
-        # runner's life, batches are transactions of their statements.
-        self._batch_calls = True
+        # Whether batches go to `relay_batch` (one round trip): until a call says the function is
+        # missing or not ours to run; then, for this runner's life, they are transactions.
+        self.batch_calls = True
         # The longest wait for the server (`bound_waits`): to connect, and how soon keepalive
         # and TCP_USER_TIMEOUT find a silent connection dead (`keepalive`).
         self._wait_s = CONNECT_TIMEOUT_S
@@ -163,22 +163,24 @@ class PostgresRunner:
     async def read(self, body: Body[T]) -> T:
         return await self._run(body, transaction=False)
 
-    @property
-    def batch_calls(self) -> bool:
-        """Whether batches go to `relay_batch` (one round trip) rather than a transaction."""
-        return self._batch_calls
-
     async def batch(self, steps: Sequence[Step]) -> list[Row]:
-        params = pgbatch.call_params(steps, self._batch_settings) if self._batch_calls else None
+        params = pgbatch.call_params(steps, self._batch_settings) if self.batch_calls else None
         if params is not None:
+
+            async def call(tx: Tx) -> list[Row]:
+                # Counted as the statements it runs, as a transaction of them would be.
+                self.stats.statements += len(steps) - 1
+                return pgbatch.decoded(await tx.rows(pgbatch.CALL, params))
+
+            self.stats.writes += 1
             try:
-                return await self._call_batch(len(steps), params)
+                return await self._run(call, transaction=False)
             except StoreError as error:
                 if not pgbatch.unusable(error.__cause__):
                     raise
                 # Nothing ran: the call was refused before its first step.
-                if self._batch_calls:  # said once, by whichever call found it first
-                    self._batch_calls = False
+                if self.batch_calls:  # said once, by whichever call found it first
+                    self.batch_calls = False
                     logger.warning(
                         "%s; until a restart its write batches run statement by statement "
                         "(run `talaria-relay migrate`, and what `talaria-relay grants ROLE` "
@@ -186,16 +188,6 @@ class PostgresRunner:
                         error,
                     )
         return await self.write(lambda tx: run_steps(tx, steps))
-
-    async def _call_batch(self, steps: int, params: Mapping[str, Any]) -> list[Row]:
-        self.stats.writes += 1
-
-        async def body(tx: Tx) -> list[Row]:
-            # Counted as the statements it runs, as a transaction of them would be.
-            self.stats.statements += steps - 1
-            return pgbatch.decoded(await tx.rows(pgbatch.CALL, params))
-
-        return await self._run(body, transaction=False)
 
     async def write(self, body: Body[T], *, single: bool = False, durable: bool = True) -> T:
         # Every commit is durable here: asynchronous commit would need a SET LOCAL, and with it
@@ -236,15 +228,20 @@ class PostgresRunner:
             # for the cancel before its next statement. Mid-transaction it goes all the same.
             timed_out = isinstance(error, TimeoutError)
             driver = isinstance(error, _DRIVER_ERRORS) and not timed_out
-            _discard_unless_clean(conn, error, broken=driver)
-            state = _state(error)
             lost = driver and isinstance(error, _LOST)
-            if lost or (state and sqlstate.drops_connection(state)):
-                # The server behind this connection is read-only, leaving or gone: so is it
-                # behind the others (a restart ends them all), which a new connection (with a
-                # multi-host URL, to the new primary) avoids.
-                with contextlib.suppress(asyncpg.InterfaceError):  # the server closed it
+            state = _state(error)
+            # A server read-only, leaving or gone is so behind every connection (a restart ends
+            # them all): new ones (with a multi-host URL, to the new primary) avoid it.
+            drop = lost or bool(state and sqlstate.drops_connection(state))
+            # One that may hold our locks (cancelled mid-statement, or broken) never goes back;
+            # a failed autocommit statement, or a body raising after its rollback, leaves it clean.
+            dirty = not isinstance(error, Exception) or (
+                driver and not isinstance(error, asyncpg.PostgresError)
+            )
+            with contextlib.suppress(asyncpg.InterfaceError):  # the server closed it under us
+                if drop or dirty or conn.is_in_transaction():
                     conn.terminate()
+            if drop:
                 pool.discard_all()
             if driver or timed_out:
                 raise self.translated(error, lost=lost) from error
@@ -302,16 +299,3 @@ def _first(error: BaseException) -> BaseException:
 
 def _state(error: BaseException) -> str:
     return str(getattr(_first(error), "sqlstate", "") or "")
-
-
-def _discard_unless_clean(conn: Any, error: BaseException, *, broken: bool) -> None:
-    """Terminate a connection that may still hold our locks (cancelled mid-statement, or
-    broken), so it never goes back to the pool; a statement that failed in autocommit, or a body
-    that raised after its transaction rolled back, leaves a clean connection."""
-    dirty = not isinstance(error, Exception) or (
-        broken and not isinstance(error, asyncpg.PostgresError)
-    )
-    # InterfaceError: the server closed it under us, and the pool has already taken it back.
-    with contextlib.suppress(asyncpg.InterfaceError):
-        if dirty or conn.is_in_transaction():
-            conn.terminate()

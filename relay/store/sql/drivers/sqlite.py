@@ -170,7 +170,8 @@ class SqliteRunner:
             with FORK_GATE:
                 return drive(body(SqliteTx(reader, self.stats)))
         except sqlite3.Error as error:
-            if not _busy(error):
+            code = getattr(error, "sqlite_errorcode", None)
+            if code not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise self._translated(error) from error
         return await self._in_thread(self._read_waiting, body)
 
@@ -260,8 +261,3 @@ def _open_pair(
         writer.close()
         raise
     return writer, reader, wal
-
-
-def _busy(error: sqlite3.Error) -> bool:
-    code = getattr(error, "sqlite_errorcode", None)
-    return code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
