@@ -1,16 +1,14 @@
 """A pool of asyncpg connections that takes a connection back without awaiting anything.
 
 asyncpg's own `Pool` runs every release as a shielded task, with a reset query (a round trip)
-unless told otherwise. Measured by `talaria-relay bench` on `profile_identity`, the store read at
-0.1 x one bare connection's rate with it, 0.38-0.54 x with the reset skipped, and 0.74-1.22 x
-on this pool. The store needs none of what it does: it sets no session state, and the runner
-terminates a connection that a failed or cancelled body may have left inside a transaction, so
-taking a connection back is a push onto a list.
+unless told otherwise: the store read at a tenth of one bare connection's rate on it
+(docs/performance.md). The store needs none of what it does: it sets no session state, and the
+runner terminates a connection that a failed or cancelled body may have left inside a
+transaction, so taking a connection back is a push onto a list.
 
 A connection lives `max_lifetime_s` at most and waits `max_idle_s` at most unused: asyncpg reads
 a multi-host URL and `target_session_attrs` only when it connects, so only a new connection can
-find a new primary or a new address for a name. `discard_all()` retires every connection at
-once, for when the server behind them turned out to be the wrong one.
+find a new primary or a new address for a name.
 """
 
 from __future__ import annotations
