@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,7 +31,7 @@ from relay.store.budget import PARAMETERS as BUDGET_PARAMETERS
 from relay.store.budget import Budget, budget
 from relay.store.hosts import dsn
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
-from relay.store.sql.drivers import keepalive, pgbatch, sqlstate
+from relay.store.sql.drivers import pgbatch, sqlstate
 from relay.store.sql.drivers.deadlines import Deadlines
 from relay.store.sql.drivers.pgpool import Pool
 from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, Tx, run_steps
@@ -75,6 +77,35 @@ class PostgresTx:
     async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
         self.stats.statements += 1
         await self.conn.executemany(q.sql, [q.args(row) for row in rows], timeout=self.timeout)
+
+
+def keepalive(wait_s: float) -> list[tuple[int, int, int]]:
+    """The (level, option, value) triples of TCP keepalive and a user timeout, those this
+    platform has: a silent network is an error.
+
+    A connection whose packets are dropped (a firewall change, a NAT or load balancer that forgot
+    it, a partition) closes nothing: without keepalive an idle connection looks usable for hours
+    and a statement sent on it waits for ever. asyncpg sets neither option and takes no libpq
+    `keepalives*` parameters, so they are set on its socket once it connects: keepalive probes
+    find an idle connection dead, and `TCP_USER_TIMEOUT` (Linux) ends one whose sent data goes
+    unacked, each within about `wait_s` (the store's bounded wait).
+    """
+    # Probes after the connection has been idle a third of the wait, then every sixth: the third
+    # unanswered probe ends it, so a dead idle connection is found within about the wait.
+    idle = max(1, math.floor(wait_s / 3))
+    interval = max(1, math.floor(wait_s / 6))
+    wanted = [
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", idle),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", interval),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", 3),
+        (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", max(1000, math.floor(wait_s * 1000))),
+    ]
+    return [
+        (level, getattr(socket, name), value)
+        for level, name, value in wanted
+        if hasattr(socket, name)
+    ]
 
 
 def connect_options(url: URL) -> dict[str, Any]:
@@ -146,9 +177,16 @@ class PostgresRunner:
         return runner
 
     async def _connect(self, options: dict[str, Any]) -> Any:
-        """A new connection, within the bounded wait, with keepalive on its socket."""
+        """A new connection, within the bounded wait, with `keepalive` on its socket if TCP (a
+        Unix socket has neither and needs none)."""
         conn = await asyncpg.connect(**options | {"timeout": min(options["timeout"], self._wait_s)})
-        keepalive.apply(conn, self._wait_s)
+        transport = getattr(conn, "_transport", None)  # asyncpg keeps its transport there
+        sock = None if transport is None else transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            for level, option, value in keepalive(self._wait_s):
+                # A platform that refuses one option keeps the others.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(level, option, value)
         return conn
 
     def bound_waits(self, seconds: float) -> None:
