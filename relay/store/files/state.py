@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +25,6 @@ from relay.errors import CorruptStateError, StoreError, StoreUnavailableError
 from relay.store.files import documents as files
 from relay.store.files.homes import HomeIdentities, ProfileHome
 from relay.store.files.io import JOURNAL, Write, commit, read, remove_stale, stale_temps
-from relay.store.files.keys import key_files, key_path, named
 from relay.store.files.lock import DirLock
 from relay.store.rules import documents as docs
 from relay.store.rules.documents import Doc, IdentityTable, StoredRegistration
@@ -31,6 +32,8 @@ from relay.store.rules.documents import Doc, IdentityTable, StoredRegistration
 D = TypeVar("D")
 R = TypeVar("R")
 
+# Publisher keys as before: `key_ref` names them so, 0600; `load_key` reads no other file.
+KEY_FILE = re.compile(r"talaria-relay-publisher-[0-9a-f]{16}\.pem")
 _PASSING = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EAGAIN, errno.EBUSY}
 # The documents that are one file each, by the rulebook's name.
 _FILES: dict[str, files.Codec[Any]] = {
@@ -95,10 +98,14 @@ class JsonDocuments:
         return await asyncio.to_thread(guarded)
 
     def key_ref(self, key_id: str) -> str:
-        return str(key_path(self.directory, key_id))
+        digest = hashlib.sha256(key_id.encode()).hexdigest()[:16]
+        return str(self.directory / f"talaria-relay-publisher-{digest}.pem")
 
     def key_named(self, ref: str) -> str | None:
-        return named(self.directory, ref)
+        """Only ever a key file inside the store: a legacy config names the key by its absolute
+        path, and its namesake here keeps a moved state dir working."""
+        name = ref.replace("\\", "/").rsplit("/", 1)[-1]
+        return None if KEY_FILE.fullmatch(name) is None else str(self.directory / name)
 
     def registration(self) -> StoredRegistration:
         """The config file; its generation is its mtime (0 for none, or an older version)."""
@@ -151,7 +158,16 @@ class _Session:
             self._before[name] = registration = self._owner.registration()
             return registration
         if name == docs.KEYS.name:
-            keys = key_files(self._dir)
+            # Every key file by its path, never through a link; None for one not text.
+            keys: docs.Keys = {}
+            for path in sorted(self._dir.iterdir()):
+                if KEY_FILE.fullmatch(path.name) is None or path.is_symlink() or not path.is_file():
+                    continue
+                if (raw := read(path)) is not None:
+                    try:
+                        keys[str(path)] = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        keys[str(path)] = None
             self._before[name] = dict(keys)
             return keys
         if name == docs.IDENTITIES.name and self._owner.profile_home is not None:
