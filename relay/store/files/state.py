@@ -2,10 +2,12 @@
 
 An existing state dir keeps working: `talaria-relay.json`, `talaria-relay-publisher-<hash>.pem`,
 `talaria-relay-revision` and `talaria-relay-started.json` are read and written as it wrote them,
-and with profile homes each profile's identity is in its home. What it kept in memory (deleted
-outbox, presence leases) and what it never had (runs, claims, forgotten turns) get files beside
-them. Every session holds the sidecar lock `.talaria-relay.lock`, in a worker thread, and writes
-back only the files whose text changed, all of them or none (`relay.store.files.io.commit`).
+and with profile homes each profile's identity is in its home (`<home>/.talaria-relay-profile-id`;
+a home belongs to its user: it may be missing, and it holds other programs' files beside ours).
+What it kept in memory (deleted outbox, presence leases) and what it never had (runs, claims,
+forgotten turns) get files beside them. Every session holds the sidecar lock
+`.talaria-relay.lock`, in a worker thread, and writes back only the files whose text changed, all
+of them or none (`relay.store.files.io.commit`).
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from relay.errors import CorruptStateError, StoreError, StoreUnavailableError
 from relay.store.files import documents as files
-from relay.store.files.homes import HomeIdentities, ProfileHome
 from relay.store.files.io import JOURNAL, Write, commit, read, remove_stale, stale_temps
 from relay.store.files.lock import DirLock
 from relay.store.rules import documents as docs
@@ -34,6 +36,7 @@ R = TypeVar("R")
 
 # Publisher keys as before: `key_ref` names them so, 0600; `load_key` reads no other file.
 KEY_FILE = re.compile(r"talaria-relay-publisher-[0-9a-f]{16}\.pem")
+ProfileHome = Callable[[str], Path]
 _PASSING = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EAGAIN, errno.EBUSY}
 # The documents that are one file each, by the rulebook's name.
 _FILES: dict[str, files.Codec[Any]] = {
@@ -49,6 +52,51 @@ _FILES: dict[str, files.Codec[Any]] = {
 # The order a session writes in. Writes of several files are all or none anyway (the journal);
 # this order only makes the state between two renames the likelier one to make sense alone.
 _ORDER = (docs.KEYS.name, docs.CONFIG.name, docs.IDENTITIES.name, *_FILES)
+
+
+@dataclass(slots=True)
+class HomeIdentities:
+    """The `Identities` of a JSON store with profile homes, read as asked, written on commit."""
+
+    home: ProfileHome
+    registration: Callable[[], StoredRegistration]
+    # profile -> identity; None: forgotten
+    changed: dict[str, str | None] = field(default_factory=dict)
+
+    def _path(self, profile: str) -> Path:
+        return Path(self.home(profile)) / files.PROFILE_ID
+
+    def get(self, profile: str) -> str | None:
+        if profile in self.changed:
+            return self.changed[profile]
+        if not self.holds(profile):
+            raise StoreError(f"the home of profile {profile!r} is unavailable")
+        return files.PROFILE_ID_DOC.parse(read(self._path(profile)))
+
+    def set(self, profile: str, identity: str) -> None:
+        self.changed[profile] = identity
+
+    def forget(self, profile: str) -> None:
+        self.changed[profile] = None
+
+    def holds(self, profile: str) -> bool:
+        return Path(self.home(profile)).is_dir()
+
+    def known(self) -> Iterable[str]:
+        config = self.registration().read()
+        return list(config.profiles) if config else []
+
+    def writes(self) -> list[Write]:
+        """What to write; a killed writer's temps in each home written go first (the caller
+        holds the exclusive lock)."""
+        for profile, identity in self.changed.items():
+            if identity is not None:
+                remove_stale(self._path(profile).parent)
+        return [
+            Write(self._path(p), None if i is None else files.PROFILE_ID_DOC.dump(i))
+            for p, i in self.changed.items()
+            if i is not None or self.holds(p)  # no home: nothing to forget
+        ]
 
 
 class JsonDocuments:
