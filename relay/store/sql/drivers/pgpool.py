@@ -81,7 +81,7 @@ class Pool:
         try:
             now = self.clock()  # read once per release
             if conn.is_closed():
-                self._forget(conn)
+                self._born.pop(id(conn), None)
             elif conn.is_in_transaction() or self._spent(conn, now):
                 self._retire(conn)
             else:
@@ -109,7 +109,7 @@ class Pool:
                 taken += 1
             idle, self._idle = self._idle, []
             for conn, _ in idle:
-                self._forget(conn)
+                self._born.pop(id(conn), None)
                 try:
                     await conn.close()
                 except Exception:
@@ -128,7 +128,7 @@ class Pool:
     def _usable(self, conn: Any, since: float, now: float) -> bool:
         """Whether `conn`, idle since `since`, may serve again; one that may not is dropped."""
         if conn.is_closed():
-            self._forget(conn)
+            self._born.pop(id(conn), None)
         elif self._spent(conn, now) or now - since >= self.max_idle_s:
             self._retire(conn)
         else:
@@ -141,11 +141,8 @@ class Pool:
 
     def _retire(self, conn: Any) -> None:
         # An idle connection has no transaction to lose: the server just sees it go.
-        self._forget(conn)
-        conn.terminate()
-
-    def _forget(self, conn: Any) -> None:
         self._born.pop(id(conn), None)
+        conn.terminate()
 
     def _schedule(self) -> None:
         """Prune again when the first idle connection's time is up (no timer without limits)."""
