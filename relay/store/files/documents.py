@@ -85,8 +85,7 @@ def _values(item: object, spec: Mapping[str, Check]) -> list[Any] | None:
     if not isinstance(item, dict):
         return None
     values = [item.get(key) for key in spec]
-    passed = all(check(v) for check, v in zip(spec.values(), values, strict=True))
-    return values if passed else None
+    return values if all(c(v) for c, v in zip(spec.values(), values, strict=True)) else None
 
 
 def _record(make: Callable[..., R], *fields: Any, **named: Any) -> R | None:

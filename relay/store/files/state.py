@@ -108,6 +108,7 @@ class JsonDocuments:
         self.directory = Path(state_dir).absolute()
         self.profile_home = profile_home
         self.lock = DirLock(self.directory)
+        self.display_url = f"json://{self.directory}"
 
     @classmethod
     async def open(cls, state_dir: Path, profile_home: ProfileHome | None = None) -> JsonDocuments:
@@ -116,10 +117,6 @@ class JsonDocuments:
         documents = cls(state_dir, profile_home)
         await documents.run(documents._prepare)
         return documents
-
-    @property
-    def display_url(self) -> str:
-        return f"json://{self.directory}"
 
     async def close(self) -> None:
         """Nothing to release: every session opens and closes its own files."""
@@ -134,16 +131,12 @@ class JsonDocuments:
 
     async def run(self, work: Callable[[], R]) -> R:
         """Run blocking file work in a thread, reporting OS failures as `StoreError`."""
-
-        def guarded() -> R:
-            try:
-                return work()
-            except OSError as exc:
-                # A full or read-only file system passes: it is unavailable, not misconfigured.
-                kind = StoreUnavailableError if exc.errno in _PASSING else StoreError
-                raise kind(f"relay state in {self.directory} is inaccessible: {exc}") from exc
-
-        return await asyncio.to_thread(guarded)
+        try:
+            return await asyncio.to_thread(work)
+        except OSError as exc:
+            # A full or read-only file system passes: it is unavailable, not misconfigured.
+            kind = StoreUnavailableError if exc.errno in _PASSING else StoreError
+            raise kind(f"relay state in {self.directory} is inaccessible: {exc}") from exc
 
     def key_ref(self, key_id: str) -> str:
         digest = hashlib.sha256(key_id.encode()).hexdigest()[:16]

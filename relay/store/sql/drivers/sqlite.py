@@ -201,8 +201,7 @@ class SqliteRunner:
             runner._name = name
             if read_only:
                 # One connection that cannot write; a write on it fails as SQLite refuses it.
-                conn = await runner._in_thread(connect_read_only, path)
-                runner._writer = runner._reader = conn
+                runner._writer = runner._reader = await runner._in_thread(connect_read_only, path)
             else:
                 runner._writer, runner._reader, runner._wal = await runner._in_thread(
                     _open_pair, path, busy_timeout_s

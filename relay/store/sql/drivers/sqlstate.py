@@ -64,8 +64,7 @@ def explained(error: BaseException, state: str, text: str) -> str:
 
 
 def store_error(display: str, text: str, *, failed: bool = False) -> StoreError:
-    """The store's error, naming it: a request that failed, or a store that cannot take the
-    work now (unavailable: retried after a backoff)."""
+    """The store's error, naming it: a request that failed, or a store unavailable for now."""
     if failed:
         return StoreError(f"relay store {display} failed: {text}")
     return StoreUnavailableError(f"relay store {display} is unavailable: {text}")
