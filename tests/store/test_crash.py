@@ -43,8 +43,8 @@ from databases import sessions_ended
 from relay.errors import RelayError
 from relay.store import open_store
 from relay.store.files.io import TEMP
-from relay.store.files.keys import KEY_FILE
 from relay.store.files.lock import LOCK
+from relay.store.files.state import KEY_FILE
 
 WRITER = Path(__file__).parents[1] / "crash_writer.py"
 SHORT_KILLS = 20

@@ -14,8 +14,7 @@ from sqlalchemy import make_url
 from relay.errors import InvalidInputError, StoreUnavailableError
 from relay.store import open_store
 from relay.store.budget import Budget
-from relay.store.sql.drivers import keepalive
-from relay.store.sql.drivers.postgres import PostgresRunner
+from relay.store.sql.drivers.postgres import PostgresRunner, keepalive
 
 
 def test_a_bound_shortens_waits_and_never_lengthens_them() -> None:
@@ -28,7 +27,7 @@ def test_a_bound_shortens_waits_and_never_lengthens_them() -> None:
 def test_keepalive_finds_a_silent_connection_within_about_the_wait() -> None:
     """Idle a third of the wait, probes every sixth, three of them, and unacked data given up
     after the wait: on Linux, every option is there."""
-    found = {(level, option): value for level, option, value in keepalive.options(6.0)}
+    found = {(level, option): value for level, option, value in keepalive(6.0)}
     assert found[socket.SOL_SOCKET, socket.SO_KEEPALIVE] == 1
     idle = found[socket.IPPROTO_TCP, socket.TCP_KEEPIDLE]
     interval = found[socket.IPPROTO_TCP, socket.TCP_KEEPINTVL]

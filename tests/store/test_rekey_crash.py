@@ -59,8 +59,8 @@ from rekey_command import (
 from relay.errors import CorruptStateError, KeyPassphraseError, RelayError
 from relay.publishing.publisher import load_key
 from relay.store import open_store
-from relay.store.files.keys import KEY_FILE
 from relay.store.files.lock import LOCK
+from relay.store.files.state import KEY_FILE
 from relay.store.keys import pkcs8
 from relay.store.keys.keyring import Keyring, Passphrase
 

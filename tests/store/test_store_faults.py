@@ -176,7 +176,7 @@ async def test_a_connection_killed_holding_row_locks_releases_them_and_recovers(
 
     # A pass's write is one `relay_batch` call, atomic on the server; a transaction that holds
     # row locks between statements is its fallback (a schema at 0005, a role without EXECUTE).
-    monkeypatch.setattr(sql_backend(store).runner, "_batch_calls", False)
+    monkeypatch.setattr(sql_backend(store).runner, "batch_calls", False)
     async with relay_env(store) as env:
         before = await prepared(env)
         monkeypatch.setattr(PostgresTx, "many", pausing)

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from relay.store.sql.drivers.worker import Worker
+from relay.store.sql.drivers.sqlite import Worker
 
 
 async def test_calls_run_off_the_loop_in_the_order_queued() -> None:

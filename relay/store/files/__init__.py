@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from relay.store.files.homes import ProfileHome
-from relay.store.files.state import JsonDocuments
+from relay.store.files.state import JsonDocuments, ProfileHome
 from relay.store.rules.book import RulebookBackend
 from relay.store.store import Store
 
@@ -14,5 +13,4 @@ __all__ = ["JsonDocuments", "open_json"]
 
 async def open_json(state_dir: Path, *, profile_home: ProfileHome | None = None) -> Store:
     """The store of `state_dir`, created (0700) when missing."""
-    documents = await JsonDocuments.open(state_dir, profile_home)
-    return Store(RulebookBackend(documents))
+    return Store(RulebookBackend(await JsonDocuments.open(state_dir, profile_home)))

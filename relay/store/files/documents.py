@@ -39,8 +39,6 @@ class Codec(Generic[D]):
     dump: Callable[[D], str]
 
 
-# ── documents ─────────────────────────────────────────────────────────────────
-
 Check = Callable[[object], bool]
 
 
@@ -87,8 +85,7 @@ def _values(item: object, spec: Mapping[str, Check]) -> list[Any] | None:
     if not isinstance(item, dict):
         return None
     values = [item.get(key) for key in spec]
-    passed = all(check(v) for check, v in zip(spec.values(), values, strict=True))
-    return values if passed else None
+    return values if all(c(v) for c, v in zip(spec.values(), values, strict=True)) else None
 
 
 def _record(make: Callable[..., R], *fields: Any, **named: Any) -> R | None:
@@ -119,8 +116,9 @@ def _member(data: Any, key: str, kind: type) -> Any:
     return value if isinstance(value, kind) else None
 
 
-def _json_text(value: object, *, sort_keys: bool = False) -> str:
-    return json.dumps(value, indent=2, sort_keys=sort_keys) + "\n"
+def _document(key: str, value: object, *, sort_keys: bool = False) -> str:
+    """A version 1 document holding `value` under `key`."""
+    return json.dumps({"version": 1, key: value}, indent=2, sort_keys=sort_keys) + "\n"
 
 
 def _camel(value: Any) -> Any:
@@ -155,17 +153,15 @@ def dump_config(config: records.RelayConfig) -> str:
     profiles = {
         n: {"identity": g.identity, "profile_id": g.profile_id} for n, g in config.profiles.items()
     }
-    return _json_text(
-        {
-            "key_id": config.key_id,
-            "private_key_path": config.key_ref,
-            "profiles": profiles,
-            "publisher_id": config.publisher_id,
-            "url": config.url,
-            "version": records.CONFIG_VERSION,
-        },
-        sort_keys=True,
-    )
+    data = {
+        "key_id": config.key_id,
+        "private_key_path": config.key_ref,
+        "profiles": profiles,
+        "publisher_id": config.publisher_id,
+        "url": config.url,
+        "version": records.CONFIG_VERSION,
+    }
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
 def _parse_revision(raw: bytes | None) -> int:
@@ -211,7 +207,7 @@ def _dump_started(ledger: Ledger) -> str:
         }
         for _, scope in sorted(ledger.items())
     ]
-    return _json_text({"version": 1, "profiles": scopes})
+    return _document("profiles", scopes)
 
 
 def _parse_deleted(raw: bytes | None) -> Outbox:
@@ -240,10 +236,6 @@ def _deleted_view(item: Any) -> records.DeletedView | None:
     return None if bound is None else _record(records.DeletedView, *values, scope=bound)
 
 
-def _dump_deleted(outbox: Outbox) -> str:
-    return _json_text({"version": 1, "views": [_camel(asdict(v)) for v in outbox.values()]})
-
-
 def _parse_presence(raw: bytes | None) -> Leases:
     """Tolerant: a lost lease only lets an alert through, and leases expire within minutes."""
     leases: Leases = {}
@@ -252,11 +244,6 @@ def _parse_presence(raw: bytes | None) -> Leases:
         if values is not None and (lease := _record(records.PresenceLease, *values)):
             leases.setdefault((values[0], values[1]), lease)
     return leases
-
-
-def _dump_presence(leases: Leases) -> str:
-    items = [_camel(asdict(lease)) for _, lease in sorted(leases.items())]
-    return _json_text({"version": 1, "leases": items})
 
 
 def _parse_identities(raw: bytes | None) -> dict[str, str]:
@@ -269,32 +256,37 @@ def _parse_identities(raw: bytes | None) -> dict[str, str]:
     return dict(identities)
 
 
-def _checked_identity(stored: str) -> str:
-    if not is_identity(identity := stored.strip()):
+def _parse_profile_id(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    if not is_identity(identity := raw.decode("utf-8", errors="replace").strip()):
         raise CorruptStateError("invalid Talaria Relay profile identity")
     return identity
 
 
-def _parse_profile_id(raw: bytes | None) -> str | None:
-    return None if raw is None else _checked_identity(raw.decode("utf-8", errors="replace"))
-
-
 REVISION = Codec("talaria-relay-revision", _parse_revision, lambda floor: f"{floor}\n")
 STARTED = Codec("talaria-relay-started.json", _parse_started, _dump_started)
-DELETED = Codec("talaria-relay-deleted.json", _parse_deleted, _dump_deleted)
-PRESENCE = Codec("talaria-relay-presence.json", _parse_presence, _dump_presence)
+DELETED = Codec(
+    "talaria-relay-deleted.json",
+    _parse_deleted,
+    lambda outbox: _document("views", [_camel(asdict(v)) for v in outbox.values()]),
+)
+PRESENCE = Codec(
+    "talaria-relay-presence.json",
+    _parse_presence,
+    lambda leases: _document("leases", [_camel(asdict(leases[k])) for k in sorted(leases)]),
+)
 IDENTITIES = Codec(
     "talaria-relay-identities.json",
     _parse_identities,
-    lambda ids: _json_text({"version": 1, "identities": dict(sorted(ids.items()))}),
+    lambda ids: _document("identities", dict(sorted(ids.items()))),
 )
 PROFILE_ID_DOC = Codec(PROFILE_ID, _parse_profile_id, lambda identity: f"{identity or ''}\n")
 
 
-# ── documents of our own, beside the legacy ones ──────────────────────────────
-# Both are tolerant: a lost run row is republished by the replica hosting it on its next pass,
-# and a lost claim only lets another process deliver the same deletion again, which the relay
-# takes.
+# Documents of our own, beside the legacy ones. Both are tolerant: a lost run row is republished
+# by the replica hosting it on its next pass, and a lost claim only lets another process deliver
+# the same deletion again, which the relay takes.
 
 _RUN: dict[str, Check] = {
     "sessionId": _text,
@@ -321,11 +313,6 @@ def _parse_runs(raw: bytes | None) -> run_rules.Runs:
     return runs
 
 
-def _dump_runs(runs: run_rules.Runs) -> str:
-    items = [dict(zip(_RUN, asdict(runs[sid]).values(), strict=True)) for sid in sorted(runs)]
-    return _json_text({"version": 1, "runs": items})
-
-
 def _parse_forgotten(raw: bytes | None) -> run_rules.Forgotten:
     forgotten: run_rules.Forgotten = {}
     check = {"startedAt": _count, "streamId": _is(str | None), "forgottenAt": _count}
@@ -340,7 +327,7 @@ def _dump_forgotten(forgotten: run_rules.Forgotten) -> str:
         sid: {"startedAt": started, "streamId": stream or None, "forgottenAt": at}
         for sid, ((started, stream), at) in sorted(forgotten.items())
     }
-    return _json_text({"version": 1, "turns": turns})
+    return _document("turns", turns)
 
 
 def _parse_claims(raw: bytes | None) -> outbox.Claims:
@@ -353,10 +340,14 @@ def _parse_claims(raw: bytes | None) -> outbox.Claims:
 
 def _dump_claims(claims: outbox.Claims) -> str:
     deleted = {k: {"owner": o, "until": u} for k, (o, u) in sorted(claims.items())}
-    return _json_text({"version": 1, "deleted": deleted})
+    return _document("deleted", deleted)
 
 
-RUNS = Codec("talaria-relay-runs.json", _parse_runs, _dump_runs)
+RUNS = Codec(
+    "talaria-relay-runs.json",
+    _parse_runs,
+    lambda runs: _document("runs", [_camel(asdict(runs[sid])) for sid in sorted(runs)]),
+)
 CLAIMS = Codec("talaria-relay-claims.json", _parse_claims, _dump_claims)
 # A lost file of forgotten turns lets a replica's older turn of a pruned session be saved again:
 # what the store had before it remembered them, no worse.
@@ -374,5 +365,5 @@ def _parse_fleet(raw: bytes | None) -> dict[str, Any]:
 FLEET = Codec(
     "talaria-relay-fleet.json",
     _parse_fleet,
-    lambda rows: _json_text({"version": 1, "fleet": rows}, sort_keys=True),
+    lambda rows: _document("fleet", rows, sort_keys=True),
 )

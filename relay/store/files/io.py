@@ -40,9 +40,6 @@ class Write:
     mtime_ns: int | None = None
 
 
-# ── files ─────────────────────────────────────────────────────────────────────
-
-
 def read(path: Path) -> bytes | None:
     try:
         return path.read_bytes()
@@ -59,31 +56,25 @@ def commit(directory: Path, writes: Sequence[Write]) -> None:
     if not writes:
         return
     staged: list[tuple[Path | None, Path]] = []
-    parents = {directory}
+    journal = directory / JOURNAL if len(writes) > 1 else None
     try:
         for w in writes:
             staged.append((None if w.text is None else stage(w.path, w.text, w.mtime_ns), w.path))
-        parents = {directory, *(path.parent for _, path in staged)}
-        if len(staged) == 1:
-            _carry_out(staged)
-        elif staged:
+        if journal is not None:
             moves = [[None if t is None else str(t), str(p)] for t, p in staged]
-            journal = directory / JOURNAL
             os.replace(stage(journal, json.dumps({"version": 1, "moves": moves}) + "\n"), journal)
             fsync_dir(directory)  # the journal is durable before any move
-            _carry_out(staged)
-            for parent in parents:
-                fsync_dir(parent)  # every move is durable before the journal goes
+        _carry_out(staged)
+        for parent in {directory, *(path.parent for _, path in staged)}:
+            fsync_dir(parent)  # every move is durable before the journal goes
+        if journal is not None:
             # Not fsynced: a journal that comes back after a power cut finds its temps gone
             # and only repeats its removals, and the next change here makes its removal durable.
             journal.unlink()
-            return
     finally:
         for temp, _ in staged:
             if temp is not None:
                 temp.unlink(missing_ok=True)  # gone already once renamed
-    for parent in parents:
-        fsync_dir(parent)
 
 
 def _carry_out(moves: Sequence[tuple[Path | None, Path]]) -> None:
@@ -94,13 +85,13 @@ def _carry_out(moves: Sequence[tuple[Path | None, Path]]) -> None:
             os.replace(temp, path)
 
 
-def roll_forward(directory: Path) -> bool:
-    """Finish the change a killed writer's journal lists; whether there was one. The caller
-    holds the exclusive lock, so the journal's writer is gone."""
+def roll_forward(directory: Path) -> None:
+    """Finish the change a killed writer's journal lists, if any. The caller holds the exclusive
+    lock, so the journal's writer is gone."""
     journal = directory / JOURNAL
     raw = read(journal)
     if raw is None:
-        return False
+        return
     moves: list[tuple[Path | None, Path]] = []
     with contextlib.suppress(ValueError, TypeError, KeyError):
         moves = [(None if t is None else Path(t), Path(p)) for t, p in json.loads(raw)["moves"]]
@@ -110,7 +101,6 @@ def roll_forward(directory: Path) -> bool:
         fsync_dir(parent)
     journal.unlink()
     fsync_dir(directory)
-    return True
 
 
 def stage(path: Path, text: str, mtime_ns: int | None = None) -> Path:
@@ -141,9 +131,6 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-# ── what a killed writer leaves behind ────────────────────────────────────────
-
-
 def stale_temps(directory: Path) -> list[Path]:
     """The temp files in `directory` whose writer process is gone, by name."""
     try:
@@ -157,7 +144,7 @@ def stale_temps(directory: Path) -> list[Path]:
     ]
 
 
-def remove_stale(directory: Path) -> int:
+def remove_stale(directory: Path) -> None:
     """Remove `directory`'s temp files of dead writers; the caller holds the exclusive lock.
 
     Every temp file is made by `commit`, which runs only under this lock and renames or removes
@@ -169,22 +156,18 @@ def remove_stale(directory: Path) -> int:
     writer that takes no lock (a program of another version), or just a reused pid, whose stale
     temp then waits for a later open, costing a small file.
     """
-    stale = stale_temps(directory)
-    for temp in stale:
+    for temp in stale_temps(directory):
         temp.unlink(missing_ok=True)
     # No directory fsync: a removal lost to a power cut leaves a stale temp the next open
     # removes again.
-    return len(stale)
 
 
 def _alive(pid: int) -> bool:
     """Whether a process `pid` exists (ours, another user's, or one that reused a dead pid)."""
     try:
         os.kill(pid, 0)  # signal 0: nothing is sent, only whether the process exists
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # none, or past any pid the kernel hands out
         return False
     except PermissionError:
         return True  # it exists, as another user
-    except OverflowError:
-        return False  # past any pid the kernel hands out
     return True

@@ -59,9 +59,12 @@ class DirLock:
     def _flock(self, fd: int, mode: int, deadline: float) -> None:
         """Take the lock, polling (flock has no timeout) a little less often the longer it takes."""
         pause = 0.001
-        while not _try_flock(fd, mode):
-            if time.monotonic() >= deadline:
-                raise self.busy()
+        while True:
+            try:
+                return fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise self.busy() from None
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
 
@@ -70,11 +73,3 @@ class DirLock:
             f"relay state in {self.directory} is locked by another process "
             f"for more than {self.timeout_s:g} s"
         )
-
-
-def _try_flock(fd: int, mode: int) -> bool:
-    try:
-        fcntl.flock(fd, mode | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True

@@ -2,10 +2,12 @@
 
 An existing state dir keeps working: `talaria-relay.json`, `talaria-relay-publisher-<hash>.pem`,
 `talaria-relay-revision` and `talaria-relay-started.json` are read and written as it wrote them,
-and with profile homes each profile's identity is in its home. What it kept in memory (deleted
-outbox, presence leases) and what it never had (runs, claims, forgotten turns) get files beside
-them. Every session holds the sidecar lock `.talaria-relay.lock`, in a worker thread, and writes
-back only the files whose text changed, all of them or none (`relay.store.files.io.commit`).
+and with profile homes each profile's identity is in its home (`<home>/.talaria-relay-profile-id`;
+a home belongs to its user: it may be missing, and it holds other programs' files beside ours).
+What it kept in memory (deleted outbox, presence leases) and what it never had (runs, claims,
+forgotten turns) get files beside them. Every session holds the sidecar lock
+`.talaria-relay.lock`, in a worker thread, and writes back only the files whose text changed, all
+of them or none (`relay.store.files.io.commit`).
 """
 
 from __future__ import annotations
@@ -13,17 +15,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import os
+import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from relay.errors import CorruptStateError, StoreError, StoreUnavailableError
 from relay.store.files import documents as files
-from relay.store.files.homes import HomeIdentities, ProfileHome
 from relay.store.files.io import JOURNAL, Write, commit, read, remove_stale, stale_temps
-from relay.store.files.keys import key_files, key_path, named
 from relay.store.files.lock import DirLock
 from relay.store.rules import documents as docs
 from relay.store.rules.documents import Doc, IdentityTable, StoredRegistration
@@ -31,6 +34,9 @@ from relay.store.rules.documents import Doc, IdentityTable, StoredRegistration
 D = TypeVar("D")
 R = TypeVar("R")
 
+# Publisher keys as before: `key_ref` names them so, 0600; `load_key` reads no other file.
+KEY_FILE = re.compile(r"talaria-relay-publisher-[0-9a-f]{16}\.pem")
+ProfileHome = Callable[[str], Path]
 _PASSING = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EAGAIN, errno.EBUSY}
 # The documents that are one file each, by the rulebook's name.
 _FILES: dict[str, files.Codec[Any]] = {
@@ -48,6 +54,51 @@ _FILES: dict[str, files.Codec[Any]] = {
 _ORDER = (docs.KEYS.name, docs.CONFIG.name, docs.IDENTITIES.name, *_FILES)
 
 
+@dataclass(slots=True)
+class HomeIdentities:
+    """The `Identities` of a JSON store with profile homes, read as asked, written on commit."""
+
+    home: ProfileHome
+    registration: Callable[[], StoredRegistration]
+    # profile -> identity; None: forgotten
+    changed: dict[str, str | None] = field(default_factory=dict)
+
+    def _path(self, profile: str) -> Path:
+        return Path(self.home(profile)) / files.PROFILE_ID
+
+    def get(self, profile: str) -> str | None:
+        if profile in self.changed:
+            return self.changed[profile]
+        if not self.holds(profile):
+            raise StoreError(f"the home of profile {profile!r} is unavailable")
+        return files.PROFILE_ID_DOC.parse(read(self._path(profile)))
+
+    def set(self, profile: str, identity: str) -> None:
+        self.changed[profile] = identity
+
+    def forget(self, profile: str) -> None:
+        self.changed[profile] = None
+
+    def holds(self, profile: str) -> bool:
+        return Path(self.home(profile)).is_dir()
+
+    def known(self) -> Iterable[str]:
+        config = self.registration().read()
+        return list(config.profiles) if config else []
+
+    def writes(self) -> list[Write]:
+        """What to write; a killed writer's temps in each home written go first (the caller
+        holds the exclusive lock)."""
+        for profile, identity in self.changed.items():
+            if identity is not None:
+                remove_stale(self._path(profile).parent)
+        return [
+            Write(self._path(p), None if i is None else files.PROFILE_ID_DOC.dump(i))
+            for p, i in self.changed.items()
+            if i is not None or self.holds(p)  # no home: nothing to forget
+        ]
+
+
 class JsonDocuments:
     """The documents of one state dir (`json:///state-dir`), safe across threads and processes."""
 
@@ -57,19 +108,15 @@ class JsonDocuments:
         self.directory = Path(state_dir).absolute()
         self.profile_home = profile_home
         self.lock = DirLock(self.directory)
+        self.display_url = f"json://{self.directory}"
 
     @classmethod
     async def open(cls, state_dir: Path, profile_home: ProfileHome | None = None) -> JsonDocuments:
         """The state dir, created (0700) when missing, its killed writer's change finished and
         its temps removed."""
         documents = cls(state_dir, profile_home)
-        await documents.run(documents._create_dir)
-        await documents.run(documents._sweep)
+        await documents.run(documents._prepare)
         return documents
-
-    @property
-    def display_url(self) -> str:
-        return f"json://{self.directory}"
 
     async def close(self) -> None:
         """Nothing to release: every session opens and closes its own files."""
@@ -84,22 +131,22 @@ class JsonDocuments:
 
     async def run(self, work: Callable[[], R]) -> R:
         """Run blocking file work in a thread, reporting OS failures as `StoreError`."""
-
-        def guarded() -> R:
-            try:
-                return work()
-            except OSError as exc:
-                # A full or read-only file system passes: it is unavailable, not misconfigured.
-                kind = StoreUnavailableError if exc.errno in _PASSING else StoreError
-                raise kind(f"relay state in {self.directory} is inaccessible: {exc}") from exc
-
-        return await asyncio.to_thread(guarded)
+        try:
+            return await asyncio.to_thread(work)
+        except OSError as exc:
+            # A full or read-only file system passes: it is unavailable, not misconfigured.
+            kind = StoreUnavailableError if exc.errno in _PASSING else StoreError
+            raise kind(f"relay state in {self.directory} is inaccessible: {exc}") from exc
 
     def key_ref(self, key_id: str) -> str:
-        return str(key_path(self.directory, key_id))
+        digest = hashlib.sha256(key_id.encode()).hexdigest()[:16]
+        return str(self.directory / f"talaria-relay-publisher-{digest}.pem")
 
     def key_named(self, ref: str) -> str | None:
-        return named(self.directory, ref)
+        """Only ever a key file inside the store: a legacy config names the key by its absolute
+        path, and its namesake here keeps a moved state dir working."""
+        name = ref.replace("\\", "/").rsplit("/", 1)[-1]
+        return None if KEY_FILE.fullmatch(name) is None else str(self.directory / name)
 
     def registration(self) -> StoredRegistration:
         """The config file; its generation is its mtime (0 for none, or an older version)."""
@@ -114,21 +161,17 @@ class JsonDocuments:
             return StoredRegistration(None, mtime, f"{path}: {error}")
         return StoredRegistration(config, mtime if config else 0)
 
-    def _create_dir(self) -> None:
+    def _prepare(self) -> None:
         try:
             self.directory.mkdir(mode=0o700, parents=True)
+            os.chmod(self.directory, 0o700)  # mkdir's mode went through the umask
         except FileExistsError:
             if not self.directory.is_dir():
                 raise StoreError(f"relay state dir {self.directory} is not a directory") from None
-            return
-        os.chmod(self.directory, 0o700)  # mkdir's mode went through the umask
-
-    def _sweep(self) -> int:
-        """Finish a killed writer's change and remove the temps killed writers left; how many."""
-        if not stale_temps(self.directory) and not (self.directory / JOURNAL).exists():
-            return 0  # the usual case: opening takes no lock
-        with self.lock.locked(exclusive=True):  # which finishes the change
-            return remove_stale(self.directory)
+        # Usually there is nothing to sweep, and opening takes no lock.
+        if stale_temps(self.directory) or (self.directory / JOURNAL).exists():
+            with self.lock.locked(exclusive=True):  # which finishes the change
+                remove_stale(self.directory)
 
 
 class _Session:
@@ -153,11 +196,19 @@ class _Session:
 
     def _load(self, name: str) -> Any:
         if name == docs.CONFIG.name:
-            registration = self._owner.registration()
-            self._before[name] = registration
+            self._before[name] = registration = self._owner.registration()
             return registration
         if name == docs.KEYS.name:
-            keys = key_files(self._dir)
+            # Every key file by its path, never through a link; None for one not text.
+            keys: docs.Keys = {}
+            for path in sorted(self._dir.iterdir()):
+                if KEY_FILE.fullmatch(path.name) is None or path.is_symlink() or not path.is_file():
+                    continue
+                if (raw := read(path)) is not None:
+                    try:
+                        keys[str(path)] = raw.decode("utf-8")
+                    except UnicodeDecodeError:
+                        keys[str(path)] = None
             self._before[name] = dict(keys)
             return keys
         if name == docs.IDENTITIES.name and self._owner.profile_home is not None:
@@ -169,11 +220,7 @@ class _Session:
         return IdentityTable(value) if name == docs.IDENTITIES.name else value
 
     def writes(self) -> list[Write]:
-        out: list[Write] = []
-        for name in _ORDER:
-            if name in self._values:
-                out += self._writes(name, self._values[name])
-        return out
+        return [w for n in _ORDER if n in self._values for w in self._writes(n, self._values[n])]
 
     def _writes(self, name: str, value: Any) -> list[Write]:
         if name == docs.CONFIG.name:

@@ -2,13 +2,12 @@
 
 A call in autocommit (one statement, or one `relay_batch` call) is bounded from the client by
 `statement_timeout`: a server that never answers, or a wait the server does not end, must not hold
-a replica for ever. asyncpg's `timeout=` does that with a timer of its own for every statement (a
-timer handle made, pushed on the loop's heap and cancelled each time): on a one-row read that is a
-tenth of the client's time, and the store's reads fell below 0.7 of raw asyncpg. Here every call
-only notes its deadline; one timer, running only while calls are in flight, looks a few times per
-timeout and cancels the task of a call past its deadline, which asyncpg answers as it does a
-timeout (it asks the server to cancel the statement), so a call ends between 1 and 1.25 times the
-timeout after it began.
+a replica for ever. asyncpg's `timeout=` makes a timer of its own for every statement, a tenth of
+the client's time on a one-row read (docs/query-plans.md). Here every call only notes its
+deadline; one timer, running only while calls are in flight, looks a few times per timeout and
+cancels the task of a call past its deadline, which asyncpg answers as it does a timeout (it asks
+the server to cancel the statement), so a call ends between 1 and 1.25 times the timeout after it
+began.
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ class Deadlines:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> int:
-        """Note the current task's call, due `timeout_s` from now; its token."""
         task = asyncio.current_task()
         assert task is not None
         token = next(self._tokens)
@@ -46,7 +44,6 @@ class Deadlines:
         return token
 
     def expired(self, token: int) -> bool:
-        """Whether the call was cancelled here, past its deadline."""
         return token in self._expired
 
     def end(self, token: int) -> None:

@@ -17,18 +17,15 @@ if TYPE_CHECKING:  # its import costs a tenth of a second (it loads the ORM): on
 WRITE = "relay_write"
 
 
-def sqlite_engine(path: Path, busy_timeout_s: float = BUSY_TIMEOUT_S) -> Engine:
+def sqlite_engine(path: Path) -> Engine:
     """A synchronous engine on one connection made as the store makes its own (`connect`: no
-    implicit transactions, WAL, `synchronous=FULL`), to be used from one thread only.
-
-    A write transaction starts with `BEGIN IMMEDIATE`: a deferred one that reads and then writes
-    fails with "database is locked" at once instead of waiting out the busy timeout.
-    """
+    implicit transactions, WAL, `synchronous=FULL`), to be used from one thread only; a write
+    transaction starts with `BEGIN IMMEDIATE`, as the store's do (`sqlite`)."""
     create_private(path)
     engine = create_engine(
         URL.create("sqlite+pysqlite", database=str(path)),
         poolclass=StaticPool,
-        creator=lambda: connect(path, busy_timeout_s=busy_timeout_s),
+        creator=lambda: connect(path, busy_timeout_s=BUSY_TIMEOUT_S),
     )
 
     @event.listens_for(engine, "begin")

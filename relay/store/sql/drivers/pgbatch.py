@@ -79,7 +79,7 @@ def call_params(steps: Sequence[Step], settings: Mapping[str, str]) -> dict[str,
 def decoded(found: Sequence[Row]) -> list[Row]:
     """The last step's rows, from their JSON objects: values in column order, names dropped
     (two columns may share a name)."""
-    return [json.loads(row[0], object_pairs_hook=_values) for row in found]
+    return [json.loads(r[0], object_pairs_hook=lambda ps: tuple(v for _, v in ps)) for r in found]
 
 
 def unusable(error: BaseException | None) -> bool:
@@ -90,10 +90,6 @@ def unusable(error: BaseException | None) -> bool:
         and getattr(error, "context", None) is None
         and FUNCTION in str(error)
     )
-
-
-def _values(pairs: list[tuple[str, Any]]) -> tuple[Any, ...]:
-    return tuple(value for _, value in pairs)
 
 
 def _text(value: Any) -> str | None:
@@ -109,11 +105,8 @@ def _text(value: Any) -> str | None:
     if isinstance(value, float):
         return float.__repr__(value)
     if isinstance(value, list) and all(type(member) is str for member in value):
-        # A text[] (a listed parameter): an array literal of quoted members, read by its cast.
-        return "{" + ",".join(_quoted(member) for member in value) + "}"
+        # A text[] (a listed parameter): an array literal read by its cast, its members
+        # double-quoted so no comma, brace, space or NULL is special.
+        quoted = ('"' + m.replace("\\", "\\\\").replace('"', '\\"') + '"' for m in value)
+        return "{" + ",".join(quoted) + "}"
     raise _Unsendable(type(value).__name__)
-
-
-def _quoted(member: str) -> str:
-    """An array literal's member: double-quoted, so no comma, brace, space or NULL is special."""
-    return '"' + member.replace("\\", "\\\\").replace('"', '\\"') + '"'

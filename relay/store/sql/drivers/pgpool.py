@@ -1,16 +1,14 @@
 """A pool of asyncpg connections that takes a connection back without awaiting anything.
 
 asyncpg's own `Pool` runs every release as a shielded task, with a reset query (a round trip)
-unless told otherwise. Measured by `talaria-relay bench` on `profile_identity`, the store read at
-0.1 x one bare connection's rate with it, 0.38-0.54 x with the reset skipped, and 0.74-1.22 x
-on this pool. The store needs none of what it does: it sets no session state, and the runner
-terminates a connection that a failed or cancelled body may have left inside a transaction, so
-taking a connection back is a push onto a list.
+unless told otherwise: the store read at a tenth of one bare connection's rate on it
+(docs/performance.md). The store needs none of what it does: it sets no session state, and the
+runner terminates a connection that a failed or cancelled body may have left inside a
+transaction, so taking a connection back is a push onto a list.
 
 A connection lives `max_lifetime_s` at most and waits `max_idle_s` at most unused: asyncpg reads
 a multi-host URL and `target_session_attrs` only when it connects, so only a new connection can
-find a new primary or a new address for a name. `discard_all()` retires every connection at
-once, for when the server behind them turned out to be the wrong one.
+find a new primary or a new address for a name.
 """
 
 from __future__ import annotations
@@ -57,7 +55,6 @@ class Pool:
 
     @property
     def idle(self) -> int:
-        """Connections kept open for the next caller."""
         return len(self._idle)
 
     async def acquire(self) -> Any:
@@ -84,7 +81,7 @@ class Pool:
         try:
             now = self.clock()  # read once per release
             if conn.is_closed():
-                self._forget(conn)
+                self._born.pop(id(conn), None)
             elif conn.is_in_transaction() or self._spent(conn, now):
                 self._retire(conn)
             else:
@@ -100,11 +97,6 @@ class Pool:
         for conn, _ in idle:
             self._retire(conn)
 
-    def prune(self) -> None:
-        """Retire idle connections past their idle time or lifetime."""
-        now = self.clock()
-        self._idle = [(conn, since) for conn, since in self._idle if self._usable(conn, since, now)]
-
     async def close(self) -> None:
         """Refuse new calls, wait for the connections in use to come back, then close all."""
         self._closed = True
@@ -117,7 +109,7 @@ class Pool:
                 taken += 1
             idle, self._idle = self._idle, []
             for conn, _ in idle:
-                self._forget(conn)
+                self._born.pop(id(conn), None)
                 try:
                     await conn.close()
                 except Exception:
@@ -136,7 +128,7 @@ class Pool:
     def _usable(self, conn: Any, since: float, now: float) -> bool:
         """Whether `conn`, idle since `since`, may serve again; one that may not is dropped."""
         if conn.is_closed():
-            self._forget(conn)
+            self._born.pop(id(conn), None)
         elif self._spent(conn, now) or now - since >= self.max_idle_s:
             self._retire(conn)
         else:
@@ -149,28 +141,26 @@ class Pool:
 
     def _retire(self, conn: Any) -> None:
         # An idle connection has no transaction to lose: the server just sees it go.
-        self._forget(conn)
-        conn.terminate()
-
-    def _forget(self, conn: Any) -> None:
         self._born.pop(id(conn), None)
+        conn.terminate()
 
     def _schedule(self) -> None:
         """Prune again when the first idle connection's time is up (no timer without limits)."""
         if self._timer is not None or self._closed or not self._idle:
             return
         now = self.clock()
-        idle_ends = (since + self.max_idle_s for _, since in self._idle)
-        lives_end = (
-            self._born.get(id(c), (now, 0))[0] + self.max_lifetime_s for c, _ in self._idle
+        due = min(
+            min(since + self.max_idle_s, self._born.get(id(c), (now, 0))[0] + self.max_lifetime_s)
+            for c, since in self._idle
         )
-        due = min(*idle_ends, *lives_end)
         if math.isinf(due):
             return
 
         def fire() -> None:
+            # Retire the idle connections past their idle time or lifetime.
             self._timer = None
-            self.prune()
+            now = self.clock()
+            self._idle = [(c, since) for c, since in self._idle if self._usable(c, since, now)]
             self._schedule()
 
         # A millisecond late, so the prune finds the connection's time up, not a hair short.

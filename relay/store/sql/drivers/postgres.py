@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -29,7 +31,7 @@ from relay.store.budget import PARAMETERS as BUDGET_PARAMETERS
 from relay.store.budget import Budget, budget
 from relay.store.hosts import dsn
 from relay.store.sql.dialect import POSTGRES, Compiled, Row
-from relay.store.sql.drivers import keepalive, pgbatch, sqlstate
+from relay.store.sql.drivers import pgbatch, sqlstate
 from relay.store.sql.drivers.deadlines import Deadlines
 from relay.store.sql.drivers.pgpool import Pool
 from relay.store.sql.drivers.runner import NO_PARAMS, Body, Stats, Step, Tx, run_steps
@@ -77,6 +79,35 @@ class PostgresTx:
         await self.conn.executemany(q.sql, [q.args(row) for row in rows], timeout=self.timeout)
 
 
+def keepalive(wait_s: float) -> list[tuple[int, int, int]]:
+    """The (level, option, value) triples of TCP keepalive and a user timeout, those this
+    platform has: a silent network is an error.
+
+    A connection whose packets are dropped (a firewall change, a NAT or load balancer that forgot
+    it, a partition) closes nothing: without keepalive an idle connection looks usable for hours
+    and a statement sent on it waits for ever. asyncpg sets neither option and takes no libpq
+    `keepalives*` parameters, so they are set on its socket once it connects: keepalive probes
+    find an idle connection dead, and `TCP_USER_TIMEOUT` (Linux) ends one whose sent data goes
+    unacked, each within about `wait_s` (the store's bounded wait).
+    """
+    # Probes after the connection has been idle a third of the wait, then every sixth: the third
+    # unanswered probe ends it, so a dead idle connection is found within about the wait.
+    idle = max(1, math.floor(wait_s / 3))
+    interval = max(1, math.floor(wait_s / 6))
+    wanted = [
+        (socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+        (socket.IPPROTO_TCP, "TCP_KEEPIDLE", idle),
+        (socket.IPPROTO_TCP, "TCP_KEEPINTVL", interval),
+        (socket.IPPROTO_TCP, "TCP_KEEPCNT", 3),
+        (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", max(1000, math.floor(wait_s * 1000))),
+    ]
+    return [
+        (level, getattr(socket, name), value)
+        for level, name, value in wanted
+        if hasattr(socket, name)
+    ]
+
+
 def connect_options(url: URL) -> dict[str, Any]:
     """asyncpg's arguments for a store URL; libpq parameters it knows pass through its DSN."""
     skipped = (*BUDGET_PARAMETERS, "host", "port")  # the hosts go in the DSN's netloc
@@ -111,9 +142,9 @@ class PostgresRunner:
         self._display = display
         self._password = password
         self.pool: Pool | None = None  # from `open` until `close`
-        # Until a call says the function is missing or not ours to run: then, for this
-        # runner's life, batches are transactions of their statements.
-        self._batch_calls = True
+        # Whether batches go to `relay_batch` (one round trip): until a call says the function is
+        # missing or not ours to run; then, for this runner's life, they are transactions.
+        self.batch_calls = True
         # The longest wait for the server (`bound_waits`): to connect, and how soon keepalive
         # and TCP_USER_TIMEOUT find a silent connection dead (`keepalive`).
         self._wait_s = CONNECT_TIMEOUT_S
@@ -146,9 +177,16 @@ class PostgresRunner:
         return runner
 
     async def _connect(self, options: dict[str, Any]) -> Any:
-        """A new connection, within the bounded wait, with keepalive on its socket."""
+        """A new connection, within the bounded wait, with `keepalive` on its socket if TCP (a
+        Unix socket has neither and needs none)."""
         conn = await asyncpg.connect(**options | {"timeout": min(options["timeout"], self._wait_s)})
-        keepalive.apply(conn, self._wait_s)
+        transport = getattr(conn, "_transport", None)  # asyncpg keeps its transport there
+        sock = None if transport is None else transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            for level, option, value in keepalive(self._wait_s):
+                # A platform that refuses one option keeps the others.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(level, option, value)
         return conn
 
     def bound_waits(self, seconds: float) -> None:
@@ -163,22 +201,24 @@ class PostgresRunner:
     async def read(self, body: Body[T]) -> T:
         return await self._run(body, transaction=False)
 
-    @property
-    def batch_calls(self) -> bool:
-        """Whether batches go to `relay_batch` (one round trip) rather than a transaction."""
-        return self._batch_calls
-
     async def batch(self, steps: Sequence[Step]) -> list[Row]:
-        params = pgbatch.call_params(steps, self._batch_settings) if self._batch_calls else None
+        params = pgbatch.call_params(steps, self._batch_settings) if self.batch_calls else None
         if params is not None:
+
+            async def call(tx: Tx) -> list[Row]:
+                # Counted as the statements it runs, as a transaction of them would be.
+                self.stats.statements += len(steps) - 1
+                return pgbatch.decoded(await tx.rows(pgbatch.CALL, params))
+
+            self.stats.writes += 1
             try:
-                return await self._call_batch(len(steps), params)
+                return await self._run(call, transaction=False)
             except StoreError as error:
                 if not pgbatch.unusable(error.__cause__):
                     raise
                 # Nothing ran: the call was refused before its first step.
-                if self._batch_calls:  # said once, by whichever call found it first
-                    self._batch_calls = False
+                if self.batch_calls:  # said once, by whichever call found it first
+                    self.batch_calls = False
                     logger.warning(
                         "%s; until a restart its write batches run statement by statement "
                         "(run `talaria-relay migrate`, and what `talaria-relay grants ROLE` "
@@ -186,16 +226,6 @@ class PostgresRunner:
                         error,
                     )
         return await self.write(lambda tx: run_steps(tx, steps))
-
-    async def _call_batch(self, steps: int, params: Mapping[str, Any]) -> list[Row]:
-        self.stats.writes += 1
-
-        async def body(tx: Tx) -> list[Row]:
-            # Counted as the statements it runs, as a transaction of them would be.
-            self.stats.statements += steps - 1
-            return pgbatch.decoded(await tx.rows(pgbatch.CALL, params))
-
-        return await self._run(body, transaction=False)
 
     async def write(self, body: Body[T], *, single: bool = False, durable: bool = True) -> T:
         # Every commit is durable here: asynchronous commit would need a SET LOCAL, and with it
@@ -236,15 +266,20 @@ class PostgresRunner:
             # for the cancel before its next statement. Mid-transaction it goes all the same.
             timed_out = isinstance(error, TimeoutError)
             driver = isinstance(error, _DRIVER_ERRORS) and not timed_out
-            _discard_unless_clean(conn, error, broken=driver)
-            state = _state(error)
             lost = driver and isinstance(error, _LOST)
-            if lost or (state and sqlstate.drops_connection(state)):
-                # The server behind this connection is read-only, leaving or gone: so is it
-                # behind the others (a restart ends them all), which a new connection (with a
-                # multi-host URL, to the new primary) avoids.
-                with contextlib.suppress(asyncpg.InterfaceError):  # the server closed it
+            state = _state(error)
+            # A server read-only, leaving or gone is so behind every connection (a restart ends
+            # them all): new ones (with a multi-host URL, to the new primary) avoid it.
+            drop = lost or bool(state and sqlstate.drops_connection(state))
+            # One that may hold our locks (cancelled mid-statement, or broken) never goes back;
+            # a failed autocommit statement, or a body raising after its rollback, leaves it clean.
+            dirty = not isinstance(error, Exception) or (
+                driver and not isinstance(error, asyncpg.PostgresError)
+            )
+            with contextlib.suppress(asyncpg.InterfaceError):  # the server closed it under us
+                if drop or dirty or conn.is_in_transaction():
                     conn.terminate()
+            if drop:
                 pool.discard_all()
             if driver or timed_out:
                 raise self.translated(error, lost=lost) from error
@@ -302,16 +337,3 @@ def _first(error: BaseException) -> BaseException:
 
 def _state(error: BaseException) -> str:
     return str(getattr(_first(error), "sqlstate", "") or "")
-
-
-def _discard_unless_clean(conn: Any, error: BaseException, *, broken: bool) -> None:
-    """Terminate a connection that may still hold our locks (cancelled mid-statement, or
-    broken), so it never goes back to the pool; a statement that failed in autocommit, or a body
-    that raised after its transaction rolled back, leaves a clean connection."""
-    dirty = not isinstance(error, Exception) or (
-        broken and not isinstance(error, asyncpg.PostgresError)
-    )
-    # InterfaceError: the server closed it under us, and the pool has already taken it back.
-    with contextlib.suppress(asyncpg.InterfaceError):
-        if dirty or conn.is_in_transaction():
-            conn.terminate()

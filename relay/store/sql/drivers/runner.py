@@ -24,11 +24,9 @@ class Tx(Protocol):
 
     async def run(self, q: Compiled, params: Mapping[str, Any] = NO_PARAMS) -> int:
         """Execute; the number of rows it changed."""
-        ...
 
     async def many(self, q: Compiled, rows: Sequence[Mapping[str, Any]]) -> None:
         """Execute once per parameter set, as one batch."""
-        ...
 
 
 Body = Callable[[Tx], Coroutine[Any, Any, T]]
@@ -57,7 +55,6 @@ class Runner(Protocol):
 
     async def read(self, body: Body[T]) -> T:
         """Run a body of reads in autocommit: each statement sees its own snapshot."""
-        ...
 
     async def write(self, body: Body[T], *, single: bool = False, durable: bool = True) -> T:
         """Run `body` as one write transaction; `single` marks a body of one statement.
@@ -65,16 +62,13 @@ class Runner(Protocol):
         `durable=False`: a commit that a power cut (never a crash of the process) may undo, for
         a write whose loss costs only time; SQLite then commits without an fsync.
         """
-        ...
 
     async def batch(self, steps: Sequence[Step]) -> list[Row]:
         """Run straight-line `steps` (none waits on an earlier one's answer) as one write
         transaction; the rows of the last step."""
-        ...
 
     def bound_waits(self, seconds: float) -> None:
         """Wait `seconds` at most for a server (a runner without one has nothing to bound)."""
-        ...
 
     async def close(self) -> None: ...
 

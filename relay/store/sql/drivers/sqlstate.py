@@ -56,22 +56,15 @@ def drops_connection(state: str) -> bool:
     return state.startswith(_DROP_CLASSES) or state in _DROP_CODES
 
 
-def described(state: str, text: str) -> str:
-    """The server's message, led by the cause in a few words where the code says more."""
-    cause = _CAUSES.get(state)
-    return f"{cause}: {text}" if cause else text
-
-
 def explained(error: BaseException, state: str, text: str) -> str:
     """The driver's message, led by what its SQLSTATE says, or by why no server answered."""
     if state:
-        return described(state, text)
+        return f"{_CAUSES[state]}: {text}" if state in _CAUSES else text
     return nothing_listening(error) or unknown_host(error) or text
 
 
 def store_error(display: str, text: str, *, failed: bool = False) -> StoreError:
-    """The store's error, naming it: a request that failed, or a store that cannot take the
-    work now (unavailable: retried after a backoff)."""
+    """The store's error, naming it: a request that failed, or a store unavailable for now."""
     if failed:
         return StoreError(f"relay store {display} failed: {text}")
     return StoreUnavailableError(f"relay store {display} is unavailable: {text}")
