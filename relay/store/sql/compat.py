@@ -35,21 +35,19 @@ EXPAND, CONTRACT = "expand", "contract"
 
 # The first revision that has `relay_compat`; a database below it records no compatibility.
 COMPAT_SINCE = "0007"
-
-# The table as every release reads it (a newer release may add columns; they are not read).
-compat_table = schema.compat
-
-
-def order(revision: str | None) -> int | None:
-    """A revision's place in the chain (our revisions are numbered); None for no revision or a
-    revision this code cannot place."""
-    return int(revision) if revision is not None and revision.isdigit() else None
+# A newer release may add columns to `relay_compat`: every release reads only `schema.compat`'s.
 
 
 def later(revision: str, than: str) -> bool:
     """Whether `revision` comes after `than` in the chain (a revision no number places: yes)."""
-    place, other = order(revision), order(than)
-    return place is None or other is None or place > other
+    if not (revision.isdigit() and than.isdigit()):
+        return True
+    return int(revision) > int(than)
+
+
+def reached(revision: str | None, since: str) -> bool:
+    """Whether a database at `revision` has what migration `since` added."""
+    return revision is not None and not later(since, revision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +112,6 @@ class Standing:
         return needed
 
     def error(self, target: StoreTarget) -> SchemaError:
-        """Why a store of this code does not open the database of `target`."""
         if self.ahead:
             return SchemaError(
                 f"the relay database is at revision {self.current}, newer than this code "
@@ -164,18 +161,12 @@ def oldest_head(scripts: ScriptDirectory, revision: str) -> str:
     raise SchemaError(f"no migration {revision} in this code's scripts")
 
 
-def pending(scripts: ScriptDirectory, current: str | None, target: str) -> list[Script]:
-    """The migrations an upgrade from `current` to `target` applies, oldest first."""
-    found = list(scripts.iterate_revisions(target, current or "base"))
-    return [script for script in reversed(found) if script is not None]
-
-
 def record(scripts: ScriptDirectory, revision: str, *, upgraded: bool) -> list[Executable]:
     """The statements that write the compatibility record of a database now at `revision`: who
     may use it, and (after an upgrade) the release that migrated it."""
     return [
-        delete(compat_table),
-        insert(compat_table).values(
+        delete(schema.compat),
+        insert(schema.compat).values(
             id=1,
             oldest_head=oldest_head(scripts, revision),
             migrated_by=__version__ if upgraded else None,
@@ -194,7 +185,7 @@ async def schema_standing(runner: Runner) -> Standing:
     The revision is in `relay_alembic_version`, else (a database below 0010) in `alembic_version`
     when the relay's is there; never anyone else's revision (`relay.store.sql.version_table`)."""
     d = runner.dialect
-    names = (version_table.NAME, version_table.SHARED, version_table.MARKER, compat_table.name)
+    names = (version_table.NAME, version_table.SHARED, version_table.MARKER, schema.compat.name)
     present = d.compile(
         select(*(func.to_regclass(name).is_not(None) for name in names))
         if d.postgres
@@ -204,9 +195,8 @@ async def schema_standing(runner: Runner) -> Standing:
     )
     own = d.compile(select(version_table.table.c.version_num))
     shared = d.compile(select(version_table.shared.c.version_num))
-    record = d.compile(
-        select(compat_table.c.oldest_head, compat_table.c.migrated_by).where(compat_table.c.id == 1)
-    )
+    c = schema.compat.c
+    record = d.compile(select(c.oldest_head, c.migrated_by).where(c.id == 1))
 
     async def body(tx: Tx) -> Standing:
         tables = await first(tx, present)

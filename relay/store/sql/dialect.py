@@ -139,13 +139,9 @@ class Dialect:
 
 
 def closed_below(column: Any) -> ColumnElement[bool]:
-    """`column >= ` the least BIGINT: always true, and there to close a range below.
-
-    A bound the planner cannot see (a subquery, `greatest()` of one) makes `column < bound` read
-    as a third of the rows, a full scan's worth, whatever the statistics; with a bound below it
-    the two read as one range, estimated at 0.5% (Postgres' DEFAULT_RANGE_INEQ_SEL), and the
-    index range is the plan, with statistics or right after a bulk load without any.
-    """
+    """`column >= ` the least BIGINT: always true, it closes a range below, so `column < bound`
+    of a bound the planner cannot see reads as an index range, not a third of the rows (a full
+    scan's worth), with or without statistics (docs/query-plans.md)."""
     return column >= literal(-(2**63), BigInteger)  # type: ignore[no-any-return]
 
 

@@ -2,9 +2,9 @@
 that rides on `keep_alive`'s transaction, the row that rides on `pass_write`'s batch, a read.
 
 Only the columns this code knows are read or written: a newer release's extra columns are left
-alone. A database below 0007 has no `relay_fleet`: the backend then records nothing
-(`has_fleet`). One below 0009 has no `clock_offset_ms` and `passes`: the statements for it
-(`ring=False`) write and read the row without them (`has_ring`).
+alone. A database below 0007 has no `relay_fleet`: the backend then records nothing. One below
+0009 has no `clock_offset_ms` and `passes`: the statements for it (`ring=False`) write and read
+the row without them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from sqlalchemy import delete, select, update
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.store.fleet import BEFORE_RING, FIELDS, FORGET_MS, FleetMember
 from relay.store.sql import schema as t
-from relay.store.sql.compat import COMPAT_SINCE, later
 from relay.store.sql.dialect import Dialect, Row, bind
 from relay.store.sql.drivers.runner import Runner, Tx
 
@@ -25,8 +24,7 @@ RING_SINCE = "0009"
 
 
 class Statements:
-    """The fleet's statements, compiled once for a dialect by `statements(d)`; with `ring`, the
-    columns 0009 added too."""
+    """Compiled once per dialect by `statements(d)`; with `ring`, on the columns 0009 added too."""
 
     def __init__(self, d: Dialect, ring: bool = True) -> None:
         f = t.fleet.c
@@ -48,16 +46,6 @@ class Statements:
 
 
 statements = functools.cache(Statements)
-
-
-def has_fleet(revision: str | None) -> bool:
-    """Whether a database at `revision` has `relay_fleet` (0007 on)."""
-    return revision is not None and not later(COMPAT_SINCE, revision)
-
-
-def has_ring(revision: str | None) -> bool:
-    """Whether a database at `revision` has the fleet's clock offset and passes (0009 on)."""
-    return revision is not None and not later(RING_SINCE, revision)
 
 
 def values(member: FleetMember, ring: bool = True) -> dict[str, object]:

@@ -135,38 +135,33 @@ def upgrade_locked(
     if Standing(current, head=head_revision()).ahead:
         return current
     scripts = ScriptDirectory.from_config(config)
-    steps = compat.pending(scripts, current, known(scripts, revision))
-    contracts = [step.revision for step in steps if compat.kind(step) == compat.CONTRACT]
+    # The migrations this upgrade applies, oldest first (walked from the target down).
+    steps = reversed(list(scripts.iterate_revisions(known(scripts, revision), current or "base")))
+    contracts = [s.revision for s in steps if s is not None and compat.kind(s) == compat.CONTRACT]
     if contracts and not force:
         refuse_breaking(connection, contracts[-1])
     command.upgrade(config, revision)
     return current
 
 
-# The fleet guard: a contract migration is refused while live replicas of older code would break.
-def breaking(connection: Connection, contract: str, now_ms: int | None = None) -> list[str]:
-    """The live replicas whose code a database at `contract` (a contract migration) no longer
-    takes: those built for an older schema head. A database without the fleet lists none."""
+def refuse_breaking(connection: Connection, contract: str) -> None:
+    """The fleet guard: `SchemaError` naming every live replica whose code a database at
+    `contract` (a contract migration) no longer takes, those built for an older schema head."""
     if not inspect(connection).has_table(schema.fleet.name):
-        return []
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+        return
+    now = int(time.time() * 1000)
     f = schema.fleet.c
     rows = connection.execute(
         select(f.owner, f.version, f.schema_head, f.host, f.pid, f.seen_at)
         .where(f.live_until > now)
         .order_by(f.owner)
     ).all()
-    return [
+    found = [
         f"{owner} (talaria-relay {version}, schema head {head}, pid {pid} on {host}, "
         f"seen {max(0, now - seen) / 1000:.0f} s ago)"
         for owner, version, head, host, pid, seen in rows
         if later(contract, head)
     ]
-
-
-def refuse_breaking(connection: Connection, contract: str) -> None:
-    """`SchemaError` naming every live replica a contract migration to `contract` would break."""
-    found = breaking(connection, contract)
     if found:
         raise SchemaError(
             f"migration {contract} is a contract one: code of an older schema head stops "

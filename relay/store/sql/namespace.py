@@ -10,9 +10,6 @@ from sqlalchemy.exc import DBAPIError
 
 from relay.errors import SchemaError
 
-# SQLSTATE 42501: the role lacks the privilege (here CREATE on the database).
-INSUFFICIENT_PRIVILEGE = "42501"
-
 
 def create_sql(name: str) -> str:
     """The statement that makes the schema (`name` is a checked plain identifier)."""
@@ -30,7 +27,10 @@ def ensure(connection: Connection, name: str | None) -> None:
         with connection.begin_nested():
             connection.execute(text(create_sql(name)))
     except DBAPIError as exc:
-        if _sqlstate(exc) != INSUFFICIENT_PRIVILEGE:
+        original = exc.orig
+        state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
+        state = state or getattr(getattr(original, "__cause__", None), "sqlstate", None)
+        if str(state) != "42501":  # insufficient_privilege: here CREATE on the database
             raise
         who = connection.execute(text("SELECT current_user, current_database()")).one()
         raise SchemaError(
@@ -38,10 +38,3 @@ def ensure(connection: Connection, name: str | None) -> None:
             f'have the database owner run `CREATE SCHEMA {name} AUTHORIZATION "{who[0]}"` (or '
             f'`GRANT CREATE ON DATABASE "{who[1]}" TO "{who[0]}"`), then migrate again'
         ) from exc
-
-
-def _sqlstate(exc: DBAPIError) -> str | None:
-    original = exc.orig
-    code = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
-    cause = getattr(original, "__cause__", None)
-    return str(code or getattr(cause, "sqlstate", "") or "") or None

@@ -56,27 +56,15 @@ def _tagged(tag: str, name: Any = None, text: Any = None, number: Any = None) ->
     )
 
 
-def _clock(d: Dialect) -> list[Any]:
-    """Postgres: the server's clock in Unix ms, as the statement started (`statement_timestamp()`:
-    not `now()`, the transaction's start, nor `clock_timestamp()`, which moves during it). The
-    replicas' one time base. SQLite lives on this host: its clock is this host's."""
-    if not d.postgres:
-        return []
-    epoch = extract("epoch", func.statement_timestamp())
-    return [_tagged("clock", number=cast(func.floor(epoch * 1000), BigInteger))]
-
-
 class Statements:
-    """The statements, compiled once for a dialect by `statements(d)`; with `taken`, the owned
-    rows with `taken_from`."""
+    """Compiled once per dialect by `statements(d)`; with `taken`, owned rows have `taken_from`."""
 
     def __init__(self, d: Dialect, taken: bool = True) -> None:
         c, i, p = t.config.c, t.identities.c, t.presence.c
         scopes, s, r = t.started_scopes.c, t.started.c, t.runs.c
         owner, now = bind(r.owner), bind(r.lease_until, "now")
-        # "Is there a row": a scalar subquery of one row, not EXISTS, which Postgres may plan as a
-        # hashed subplan or a first-row search by sequential scan (each reads the whole table when
-        # no row matches); a LIMIT 1 subquery reads the index range the claim itself would.
+        # "Is there a row" as a LIMIT 1 subquery, not EXISTS (docs/query-plans.md): it reads the
+        # index range the claim itself would.
         unsent = (
             select(literal(1))
             .where(
@@ -94,6 +82,11 @@ class Statements:
             .scalar_subquery()
             .is_not(None)
         )
+        # Postgres: the server's clock in Unix ms, as the statement started (not `now()`, the
+        # transaction's start, nor `clock_timestamp()`, which moves during it): the replicas'
+        # one time base. SQLite lives on this host: its clock is this host's.
+        epoch = extract("epoch", func.statement_timestamp())
+        clock = _tagged("clock", number=cast(func.floor(epoch * 1000), BigInteger))
         view = union_all(
             _tagged("generation", number=c.generation).where(c.version == CONFIG_VERSION),
             _tagged("identity", i.profile, i.identity),
@@ -102,7 +95,7 @@ class Statements:
             .group_by(p.profile),
             _tagged("scope", scopes.profile_id, number=case((unsent, 1), else_=0)),
             _tagged("deleted").where(deleted),
-            *_clock(d),
+            *([clock] if d.postgres else []),
         )
         floor, cap = t.revision.c.floor, literal(MAX_SAFE_INTEGER, BigInteger)
         owned = select(func.count().label("n")).select_from(t.runs).where(r.owner == owner)
@@ -163,10 +156,12 @@ async def pass_view(db: Runner, query: ViewQuery) -> ViewReading:
     return reading
 
 
-def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True, taken: bool = True) -> list[Step]:
-    """A pass's write as straight-line statements: the run sync, the allocation, the rows (the
-    fleet row without the columns 0009 added unless `ring`, the runs without the column 0011
-    added unless `taken`)."""
+async def pass_write(
+    db: Runner, sync: RunSync, *, ring: bool = True, taken: bool = True
+) -> tuple[list[RunState], int] | None:
+    """The run sync, the allocation, the rows, as one batch (the fleet row without the columns
+    0009 added unless `ring`, the runs without the column 0011 added unless `taken`)."""
+    d = db.dialect
     q, p = run_sql.statements(d, taken), statements(d, taken)
     owner, now_ms, until = sync.owner, sync.now_ms, sync.until
     mine = {"owner": owner, "now": now_ms, "until": until}
@@ -185,13 +180,7 @@ def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True, taken: bool = T
     ]
     if sync.member is not None:
         steps.append((fleet.statements(d, ring).upsert, fleet.values(sync.member, ring)))
-    return [*steps, (p.allocate, {"owner": owner, "now": now_ms}), (p.owned, {"owner": owner})]
-
-
-async def pass_write(
-    db: Runner, sync: RunSync, *, ring: bool = True, taken: bool = True
-) -> tuple[list[RunState], int] | None:
-    steps = write_steps(db.dialect, sync, ring=ring, taken=taken)
+    steps += [(p.allocate, {"owner": owner, "now": now_ms}), (p.owned, {"owner": owner})]
     try:
         rows = await db.batch(steps)
     except StoreError as error:

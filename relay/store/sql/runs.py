@@ -1,7 +1,7 @@
 """Run state on SQL: one row per session, its newest turn, owned by the replica hosting it.
 
 With `relay_turns`, the pruned sessions' newest turns, and from 0011 on `taken_from` (below it
-the statements leave the column out: `has_taken_from`); `schema.py` says what each is for.
+the statements leave the column out); `schema.py` says what each is for.
 
 On Postgres every write of this aggregate takes one transaction-scoped advisory lock first: a
 pass's sync locks many rows in an order no index gives, and two replicas taking over each
@@ -33,7 +33,6 @@ from relay.store.backend import Claim
 from relay.store.records import RunState
 from relay.store.sql import fleet as fleet_sql
 from relay.store.sql import schema as t
-from relay.store.sql.compat import later
 from relay.store.sql.dialect import Dialect, bind, closed_below
 from relay.store.sql.drivers.runner import Runner, Step, Tx
 
@@ -45,14 +44,8 @@ TURN = ("session_id", "stream_id", "profile", "title", "phase", "started_at", "u
 TAKEN_FROM_SINCE = "0011"
 
 
-def has_taken_from(revision: str | None) -> bool:
-    """Whether a database at `revision` records whom a run row was taken from (0011 on)."""
-    return revision is not None and not later(TAKEN_FROM_SINCE, revision)
-
-
 class Statements:
-    """The statements, compiled once for a dialect by `statements(d)`; with `taken`, on the
-    column 0011 added too."""
+    """Compiled once per dialect by `statements(d)`; with `taken`, on the column 0011 added too."""
 
     def __init__(self, d: Dialect, taken: bool = True) -> None:
         r = t.runs.c
@@ -99,8 +92,6 @@ class Statements:
             where=or_(newer_turn, and_(same_turn, not_(terminal)), *taken_back),
         )
         cutoff = bind(r.updated_at, "cutoff")
-        # Closed below, so the planner reads an index range, not a third of the rows
-        # (`closed_below`).
         pruned = and_(terminal, closed_below(r.updated_at), r.updated_at < cutoff)
         remember = d.insert(t.turns).from_select(
             ["session_id", "started_at", "stream_id", "forgotten_at"],

@@ -16,13 +16,10 @@ from collections.abc import Iterable
 from sqlalchemy import Column, Connection, MetaData, PrimaryKeyConstraint, String, Table, inspect
 
 NAME = "relay_alembic_version"
-"""The relay's version table."""
+# Alembic's default version table: the host's, which the relay wrote before 0010.
 SHARED = "alembic_version"
-"""Alembic's default version table: the host's, which the relay wrote before 0010."""
-MOVED_AT = "0010"
-"""The first revision recorded in `NAME`."""
-LEGACY = tuple(f"{n:04d}" for n in range(1, int(MOVED_AT)))
-"""The relay revisions that recorded themselves in `SHARED`."""
+# The relay revisions that recorded themselves in `SHARED`: 0001 to 0009.
+LEGACY = tuple(f"{n:04d}" for n in range(1, 10))
 # Created by 0001 and kept since: a legacy-looking revision without it is not the relay's.
 MARKER = "relay_config"
 
