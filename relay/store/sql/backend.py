@@ -1,10 +1,5 @@
-"""`SqlBackend`: the store's `Backend` on SQLite or Postgres, one runner under every hook.
-
-Each hook is one function of its aggregate's module (`registration`, `revisions`, `ledger`,
-`outbox`, `presence`, `runs`, `passes`, `transfer`), called with the runner and the request: the
-class is a table of them (`hook`), so a new hook is one line here and its function there.
-`Store(await SqlBackend.open(target))` is a SQL store; `relay.store.open_store` makes one by URL.
-"""
+"""`SqlBackend`: the store's `Backend` on SQLite or Postgres, a table of hooks (`hook`), each one
+function of its aggregate's module called with the backend's runner (docs/design.md)."""
 
 from __future__ import annotations
 

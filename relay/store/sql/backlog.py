@@ -18,8 +18,6 @@ from relay.store.sql.drivers.runner import Runner, Tx
 
 
 class Statements:
-    """The three counts, compiled once for a dialect by `statements(d)`."""
-
     def __init__(self, d: Dialect) -> None:
         s, e, o = t.started_scopes, t.started, t.deleted
         unsent_of_scope = and_(e.c.profile_id == s.c.profile_id, e.c.sent == false())

@@ -97,10 +97,8 @@ class Dialect:
 
     def listed(self, name: str) -> TableValuedAlias:
         """The text values of list parameter `name` as a table: `value`, and `rank` (its place).
-
         A statement compiled once cannot take `IN (:a, :b, …)` of any length, so the list is one
-        parameter: a text[] that Postgres unnests, a JSON array that SQLite's json_each reads.
-        """
+        parameter: a text[] that Postgres unnests, a JSON array that SQLite's json_each reads."""
         if self.postgres:
             values = func.unnest(bindparam(name, type_=postgresql.ARRAY(Text)))
             return values.table_valued("value", with_ordinality="rank").render_derived("listed")

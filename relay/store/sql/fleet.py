@@ -66,7 +66,6 @@ async def record_member(db: Runner, member: FleetMember, *, ring: bool = True) -
 
 async def members(db: Runner, *, ring: bool = True) -> list[FleetMember]:
     q = statements(db.dialect, ring).members
-
     return [member(row) for row in await db.read(lambda tx: tx.rows(q))]
 
 

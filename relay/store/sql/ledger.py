@@ -151,7 +151,6 @@ async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]
 
 async def started_ledger(db: Runner) -> list[StartedScope]:
     q = statements(db.dialect).ledger
-
     floors: dict[str, int] = {}
     entries: dict[str, list[StartedEntry]] = {}
     for row in await db.read(lambda tx: tx.rows(q)):

@@ -97,7 +97,6 @@ async def enqueue_deleted(db: Runner, deletion: Deletion) -> DeletedView:
 async def bind_deleted(db: Runner, binding: Binding) -> int:
     q = statements(db.dialect).bind
     params = {"profile": binding.profile} | bound(binding.identity, binding.scope)
-
     return await db.write(lambda tx: tx.run(q, params), single=True)
 
 
@@ -114,5 +113,4 @@ async def claim_deleted(db: Runner, claim: Claim) -> list[DeletedView]:
 
 async def ack_deleted(db: Runner, view_id: str, through: int) -> bool:
     step = ack_step(db.dialect, view_id, through)
-
     return bool(await db.write(lambda tx: tx.run(*step), single=True))

@@ -6,10 +6,11 @@ the profiles with an active presence lease, each tracked scope with whether it h
 entry the owner would claim (an index range of that scope's unsent entries), and whether the
 outbox holds an entry the owner would claim. On Postgres it is one round trip in autocommit.
 
-The write is the run sync's statements (`runs`), then the revision allocation for the rows the
-owner now has, then those rows with the counter: no statement waits on an earlier one's answer,
-so a runner may send them all at once (`Runner.batch`). Past 2^53-1 the whole transaction
-rolls back, as the contract says (`past_the_cap`).
+The write (`pass_write`) is the run sync's statements (`runs`), then the revision allocation for
+the rows the owner now has, then those rows with the counter: no statement waits on an earlier
+one's answer, so a runner may send them all at once (`Runner.batch`). Past 2^53-1 the whole
+transaction rolls back, as the contract says (`past_the_cap`); the fleet row goes without the
+columns 0009 added unless `ring`, the runs without the column 0011 added unless `taken`.
 """
 
 from __future__ import annotations
@@ -159,8 +160,6 @@ async def pass_view(db: Runner, query: ViewQuery) -> ViewReading:
 async def pass_write(
     db: Runner, sync: RunSync, *, ring: bool = True, taken: bool = True
 ) -> tuple[list[RunState], int] | None:
-    """The run sync, the allocation, the rows, as one batch (the fleet row without the columns
-    0009 added unless `ring`, the runs without the column 0011 added unless `taken`)."""
     d = db.dialect
     q, p = run_sql.statements(d, taken), statements(d, taken)
     owner, now_ms, until = sync.owner, sync.now_ms, sync.until

@@ -228,6 +228,5 @@ async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
 
 async def run_states(db: Runner, *, taken: bool = True) -> list[RunState]:
     q = statements(db.dialect, taken).all
-
     # A row, in table order, is a record's fields.
     return [RunState(*row) for row in await db.read(lambda tx: tx.rows(q))]

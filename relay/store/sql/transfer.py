@@ -92,21 +92,17 @@ async def merge_state(db: Runner, batch: StateBatch) -> None:
         if entries:
             await tx.many(q.entry, entries)
         for entry in batch.deleted:
-            await _merge_deleted(tx, q, columns(entry))
+            incoming = columns(entry)
+            existing = await first(tx, q.deleted, incoming)
+            if existing is None:
+                await tx.run(q.insert_deleted, incoming)
+                continue
+            changes = {**incoming, "through": max(existing[0], incoming["through"])}
+            # The entry already queued for this session keeps its id and any binding it has.
+            if existing[2] is not None or incoming["scope_url"] is None:
+                changes |= dict(zip(BINDING, existing[1:], strict=True))
+            await tx.run(q.update_deleted, changes)
         if leases:
             await tx.many(q.lease, leases)
 
     await db.write(body)
-
-
-async def _merge_deleted(tx: Tx, q: Statements, incoming: dict[str, Any]) -> None:
-    existing = await first(tx, q.deleted, incoming)
-    if existing is None:
-        await tx.run(q.insert_deleted, incoming)
-        return
-    through, url = existing[0], existing[2]
-    changes = {**incoming, "through": max(through, incoming["through"])}
-    # The entry already queued for this session keeps its id and any binding it has.
-    if url is not None or incoming["scope_url"] is None:
-        changes |= dict(zip(BINDING, existing[1:], strict=True))
-    await tx.run(q.update_deleted, changes)
