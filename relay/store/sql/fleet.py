@@ -2,9 +2,7 @@
 that rides on `keep_alive`'s transaction, the row that rides on `pass_write`'s batch, a read.
 
 Only the columns this code knows are read or written: a newer release's extra columns are left
-alone. A database below 0007 has no `relay_fleet`: the backend then records nothing. One below
-0009 has no `clock_offset_ms` and `passes`: the statements for it (`ring=False`) write and read
-the row without them.
+alone; below 0009 (`ring=False`) neither `clock_offset_ms` nor `passes`.
 """
 
 from __future__ import annotations

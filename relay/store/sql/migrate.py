@@ -87,8 +87,7 @@ def head_revision() -> str:
 
 
 def current_revision(connection: Connection) -> str | None:
-    """The relay's revision: in its own version table, else (below 0010) in `alembic_version`
-    when the relay's is there; None when the database holds no relay schema."""
+    """`compat.schema_standing`'s revision, read on a SQLAlchemy connection."""
     from alembic.runtime.migration import MigrationContext
 
     opts = {"version_table": version_table.NAME}

@@ -9,8 +9,7 @@ outbox holds an entry the owner would claim. On Postgres it is one round trip in
 The write (`pass_write`) is the run sync's statements (`runs`), then the revision allocation for
 the rows the owner now has, then those rows with the counter: no statement waits on an earlier
 one's answer, so a runner may send them all at once (`Runner.batch`). Past 2^53-1 the whole
-transaction rolls back, as the contract says (`past_the_cap`); the fleet row goes without the
-columns 0009 added unless `ring`, the runs without the column 0011 added unless `taken`.
+transaction rolls back, as the contract says (`past_the_cap`).
 """
 
 from __future__ import annotations
