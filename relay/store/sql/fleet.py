@@ -21,8 +21,9 @@ from relay.store.sql.drivers.runner import Runner, Tx
 RING_SINCE = "0009"
 
 
+@functools.cache
 class Statements:
-    """Compiled once per dialect by `statements(d)`; with `ring`, on the columns 0009 added too."""
+    """With `ring`, on the columns 0009 added too."""
 
     def __init__(self, d: Dialect, ring: bool = True) -> None:
         f = t.fleet.c
@@ -43,9 +44,6 @@ class Statements:
         self.members = d.compile(select(*(f[name] for name in names)).order_by(f.owner))
 
 
-statements = functools.cache(Statements)
-
-
 def values(member: FleetMember, ring: bool = True) -> dict[str, object]:
     """`member`'s row as the upsert binds it."""
     document = member.document()
@@ -53,7 +51,7 @@ def values(member: FleetMember, ring: bool = True) -> dict[str, object]:
 
 
 async def record_member(db: Runner, member: FleetMember, *, ring: bool = True) -> None:
-    q = statements(db.dialect, ring)
+    q = Statements(db.dialect, ring)
 
     async def body(tx: Tx) -> None:
         await tx.run(q.prune, {"cutoff": member.seen_at - FORGET_MS})
@@ -63,7 +61,7 @@ async def record_member(db: Runner, member: FleetMember, *, ring: bool = True) -
 
 
 async def members(db: Runner, *, ring: bool = True) -> list[FleetMember]:
-    q = statements(db.dialect, ring).members
+    q = Statements(db.dialect, ring).members
     return [member(row) for row in await db.read(lambda tx: tx.rows(q))]
 
 

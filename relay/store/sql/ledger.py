@@ -22,6 +22,7 @@ from relay.store.sql.dialect import Dialect, Params, Row, bind, closed_below
 from relay.store.sql.drivers.runner import Call, Many, Runner, Step
 
 
+@functools.cache
 class Statements:
     def __init__(self, d: Dialect) -> None:
         s, scopes = t.started.c, t.started_scopes.c
@@ -77,9 +78,6 @@ class Statements:
         )
 
 
-statements = functools.cache(Statements)
-
-
 def entry(row: Row) -> StartedEntry:
     """A `relay_started` row (in table order) as a record."""
     profile_id, session_id, started_at, sent, claimed_by, claimed_until = row
@@ -88,7 +86,7 @@ def entry(row: Row) -> StartedEntry:
 
 def record_steps(d: Dialect, seen: Mapping[str, Mapping[str, int]], now_ms: int) -> list[Step]:
     """Track each scope of `seen`, prune it and add its sightings: straight-line statements."""
-    q = statements(d)
+    q = Statements(d)
     window = now_ms - STARTED_WINDOW_MS
     scopes = [{"profile_id": p, "floor": now_ms} for p in seen]
     prunes = [{"profile_id": p, "window": window} for p in seen]
@@ -109,7 +107,7 @@ def _one_or_many(rows: Sequence[Params]) -> Params | Sequence[Params]:
 
 
 async def track_started(db: Runner, profile_ids: tuple[str, ...], now_ms: int) -> None:
-    q = statements(db.dialect).add_scope
+    q = Statements(db.dialect).add_scope
     scopes = [{"profile_id": p, "floor": now_ms} for p in profile_ids]
     await db.write(lambda tx: tx.many(q, scopes), single=True)
 
@@ -120,13 +118,13 @@ async def record_started(db: Runner, sightings: Sightings) -> None:
 
 def mark_step(d: Dialect, sent: Sequence[tuple[str, str]]) -> Many:
     """The marks of these (profile_id, session_id) entries as announced."""
-    return statements(d).mark_sent, [{"profile_id": p, "session_id": sid} for p, sid in sent]
+    return Statements(d).mark_sent, [{"profile_id": p, "session_id": sid} for p, sid in sent]
 
 
 def claim_step(d: Dialect, scopes: Sequence[str], lease: Claim) -> Call:
     """The claim of the unsent entries of `scopes`, scope by scope as listed, oldest first."""
     params = {"scopes": d.list_value(scopes), **claim_params(d, lease)}
-    return statements(d).claim_listed, params
+    return Statements(d).claim_listed, params
 
 
 async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]:
@@ -150,7 +148,7 @@ async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]
 
 
 async def started_ledger(db: Runner) -> list[StartedScope]:
-    q = statements(db.dialect).ledger
+    q = Statements(db.dialect).ledger
     floors: dict[str, int] = {}
     entries: dict[str, list[StartedEntry]] = {}
     for row in await db.read(lambda tx: tx.rows(q)):

@@ -56,8 +56,9 @@ def _tagged(tag: str, name: Any = None, text: Any = None, number: Any = None) ->
     )
 
 
+@functools.cache
 class Statements:
-    """Compiled once per dialect by `statements(d)`; with `taken`, owned rows have `taken_from`."""
+    """With `taken`, the owned rows have `taken_from`."""
 
     def __init__(self, d: Dialect, taken: bool = True) -> None:
         c, i, p = t.config.c, t.identities.c, t.presence.c
@@ -123,9 +124,6 @@ class Statements:
         )
 
 
-statements = functools.cache(Statements)
-
-
 def past_the_cap(error: StoreError) -> bool:
     """Whether a pass's write failed on the NULL its allocation sets past 2^53-1."""
     cause = error.__cause__
@@ -136,7 +134,7 @@ def past_the_cap(error: StoreError) -> bool:
 
 
 async def pass_view(db: Runner, query: ViewQuery) -> ViewReading:
-    q, params = statements(db.dialect).view, {"owner": query.owner, "now": query.now_ms}
+    q, params = Statements(db.dialect).view, {"owner": query.owner, "now": query.now_ms}
     reading = ViewReading()
     for tag, name, text, number in await db.read(lambda tx: tx.rows(q, params)):
         if tag == "generation":
@@ -160,7 +158,7 @@ async def pass_write(
     db: Runner, sync: RunSync, *, ring: bool = True, taken: bool = True
 ) -> tuple[list[RunState], int] | None:
     d = db.dialect
-    q, p = run_sql.statements(d, taken), statements(d, taken)
+    q, p = run_sql.Statements(d, taken), Statements(d, taken)
     owner, now_ms, until = sync.owner, sync.now_ms, sync.until
     mine = {"owner": owner, "now": now_ms, "until": until}
     steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
@@ -177,7 +175,7 @@ async def pass_write(
         (q.mark_sending, mine),
     ]
     if sync.member is not None:
-        steps.append((fleet.statements(d, ring).upsert, fleet.values(sync.member, ring)))
+        steps.append((fleet.Statements(d, ring).upsert, fleet.values(sync.member, ring)))
     steps += [(p.allocate, {"owner": owner, "now": now_ms}), (p.owned, {"owner": owner})]
     try:
         rows = await db.batch(steps)

@@ -22,6 +22,7 @@ def _params(*names: str) -> dict[str, Any]:
     return {name: bindparam(name) for name in names}
 
 
+@functools.cache
 class Statements:
     def __init__(self, d: Dialect) -> None:
         c, k, i = t.config.c, t.keys.c, t.identities.c
@@ -89,11 +90,8 @@ class Statements:
         self.identities = d.compile(select(i.profile, i.identity))
 
 
-statements = functools.cache(Statements)
-
-
 async def load_config(db: Runner) -> RelayConfig | None:
-    q = statements(db.dialect).load_config
+    q = Statements(db.dialect).load_config
     rows = await db.read(lambda tx: tx.rows(q))
     if not rows or rows[0][4] != CONFIG_VERSION:
         return None
@@ -103,7 +101,7 @@ async def load_config(db: Runner) -> RelayConfig | None:
 
 
 async def save_config(db: Runner, config: RelayConfig, expected_generation: int | None) -> None:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
     values = {name: getattr(config, name) for name in ("url", "publisher_id", "key_id", "key_ref")}
     values |= {"version": CONFIG_VERSION, "updated_at": int(time.time() * 1000)}
     grants = [
@@ -129,7 +127,7 @@ async def save_config(db: Runner, config: RelayConfig, expected_generation: int 
 
 
 async def forget_config(db: Runner, expected_generation: int | None) -> None:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
     now = {"updated_at": int(time.time() * 1000)}
 
     async def body(tx: Tx) -> None:
@@ -150,20 +148,20 @@ async def forget_config(db: Runner, expected_generation: int | None) -> None:
 
 async def save_key(db: Runner, key_id: str, pem: str) -> str:
     ref = hashlib.sha256(key_id.encode()).hexdigest()[:16]
-    q = statements(db.dialect).upsert_key
+    q = Statements(db.dialect).upsert_key
     params = {"ref": ref, "pem": pem, "encrypted": pkcs8.is_encrypted(pem)}
     await db.write(lambda tx: tx.run(q, params), single=True)
     return ref
 
 
 async def load_key(db: Runner, ref: str) -> str | None:
-    q = statements(db.dialect).load_key
+    q = Statements(db.dialect).load_key
     # The PEM says whether it is encrypted; the column mirrors it for queries.
     return await db.read(lambda tx: scalar(tx, q, {"ref": ref}))
 
 
 async def rekey(db: Runner, rekeyed: Rekeyed) -> int:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
 
     async def body(tx: Tx) -> int:
         rows = await tx.rows(q.all_keys)
@@ -178,13 +176,13 @@ async def rekey(db: Runner, rekeyed: Rekeyed) -> int:
 
 
 async def delete_key(db: Runner, ref: str) -> bool:
-    q = statements(db.dialect).delete_key
+    q = Statements(db.dialect).delete_key
     return bool(await db.write(lambda tx: tx.run(q, {"ref": ref}), single=True))
 
 
 def identity_step(d: Dialect, profile: str) -> Call:
     """The read of `profile`'s stored identity."""
-    return statements(d).identity, {"profile": profile}
+    return Statements(d).identity, {"profile": profile}
 
 
 async def profile_identity(db: Runner, profile: str) -> str | None:
@@ -193,7 +191,7 @@ async def profile_identity(db: Runner, profile: str) -> str | None:
 
 
 async def mint_identity(db: Runner, profile: str, minted: str) -> str:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
 
     async def body(tx: Tx) -> str:
         # The loser of a race inserts nothing and reads the winner's value.
@@ -204,10 +202,10 @@ async def mint_identity(db: Runner, profile: str, minted: str) -> str:
 
 
 async def forget_identity(db: Runner, profile: str) -> None:
-    q = statements(db.dialect).forget_identity
+    q = Statements(db.dialect).forget_identity
     await db.write(lambda tx: tx.run(q, {"profile": profile}), single=True)
 
 
 async def identities(db: Runner) -> dict[str, str]:
-    q = statements(db.dialect).identities
+    q = Statements(db.dialect).identities
     return {row[0]: row[1] for row in await db.read(lambda tx: tx.rows(q))}

@@ -44,8 +44,9 @@ TURN = ("session_id", "stream_id", "profile", "title", "phase", "started_at", "u
 TAKEN_FROM_SINCE = "0011"
 
 
+@functools.cache
 class Statements:
-    """Compiled once per dialect by `statements(d)`; with `taken`, on the column 0011 added too."""
+    """With `taken`, on the column 0011 added too."""
 
     def __init__(self, d: Dialect, taken: bool = True) -> None:
         r = t.runs.c
@@ -183,9 +184,6 @@ class Statements:
         self.all = d.compile(select(*table_columns).order_by(r.session_id))
 
 
-statements = functools.cache(Statements)
-
-
 def columns(run: RunState, owner: str, until: int, taken: bool = True) -> dict[str, Any]:
     """The turn's columns of `run`, held by `owner` until `until` (with `taken`, `taken_from`
     too: a saved turn was taken from no one)."""
@@ -196,13 +194,13 @@ def columns(run: RunState, owner: str, until: int, taken: bool = True) -> dict[s
 async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | None:
     """Renew the owner's runs (and with `fleet` its fleet row) and read the next lease end, as
     one batch: one round trip on Postgres (`relay_batch`), one transaction everywhere."""
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
     mine = {"owner": claim.owner, "now": claim.now_ms, "until": claim.until}
     since = {**mine, "since": claim.watched_since}
     steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
     steps.append((q.renew, mine))
     if fleet:
-        steps.append((fleet_sql.statements(db.dialect).renew, mine))
+        steps.append((fleet_sql.Statements(db.dialect).renew, mine))
     steps.append((q.next_expiry, since))
     rows = await db.batch(steps)
     expiry: int | None = rows[0][0] if rows else None
@@ -210,14 +208,14 @@ async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | 
 
 
 async def release_runs(db: Runner, owner: str) -> None:
-    q = statements(db.dialect).release
+    q = Statements(db.dialect).release
     # Not durable: a release lost to a power cut leaves the rows marked until the marks'
     # lease ends, which only makes another replica wait that long to publish them.
     await db.write(lambda tx: tx.run(q, {"owner": owner}), single=True, durable=False)
 
 
 async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
 
     async def body(tx: Tx) -> None:
         await tx.run(q.retire, {"owner": owner, "now": now_ms})
@@ -227,6 +225,6 @@ async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
 
 
 async def run_states(db: Runner, *, taken: bool = True) -> list[RunState]:
-    q = statements(db.dialect, taken).all
+    q = Statements(db.dialect, taken).all
     # A row, in table order, is a record's fields.
     return [RunState(*row) for row in await db.read(lambda tx: tx.rows(q))]
