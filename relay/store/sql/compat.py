@@ -1,14 +1,8 @@
-"""Where a database stands against this code's migrations, and whether this code may use it.
-
-A database can be below this code's schema head (`migrate` brings it up), at it, or ahead of it:
-a newer release migrated it while this one still runs (a rolling deploy, a rollback). Every
-migration is an *expand* one (code of the previous schema head keeps working on it) or a
-*contract* one (it does not), and from 0007 on the migrations record in `relay_compat` the oldest
-schema head whose code may still use the database: the newest contract migration at or below its
-revision. This code opens a database ahead of it when that record lets it, and otherwise refuses
-with one `SchemaError` that names what the database needs (never `migrate`: this code's
-`migrate` cannot go forward, and going back would break the newer replicas). The store reads
-where it stands on its own runner (`schema_standing`).
+"""Where a database stands against this code's migrations, and whether this code may use it:
+below its schema head, at it, or ahead of it, and then compatible or not, by the record of
+expand and contract migrations in `relay_compat` (docs/rolling-deploys.md). A database ahead and
+not compatible is refused with one `SchemaError` naming what it needs (never `migrate`: this
+code's cannot go forward, and going back would break the newer replicas).
 """
 
 from __future__ import annotations
@@ -28,9 +22,7 @@ from relay.version import __version__
 if TYPE_CHECKING:
     from alembic.script import Script, ScriptDirectory
 
-# What each migration module declares as `kind`: code of the previous schema head keeps working
-# on the database it leaves (new tables, nullable or defaulted columns, indexes, functions), or
-# not (drops, renames, narrowed columns, tightened constraints, changed meanings).
+# What each migration module declares as `kind` (docs/rolling-deploys.md#expand-and-contract).
 EXPAND, CONTRACT = "expand", "contract"
 
 # The first revision that has `relay_compat`; a database below it records no compatibility.

@@ -328,6 +328,36 @@ def _on_sqlite(path: Path, step: Callable[[Connection], T]) -> T:
         engine.dispose()
 
 
+def create_schema_sql(name: str) -> str:
+    """The statement that makes the relay's Postgres schema (`name`: a checked plain identifier)."""
+    return f"CREATE SCHEMA IF NOT EXISTS {name}"
+
+
+def ensure_schema(connection: Connection, name: str | None) -> None:
+    """Create the Postgres schema a URL names (`?schema=NAME`), where every relay object lives,
+    if it is missing and the role may; otherwise a `SchemaError` names the grant it needs."""
+    if name is None or connection.dialect.name != "postgresql":
+        return
+    found = connection.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :n"), {"n": name})
+    if found.first() is not None:
+        return  # CREATE ... IF NOT EXISTS would still need the privilege it does not use
+    try:
+        with connection.begin_nested():
+            connection.execute(text(create_schema_sql(name)))
+    except DBAPIError as exc:
+        original = exc.orig
+        state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
+        state = state or getattr(getattr(original, "__cause__", None), "sqlstate", None)
+        if str(state) != "42501":  # insufficient_privilege: here CREATE on the database
+            raise
+        who = connection.execute(text("SELECT current_user, current_database()")).one()
+        raise SchemaError(
+            f"the relay's schema {name} does not exist and role {who[0]} may not create it: "
+            f'have the database owner run `CREATE SCHEMA {name} AUTHORIZATION "{who[0]}"` (or '
+            f'`GRANT CREATE ON DATABASE "{who[1]}" TO "{who[0]}"`), then migrate again'
+        ) from exc
+
+
 def migration_error(exc: BaseException, target: StoreTarget) -> StoreError:
     """A driver's error in a migration, naming the store but never its password; a lock wait
     past the timeout says what to do."""

@@ -34,8 +34,7 @@ shared = Table(SHARED, MetaData(), Column("version_num", String(32), nullable=Fa
 
 
 def pick(found: Iterable[str]) -> str | None:
-    """The relay's revision among the rows of `alembic_version` (of a database that has the relay's
-    tables): the newest legacy one, None when none is."""
+    """The relay's revision among the rows of `alembic_version`: the newest legacy one, if any."""
     legacy = [revision for revision in found if revision in LEGACY]
     return max(legacy) if legacy else None
 
@@ -49,19 +48,17 @@ def legacy_revision(connection: Connection) -> str | None:
     return pick(str(row[0]) for row in connection.execute(shared.select()))
 
 
-def adopt(connection: Connection) -> str | None:
-    """Move the relay's revision from `alembic_version` to its own table, in the caller's
-    transaction: the row only, and the table too when nothing else is left in it. The revision
-    moved; None when there was none to move."""
+def adopt(connection: Connection) -> None:
+    """Move the relay's revision, if any, from `alembic_version` to its own table, in the caller's
+    transaction."""
     revision = legacy_revision(connection)
     if revision is None:
-        return None
+        return
     table.create(connection)
     connection.execute(table.insert().values(version_num=revision))
     connection.execute(shared.delete().where(shared.c.version_num == revision))
     if connection.execute(shared.select().limit(1)).first() is None:
         shared.drop(connection)
-    return revision
 
 
 def restore(connection: Connection, revision: str | None) -> None:
