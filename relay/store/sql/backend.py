@@ -65,12 +65,9 @@ class SqlBackend:
 
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlBackend:
-        """Connect; migrate an embedded SQLite file, but require Postgres to be migrated already
-        (to head, to a revision with head's tables, or ahead of this code and compatible with
-        it: `Standing.runnable`; a newer one that is not is a `SchemaError` saying what it needs).
-
-        `read_only` (SQLite): create, migrate and write nothing, so a read-only file can be read.
-        """
+        """Connect; migrate an embedded SQLite file, but require Postgres to be `Standing.runnable`
+        already (else a `SchemaError` says what it needs). `read_only` (SQLite): create, migrate
+        and write nothing, so a read-only file can be read."""
         runner = await migrate.open_runner(target, read_only=read_only)
         try:
             standing = await schema_standing(runner)

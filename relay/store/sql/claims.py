@@ -66,10 +66,5 @@ def claim(
 
 def claim_params(d: Dialect, lease: Claim) -> dict[str, Any]:
     """A claim's parameters; no limit is NULL on Postgres and a negative one on SQLite."""
-    unlimited = None if d.postgres else -1
-    return {
-        "owner": lease.owner,
-        "now": lease.now_ms,
-        "until": lease.until,
-        "limit": unlimited if lease.limit is None else lease.limit,
-    }
+    limit = (None if d.postgres else -1) if lease.limit is None else lease.limit
+    return {"owner": lease.owner, "now": lease.now_ms, "until": lease.until, "limit": limit}

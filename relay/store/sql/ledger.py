@@ -1,7 +1,6 @@
 """The session-started ledger on SQL: one row per session, so no operation reads a whole scope.
 
-The prune filters on `(profile_id, started_at)` and the claim on unsent entries oldest first; each
-has an index of its own, so both cost the same at ten entries or a hundred thousand. Recording
+The prune and the claim each read a range of an index of their own (`schema.started`). Recording
 sightings in several scopes is three statements whatever their number (each scope's cutoff is
 read by the statements themselves), and a claim across scopes is one.
 """

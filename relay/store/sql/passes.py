@@ -1,10 +1,8 @@
 """A publishing pass on SQL: its view in one SELECT, its write as one straight-line batch.
 
 The view is a UNION ALL of tagged rows, each part bounded by the number of profiles, scopes or
-tabs, never by the ledger or the runs: the registration's generation, every stored identity,
-the profiles with an active presence lease, each tracked scope with whether it holds an unsent
-entry the owner would claim (an index range of that scope's unsent entries), and whether the
-outbox holds an entry the owner would claim. On Postgres it is one round trip in autocommit.
+tabs, never by the ledger or the runs (a scope's unsent entries are an index range): on
+Postgres one round trip in autocommit.
 
 The write (`pass_write`) is the run sync's statements (`runs`), then the revision allocation for
 the rows the owner now has, then those rows with the counter: no statement waits on an earlier
