@@ -172,10 +172,8 @@ async def schema_revision(runner: Runner) -> str | None:
 
 
 async def schema_standing(runner: Runner) -> Standing:
-    """Where the store stands against this code: its revision and its compatibility record.
-
-    The revision is in `relay_alembic_version`, else (a database below 0010) in `alembic_version`
-    when the relay's is there; never anyone else's revision (`relay.store.sql.version_table`)."""
+    """Where the store stands against this code: its revision (found as `version_table` says)
+    and its compatibility record."""
     d = runner.dialect
     names = (version_table.NAME, version_table.SHARED, version_table.MARKER, schema.compat.name)
     present = d.compile(

@@ -87,7 +87,7 @@ def head_revision() -> str:
 
 
 def current_revision(connection: Connection) -> str | None:
-    """`compat.schema_standing`'s revision, read on a SQLAlchemy connection."""
+    """The relay's revision (found as `version_table` says), on a SQLAlchemy connection."""
     from alembic.runtime.migration import MigrationContext
 
     opts = {"version_table": version_table.NAME}
