@@ -27,7 +27,7 @@ from relay.store.sql.drivers.runner import Runner
 from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
 from relay.store.sql.drivers.sqlstate import store_error
 from relay.store.sql.schema import HEAD_REVISION
-from relay.store.url import StoreTarget, resolve, schema_name
+from relay.store.url import StoreTarget, schema_name
 from relay.store.url import command as cli_command
 
 if TYPE_CHECKING:
@@ -387,12 +387,3 @@ def file_error(exc: BaseException, target: StoreTarget) -> StoreError:
     """A SQLite file that cannot be opened or written (read-only, not a file): one line."""
     text = getattr(exc, "strerror", None) or str(getattr(exc, "orig", None) or exc)
     return store_error(target.display, text)
-
-
-if __name__ == "__main__":
-    # `python -m relay.store.sql.migrate [URL]`: upgrade the store (default: the SQLite file).
-    import sys
-
-    _target = resolve(sys.argv[1] if len(sys.argv) > 1 else None)
-    asyncio.run(upgrade(_target))
-    print(f"{_target.display} is at revision {head_revision()}")
