@@ -95,22 +95,18 @@ class Dialect:
     def least(self, a: Any, b: Any) -> ColumnElement[Any]:
         return func.least(a, b) if self.postgres else func.min(a, b)
 
-    def listed(self, name: str) -> TableValuedAlias:
-        """The text values of list parameter `name` as a table: `value`, and `rank` (its place).
+    def listed(self, name: str) -> tuple[TableValuedAlias, ColumnElement[Any]]:
+        """The text values of list parameter `name` as a table (`value`), and a value's place.
         A statement compiled once cannot take `IN (:a, :b, …)` of any length, so the list is one
         parameter: a text[] that Postgres unnests, a JSON array that SQLite's json_each reads."""
         if self.postgres:
             values = func.unnest(bindparam(name, type_=postgresql.ARRAY(Text)))
-            return values.table_valued("value", with_ordinality="rank").render_derived("listed")
+            listed = values.table_valued("value", with_ordinality="rank").render_derived("listed")
+            return listed, listed.c.rank
         # json_each names its columns itself: `key` is an array member's index.
-        return (
-            func.json_each(bindparam(name, type_=Text)).table_valued("key", "value").alias("listed")
-        )
-
-    @staticmethod
-    def rank(listed: TableValuedAlias) -> ColumnElement[Any]:
-        """A member's place in its `listed` parameter."""
-        return listed.c.rank if "rank" in listed.c else listed.c.key
+        values = func.json_each(bindparam(name, type_=Text))
+        listed = values.table_valued("key", "value").alias("listed")
+        return listed, listed.c.key
 
     def list_value(self, values: Sequence[str]) -> Any:
         """What a `listed` parameter is bound to."""

@@ -45,7 +45,6 @@ class Statements:
 
 
 def values(member: FleetMember, ring: bool = True) -> dict[str, object]:
-    """`member`'s row as the upsert binds it."""
     document = member.document()
     return {name: document[name] for name in (FIELDS if ring else BEFORE_RING)}
 

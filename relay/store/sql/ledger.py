@@ -26,13 +26,12 @@ class Statements:
     def __init__(self, d: Dialect) -> None:
         s, scopes = t.started.c, t.started_scopes.c
         in_scope = s.profile_id == bind(s.profile_id)
-        unsent_first = (s.started_at, s.session_id)
         # Sessions before max(floor, now - 24 h) are never announced: the scope's cutoff.
         floor = (
             select(scopes.floor).where(scopes.profile_id == bind(s.profile_id)).scalar_subquery()
         )
         cutoff = d.greatest(floor, bind(s.started_at, "window"))
-        listed = d.listed("scopes")
+        listed, rank = d.listed("scopes")
         self.add_scope = d.compile(
             d.insert(t.started_scopes)
             .values(profile_id=bind(scopes.profile_id), floor=bind(scopes.floor))
@@ -61,7 +60,7 @@ class Statements:
                 t.started,
                 (s.profile_id, s.session_id),
                 s.sent == false(),
-                order_by=(d.rank(listed), *unsent_first),
+                order_by=(rank, s.started_at, s.session_id),
                 joined=t.started.join(listed, listed.c.value == s.profile_id),
             ).returning(*t.started.c)
         )

@@ -65,7 +65,6 @@ def view(row: Row) -> DeletedView:
 
 
 def columns(entry: DeletedView) -> dict[str, Any]:
-    """A record as `relay_deleted` column values."""
     head = {name: getattr(entry, name) for name in VIEW_COLUMNS[:4]}
     return head | bound(entry.identity, entry.scope)
 

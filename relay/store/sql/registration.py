@@ -181,7 +181,6 @@ async def delete_key(db: Runner, ref: str) -> bool:
 
 
 def identity_step(d: Dialect, profile: str) -> Call:
-    """The read of `profile`'s stored identity."""
     return Statements(d).identity, {"profile": profile}
 
 
