@@ -44,6 +44,14 @@ TURN = ("session_id", "stream_id", "profile", "title", "phase", "started_at", "u
 TAKEN_FROM_SINCE = "0011"
 
 
+def _not_older(started_at: Any, stream_id: Any, than_at: Any, than_stream: Any) -> Any:
+    """Whether the turn `(started_at, stream_id)` is that of `than_*` or newer (no stream first)."""
+    same_start = and_(
+        started_at == than_at, func.coalesce(stream_id, "") >= func.coalesce(than_stream, "")
+    )
+    return or_(started_at > than_at, same_start)
+
+
 @functools.cache
 class Statements:
     """With `taken`, on the column 0011 added too."""
@@ -57,17 +65,10 @@ class Statements:
         turn_columns = [c for c in table_columns if c.key not in ("sending_by", "sending_until")]
         f = t.turns.c
         offered = {column.key: bind(column) for column in turn_columns}
-        offered_stream = func.coalesce(offered["stream_id"], "")
         # A session whose row was pruned takes only a turn newer than the one it had.
         newer_forgotten = select(literal(1)).where(
             f.session_id == offered["session_id"],
-            or_(
-                f.started_at > offered["started_at"],
-                and_(
-                    f.started_at == offered["started_at"],
-                    func.coalesce(f.stream_id, "") >= offered_stream,
-                ),
-            ),
+            _not_older(f.started_at, f.stream_id, offered["started_at"], offered["stream_id"]),
         )
         insert = d.insert(t.runs).from_select(
             [c.key for c in turn_columns],
@@ -99,15 +100,10 @@ class Statements:
             select(r.session_id, r.started_at, r.stream_id, now).where(pruned),
         )
         kept = remember.excluded
-        kept_stream = func.coalesce(kept.stream_id, "")
-        memory_stream = func.coalesce(f.stream_id, "")
         remember = remember.on_conflict_do_update(
             index_elements=[f.session_id],
             set_={"started_at": kept.started_at, "stream_id": kept.stream_id, "forgotten_at": now},
-            where=or_(
-                kept.started_at > f.started_at,
-                and_(kept.started_at == f.started_at, kept_stream >= memory_stream),
-            ),
+            where=_not_older(kept.started_at, kept.stream_id, f.started_at, f.stream_id),
         )
         # Leases that ended within the last lease count too (`LeaseWatch.keep_alive`).
         since = bind(r.lease_until, "since")
