@@ -35,8 +35,7 @@ Hook = Callable[Concatenate["SqlBackend", P], Coroutine[Any, Any, T]]
 
 
 def hook(function: Callable[Concatenate[Runner, P], Coroutine[Any, Any, T]]) -> Hook[P, T]:
-    """`function(runner, …)` as a method on the backend's runner, typed through (mypy holds it to
-    its `Backend` hook); it returns the function's own coroutine, no frame to await through."""
+    """`function(runner, …)` as a method: typed through, with no frame of its own to await."""
 
     def method(self: SqlBackend, /, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
         return function(self.runner, *args, **kwargs)

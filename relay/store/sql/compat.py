@@ -32,9 +32,7 @@ COMPAT_SINCE = "0007"
 
 def later(revision: str, than: str) -> bool:
     """Whether `revision` comes after `than` in the chain (a revision no number places: yes)."""
-    if not (revision.isdigit() and than.isdigit()):
-        return True
-    return int(revision) > int(than)
+    return not (revision.isdigit() and than.isdigit()) or int(revision) > int(than)
 
 
 def reached(revision: str | None, since: str) -> bool:

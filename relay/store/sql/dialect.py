@@ -1,9 +1,8 @@
 """SQLAlchemy Core statements compiled once per dialect, to run on the raw driver.
 
-`schema.py` and the Core statements of each aggregate stay the one description of tables and
-queries; what runs per call is the SQL text compiled from them at first use, with its parameters
-in the driver's order. Only the few constructs SQLAlchemy has no generic form for differ by
-dialect (`insert` with `ON CONFLICT`, two-argument `greatest`/`least`, a list parameter).
+What runs per call is the SQL text compiled at first use, with its parameters in the driver's
+order. Only what SQLAlchemy has no generic form for differs by dialect (`insert` with
+`ON CONFLICT`, two-argument `greatest`/`least`, a list parameter).
 """
 
 from __future__ import annotations

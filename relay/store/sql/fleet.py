@@ -14,7 +14,7 @@ from sqlalchemy import delete, select, update
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.store.fleet import BEFORE_RING, FIELDS, FORGET_MS, FleetMember
 from relay.store.sql import schema as t
-from relay.store.sql.dialect import Dialect, Row, bind
+from relay.store.sql.dialect import Dialect, bind
 from relay.store.sql.drivers.runner import Runner, Tx
 
 # The first revision whose `relay_fleet` has the clock offset and the passes.
@@ -60,17 +60,16 @@ async def record_member(db: Runner, member: FleetMember, *, ring: bool = True) -
 
 
 async def members(db: Runner, *, ring: bool = True) -> list[FleetMember]:
+    """The stored rows; one that is no `FleetMember` is a `CorruptStateError` naming it. A row an
+    older release wrote has no passes (NULL): none recorded."""
     q = Statements(db.dialect, ring).members
-    return [member(row) for row in await db.read(lambda tx: tx.rows(q))]
-
-
-def member(row: Row) -> FleetMember:
-    """A stored row as a `FleetMember`; one that is not a `CorruptStateError` naming it. A row
-    an older release wrote has no passes (NULL): none recorded."""
-    try:
-        found = dict(zip(FIELDS, row, strict=False))
-        if found.get("passes", "") is None:
-            found["passes"] = ""
-        return FleetMember(**found)
-    except (InvalidInputError, TypeError) as error:
-        raise CorruptStateError(f"fleet row {row[0]!r} is invalid: {error}") from None
+    found = []
+    for row in await db.read(lambda tx: tx.rows(q)):
+        fields = dict(zip(FIELDS, row, strict=False))
+        if fields.get("passes", "") is None:
+            fields["passes"] = ""
+        try:
+            found.append(FleetMember(**fields))
+        except (InvalidInputError, TypeError) as error:
+            raise CorruptStateError(f"fleet row {row[0]!r} is invalid: {error}") from None
+    return found

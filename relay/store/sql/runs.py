@@ -1,7 +1,5 @@
-"""Run state on SQL: one row per session, its newest turn, owned by the replica hosting it.
-
-With `relay_turns`, the pruned sessions' newest turns, and from 0011 on `taken_from` (below it
-the statements leave the column out); `schema.py` says what each is for.
+"""Run state on SQL: one row per session, its newest turn, owned by the replica hosting it, and
+`relay_turns`, the pruned sessions' newest turns (`schema.py` says what each column is for).
 
 On Postgres every write of this aggregate takes one transaction-scoped advisory lock first: a
 pass's sync locks many rows in an order no index gives, and two replicas taking over each
@@ -107,18 +105,14 @@ class Statements:
         )
         # Leases that ended within the last lease count too (`LeaseWatch.keep_alive`).
         since = bind(r.lease_until, "since")
-        others = [
+        e, o = t.started.c, t.deleted.c
+        expiries = union_all(
             select(func.min(r.lease_until)).where(r.owner != owner, r.lease_until > since),
-            select(func.min(t.started.c.claimed_until)).where(
-                t.started.c.sent == false(),
-                t.started.c.claimed_by != owner,
-                t.started.c.claimed_until > since,
+            select(func.min(e.claimed_until)).where(
+                e.sent == false(), e.claimed_by != owner, e.claimed_until > since
             ),
-            select(func.min(t.deleted.c.claimed_until)).where(
-                t.deleted.c.claimed_by != owner, t.deleted.c.claimed_until > since
-            ),
-        ]
-        expiries = union_all(*others).subquery()
+            select(func.min(o.claimed_until)).where(o.claimed_by != owner, o.claimed_until > since),
+        ).subquery()
         lock = select(func.pg_advisory_xact_lock(_RUNS_LOCK)) if d.postgres else None
         locked = [] if lock is None else [lock.scalar_subquery().is_not(None)]
         self.lock = None if lock is None else d.compile(lock)
@@ -192,12 +186,11 @@ async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | 
     one batch: one round trip on Postgres (`relay_batch`), one transaction everywhere."""
     q = Statements(db.dialect)
     mine = {"owner": claim.owner, "now": claim.now_ms, "until": claim.until}
-    since = {**mine, "since": claim.watched_since}
     steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
     steps.append((q.renew, mine))
     if fleet:
         steps.append((fleet_sql.Statements(db.dialect).renew, mine))
-    steps.append((q.next_expiry, since))
+    steps.append((q.next_expiry, {**mine, "since": claim.watched_since}))
     rows = await db.batch(steps)
     expiry: int | None = rows[0][0] if rows else None
     return expiry

@@ -1,12 +1,10 @@
 """The relay's own Alembic version table, and the move of a relay revision out of the host's.
 
-From 0010 on the relay's migrations record their revision in `relay_alembic_version` (in the
-relay's schema), never in `alembic_version`, which belongs to the application around it. Before
-0010 they wrote `alembic_version`; the next migration moves that revision in the same transaction
-(migrations/env.py): the row goes only when it is the relay's, the table only when it held nothing
-else. A revision found in `alembic_version` is the relay's only if it is one of the revisions that
-wrote there (0001 to 0009) and the relay's first table is there too: anything else in it is
-someone else's, never "a relay schema ahead of this code".
+From 0010 on the relay's migrations record their revision in `relay_alembic_version`, never in
+the host application's `alembic_version`, where earlier ones wrote it; the next migration moves
+it (migrations/env.py): the row only when it is the relay's, the table only when it held nothing
+else. A revision in `alembic_version` is the relay's only if it is a `LEGACY` one and `MARKER` is
+there too: anything else is someone else's, never "a relay schema ahead of this code".
 """
 
 from __future__ import annotations
