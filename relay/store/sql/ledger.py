@@ -147,10 +147,9 @@ async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]
 
 async def started_ledger(db: Runner) -> list[StartedScope]:
     q = Statements(db.dialect).ledger
-    floors: dict[str, int] = {}
-    entries: dict[str, list[StartedEntry]] = {}
+    scopes: dict[str, tuple[int, list[StartedEntry]]] = {}
     for row in await db.read(lambda tx: tx.rows(q)):
-        floors[row[0]] = row[1]
+        entries = scopes.setdefault(row[0], (row[1], []))[1]
         if row[3] is not None:
-            entries.setdefault(row[0], []).append(entry(row[2:]))
-    return [StartedScope(p, floor, tuple(entries.get(p, ()))) for p, floor in floors.items()]
+            entries.append(entry(row[2:]))
+    return [StartedScope(p, floor, tuple(entries)) for p, (floor, entries) in scopes.items()]
