@@ -102,6 +102,7 @@ class Standing:
         return needed
 
     def error(self, target: StoreTarget) -> SchemaError:
+        """Why a store of this code does not open the database of `target`."""
         if self.ahead:
             return SchemaError(
                 f"the relay database is at revision {self.current}, newer than this code "
