@@ -14,7 +14,7 @@ The relay keeps its revision in its own table, `relay_alembic_version`, never in
 application's `alembic_version` (`relay.store.sql.version_table`): before the steps, a relay
 revision that an older release left in `alembic_version` moves there in the same transaction; after
 a downgrade below 0010 it moves back. On Postgres the relay's schema (`?schema=` in the URL) is
-created first when missing (`relay.store.sql.namespace`).
+created first when missing (`relay.store.sql.migrate.ensure_schema`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, text
 
-from relay.store.sql import compat, migrate, namespace, version_table
+from relay.store.sql import compat, migrate, version_table
 from relay.store.sql.migrate import ADVISORY_LOCK_KEY, LOCK_TIMEOUT_MS
 from relay.store.sql.schema import metadata
 from relay.store.url import ENV_VAR, StoreTarget, resolve, schema_name
@@ -98,7 +98,7 @@ def _prepare(connection: Connection) -> None:
     nothing, as they read a database below 0010 where its code reads it."""
     if context.get_context().opts.get("destination_rev") is None:
         return
-    namespace.ensure(connection, _schema())
+    migrate.ensure_schema(connection, _schema())
     version_table.adopt(connection)
 
 
@@ -106,7 +106,7 @@ def _prepare_sql(postgres: bool) -> None:
     """`_prepare` for a DBA (`migrate --sql`): from `starting_rev`, what the database holds."""
     name = _schema()
     if postgres and name is not None:
-        context.execute(namespace.create_sql(name))
+        context.execute(migrate.create_schema_sql(name))
     since = config.attributes.get("since")
     if since in version_table.LEGACY:
         for statement in version_table.adopt_sql(since, postgres):

@@ -7,7 +7,7 @@ not only the one asked.
 
 Expand only: two nullable columns without a default (no table rewrite, a brief lock). Code of 0008
 never reads them, and a store of this release opens a database at 0008 and writes its rows without
-them (`relay.store.sql.fleet.has_ring`).
+them (`relay.store.sql.fleet.RING_SINCE`).
 
 Revision ID: 0009
 Revises: 0008

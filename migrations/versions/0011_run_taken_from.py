@@ -8,7 +8,7 @@ is still the session's newest turn (`relay.store.records.RunState.taken_back`).
 Expand only: one nullable column without a default (no table rewrite, a brief lock). Code of
 0010 never reads it (its takeovers leave it NULL: those rows stay failed, as before), and a store
 of this release opens a database at 0009 or 0010 and writes its rows without it
-(`relay.store.sql.runs.has_taken_from`).
+(`relay.store.sql.runs.TAKEN_FROM_SINCE`).
 
 Revision ID: 0011
 Revises: 0010

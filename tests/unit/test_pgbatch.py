@@ -22,7 +22,7 @@ MIGRATION = Path(__file__).resolve().parents[2] / "migrations/versions/0006_batc
 def store_statements() -> list[tuple[str, Compiled]]:
     found = []
     for name in AGGREGATES:
-        compiled = importlib.import_module(f"relay.store.sql.{name}").statements(POSTGRES)
+        compiled = importlib.import_module(f"relay.store.sql.{name}").Statements(POSTGRES)
         found += [(f"{name}.{field}", q) for field, q in vars(compiled).items()]
     return found
 
@@ -41,8 +41,8 @@ def test_every_store_statement_can_go_into_a_batch() -> None:
 def test_a_batch_ending_with_a_void_column_runs_as_a_transaction() -> None:
     """`pg_advisory_xact_lock` answers void: None from the driver, "" as JSON. A batch may take
     the lock first, but one ending with it is not sent as one call."""
-    lock = importlib.import_module("relay.store.sql.runs").statements(POSTGRES).lock
-    floor = importlib.import_module("relay.store.sql.revisions").statements(POSTGRES).floor
+    lock = importlib.import_module("relay.store.sql.runs").Statements(POSTGRES).lock
+    floor = importlib.import_module("relay.store.sql.revisions").Statements(POSTGRES).floor
     assert pgbatch.call_params([(lock, {}), (floor, {})], {}) is not None
     assert pgbatch.call_params([(floor, {}), (lock, {})], {}) is None
     assert pgbatch.call_params([(floor, {}), (lock, [{}])], {}) is not None

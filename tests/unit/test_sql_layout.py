@@ -36,7 +36,7 @@ def imported(path: Path) -> set[str]:
 
 def test_the_bench_reaches_the_sql_store_through_the_testing_hooks_only() -> None:
     """`benchmarks/` imports nothing of `relay.store.sql`: the statements it runs raw and what
-    it counts come from `relay.store.testing_hooks` (an aggregate's `statements()` is no API)."""
+    it counts come from `relay.store.testing_hooks` (an aggregate's `Statements` is no API)."""
     for path in sorted((CHECKOUT / "benchmarks").glob("*.py")):
         reached = {module for module in imported(path) if module.startswith("relay.store.sql")}
         assert not reached, path.name

@@ -1,10 +1,5 @@
-"""`SqlBackend`: the store's `Backend` on SQLite or Postgres, one runner under every hook.
-
-Each hook is one function of its aggregate's module (`registration`, `revisions`, `ledger`,
-`outbox`, `presence`, `runs`, `passes`, `transfer`), called with the runner and the request: the
-class is a table of them (`hook`), so a new hook is one line here and its function there.
-`Store(await SqlBackend.open(target))` is a SQL store; `relay.store.open_store` makes one by URL.
-"""
+"""`SqlBackend`: the store's `Backend` on SQLite or Postgres, a table of hooks (`hook`), each one
+function of its aggregate's module called with the backend's runner (docs/design.md)."""
 
 from __future__ import annotations
 
@@ -29,7 +24,7 @@ from relay.store.sql import (
     runs,
     transfer,
 )
-from relay.store.sql.compat import schema_standing
+from relay.store.sql.compat import COMPAT_SINCE, reached, schema_standing
 from relay.store.sql.drivers.runner import Runner
 from relay.store.sql.schema import HEAD_REVISION
 from relay.store.url import StoreTarget
@@ -40,9 +35,7 @@ Hook = Callable[Concatenate["SqlBackend", P], Coroutine[Any, Any, T]]
 
 
 def hook(function: Callable[Concatenate[Runner, P], Coroutine[Any, Any, T]]) -> Hook[P, T]:
-    """`function(runner, …)` as a method of `SqlBackend` on its runner. Typed through, so mypy
-    holds each one to its `Backend` hook. It hands back the function's own coroutine: no frame
-    of its own to await through on every call."""
+    """`function(runner, …)` as a method: typed through, with no frame of its own to await."""
 
     def method(self: SqlBackend, /, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, T]:
         return function(self.runner, *args, **kwargs)
@@ -53,9 +46,7 @@ def hook(function: Callable[Concatenate[Runner, P], Coroutine[Any, Any, T]]) -> 
 
 
 class SqlBackend:
-    """Relay state in SQL tables; open with `await SqlBackend.open(target)`.
-
-    A `Backend` structurally (checked below), as `Store` is a `RelayStore`."""
+    """Relay state in SQL tables; open with `await SqlBackend.open(target)`."""
 
     def __init__(
         self, runner: Runner, display_url: str, revision: str | None = HEAD_REVISION
@@ -67,18 +58,15 @@ class SqlBackend:
         # A deploy yet to migrate: below 0007 there is no fleet table (record nothing); below
         # 0009 its rows have no clock offset and passes (write and read them without); below
         # 0011 run rows have no `taken_from` (a takeover's failed then stays).
-        self._fleet = fleet.has_fleet(revision)
-        self._ring = fleet.has_ring(revision)
-        self._taken = runs.has_taken_from(revision)
+        self._fleet = reached(revision, COMPAT_SINCE)
+        self._ring = reached(revision, fleet.RING_SINCE)
+        self._taken = reached(revision, runs.TAKEN_FROM_SINCE)
 
     @classmethod
     async def open(cls, target: StoreTarget, *, read_only: bool = False) -> SqlBackend:
-        """Connect; migrate an embedded SQLite file, but require Postgres to be migrated already
-        (to head, to a revision with head's tables, or ahead of this code and compatible with
-        it: `Standing.runnable`; a newer one that is not is a `SchemaError` saying what it needs).
-
-        `read_only` (SQLite): create, migrate and write nothing, so a read-only file can be read.
-        """
+        """Connect; migrate an embedded SQLite file, but require Postgres to be `Standing.runnable`
+        already (else a `SchemaError` says what it needs). `read_only` (SQLite): create, migrate
+        and write nothing, so a read-only file can be read."""
         runner = await migrate.open_runner(target, read_only=read_only)
         try:
             standing = await schema_standing(runner)
@@ -99,8 +87,6 @@ class SqlBackend:
 
     async def close(self) -> None:
         await self.runner.close()
-
-    # ── the hooks: each one function of its aggregate's module, on this backend's runner ─────
 
     schema_revision = hook(compat.schema_revision)
     unwritable = hook(compat.unwritable)
@@ -142,7 +128,7 @@ class SqlBackend:
 
     merge_state = hook(transfer.merge_state)
 
-    # ── the hooks that also carry this replica's fleet row (none below 0007) or taken_from ───
+    # The hooks that also carry this replica's fleet row (none below 0007) or taken_from.
 
     async def keep_alive(self, claim: Claim) -> int | None:
         return await runs.keep_alive(self.runner, claim, fleet=self._fleet)

@@ -17,9 +17,8 @@ from relay.store.sql.dialect import Dialect
 from relay.store.sql.drivers.runner import Runner, Tx
 
 
+@functools.cache
 class Statements:
-    """The three counts, compiled once for a dialect by `statements(d)`."""
-
     def __init__(self, d: Dialect) -> None:
         s, e, o = t.started_scopes, t.started, t.deleted
         unsent_of_scope = and_(e.c.profile_id == s.c.profile_id, e.c.sent == false())
@@ -39,11 +38,8 @@ class Statements:
         )
 
 
-statements = functools.cache(Statements)
-
-
 async def backlog(db: Runner) -> Backlog:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
 
     async def body(tx: Tx) -> list[dict[str, Waiting]]:
         # In `Backlog`'s order: each group's key, count and oldest.

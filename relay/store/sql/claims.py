@@ -1,11 +1,9 @@
 """Leased claims on SQL, shared by the started ledger and the deleted outbox.
 
-A row is free to claim when it was never claimed, its lease has ended, or its claim is already
-the caller's. The claim takes at most `:limit` free rows under `FOR UPDATE SKIP LOCKED`, so
+A row is free to claim (`free`) when it was never claimed, its lease has ended, or its claim is
+already the caller's. The claim takes at most `:limit` free rows under `FOR UPDATE SKIP LOCKED`, so
 concurrent claimers pass over each other's rows instead of queueing (a no-op on SQLite, whose
-writers are serial anyway), and leases them to `:owner` until `:until`. A claim may choose among
-the rows of a join (the started ledger's scopes listed in a parameter); only `table`'s rows are
-locked and leased.
+writers are serial anyway), and leases them to `:owner` until `:until`.
 """
 
 from __future__ import annotations
@@ -30,7 +28,6 @@ from relay.store.sql.dialect import Dialect, bind
 
 
 def free(table: Table, owner: Any, now: Any) -> ColumnElement[bool]:
-    """Whether a row of `table` is free for `owner` to claim at `now`."""
     c = table.c
     return or_(c.claimed_until.is_(None), c.claimed_until <= now, c.claimed_by == owner)
 
@@ -43,7 +40,7 @@ def claim(
     joined: FromClause | None = None,
 ) -> Update:
     """Claim the free rows of `table` matching `where`, first in `order_by`, by `key` (a column,
-    or a tuple of columns); chosen from the rows of `joined` (`table` joined to more) if given."""
+    or a tuple of columns); chosen from the rows of `joined` if given (only `table`'s locked)."""
     c = table.c
     keys = key if isinstance(key, tuple) else (key,)
     owner, now = bind(c.claimed_by, "owner"), bind(c.claimed_until, "now")
@@ -69,10 +66,5 @@ def claim(
 
 def claim_params(d: Dialect, lease: Claim) -> dict[str, Any]:
     """A claim's parameters; no limit is NULL on Postgres and a negative one on SQLite."""
-    unlimited = None if d.postgres else -1
-    return {
-        "owner": lease.owner,
-        "now": lease.now_ms,
-        "until": lease.until,
-        "limit": unlimited if lease.limit is None else lease.limit,
-    }
+    limit = (None if d.postgres else -1) if lease.limit is None else lease.limit
+    return {"owner": lease.owner, "now": lease.now_ms, "until": lease.until, "limit": limit}

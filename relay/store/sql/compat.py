@@ -1,14 +1,8 @@
-"""Where a database stands against this code's migrations, and whether this code may use it.
-
-A database can be below this code's schema head (`migrate` brings it up), at it, or ahead of it:
-a newer release migrated it while this one still runs (a rolling deploy, a rollback). Every
-migration is an *expand* one (code of the previous schema head keeps working on it) or a
-*contract* one (it does not), and from 0007 on the migrations record in `relay_compat` the oldest
-schema head whose code may still use the database: the newest contract migration at or below its
-revision. This code opens a database ahead of it when that record lets it, and otherwise refuses
-with one `SchemaError` that names what the database needs (never `migrate`: this code's
-`migrate` cannot go forward, and going back would break the newer replicas). The store reads
-where it stands on its own runner (`schema_standing`).
+"""Where a database stands against this code's migrations, and whether this code may use it:
+below its schema head, at it, or ahead of it, and then compatible or not, by the record of
+expand and contract migrations in `relay_compat` (docs/rolling-deploys.md). A database ahead and
+not compatible is refused with one `SchemaError` naming what it needs (never `migrate`: this
+code's cannot go forward, and going back would break the newer replicas).
 """
 
 from __future__ import annotations
@@ -28,28 +22,22 @@ from relay.version import __version__
 if TYPE_CHECKING:
     from alembic.script import Script, ScriptDirectory
 
-# What each migration module declares as `kind`: code of the previous schema head keeps working
-# on the database it leaves (new tables, nullable or defaulted columns, indexes, functions), or
-# not (drops, renames, narrowed columns, tightened constraints, changed meanings).
+# What each migration module declares as `kind` (docs/rolling-deploys.md#expand-and-contract).
 EXPAND, CONTRACT = "expand", "contract"
 
 # The first revision that has `relay_compat`; a database below it records no compatibility.
 COMPAT_SINCE = "0007"
-
-# The table as every release reads it (a newer release may add columns; they are not read).
-compat_table = schema.compat
-
-
-def order(revision: str | None) -> int | None:
-    """A revision's place in the chain (our revisions are numbered); None for no revision or a
-    revision this code cannot place."""
-    return int(revision) if revision is not None and revision.isdigit() else None
+# A newer release may add columns to `relay_compat`: every release reads only `schema.compat`'s.
 
 
 def later(revision: str, than: str) -> bool:
     """Whether `revision` comes after `than` in the chain (a revision no number places: yes)."""
-    place, other = order(revision), order(than)
-    return place is None or other is None or place > other
+    return not (revision.isdigit() and than.isdigit()) or int(revision) > int(than)
+
+
+def reached(revision: str | None, since: str) -> bool:
+    """Whether a database at `revision` has what migration `since` added."""
+    return revision is not None and not later(since, revision)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,18 +152,12 @@ def oldest_head(scripts: ScriptDirectory, revision: str) -> str:
     raise SchemaError(f"no migration {revision} in this code's scripts")
 
 
-def pending(scripts: ScriptDirectory, current: str | None, target: str) -> list[Script]:
-    """The migrations an upgrade from `current` to `target` applies, oldest first."""
-    found = list(scripts.iterate_revisions(target, current or "base"))
-    return [script for script in reversed(found) if script is not None]
-
-
 def record(scripts: ScriptDirectory, revision: str, *, upgraded: bool) -> list[Executable]:
     """The statements that write the compatibility record of a database now at `revision`: who
     may use it, and (after an upgrade) the release that migrated it."""
     return [
-        delete(compat_table),
-        insert(compat_table).values(
+        delete(schema.compat),
+        insert(schema.compat).values(
             id=1,
             oldest_head=oldest_head(scripts, revision),
             migrated_by=__version__ if upgraded else None,
@@ -189,12 +171,10 @@ async def schema_revision(runner: Runner) -> str | None:
 
 
 async def schema_standing(runner: Runner) -> Standing:
-    """Where the store stands against this code: its revision and its compatibility record.
-
-    The revision is in `relay_alembic_version`, else (a database below 0010) in `alembic_version`
-    when the relay's is there; never anyone else's revision (`relay.store.sql.version_table`)."""
+    """Where the store stands against this code: its revision (found as `version_table` says)
+    and its compatibility record."""
     d = runner.dialect
-    names = (version_table.NAME, version_table.SHARED, version_table.MARKER, compat_table.name)
+    names = (version_table.NAME, version_table.SHARED, version_table.MARKER, schema.compat.name)
     present = d.compile(
         select(*(func.to_regclass(name).is_not(None) for name in names))
         if d.postgres
@@ -204,9 +184,8 @@ async def schema_standing(runner: Runner) -> Standing:
     )
     own = d.compile(select(version_table.table.c.version_num))
     shared = d.compile(select(version_table.shared.c.version_num))
-    record = d.compile(
-        select(compat_table.c.oldest_head, compat_table.c.migrated_by).where(compat_table.c.id == 1)
-    )
+    c = schema.compat.c
+    record = d.compile(select(c.oldest_head, c.migrated_by).where(c.id == 1))
 
     async def body(tx: Tx) -> Standing:
         tables = await first(tx, present)

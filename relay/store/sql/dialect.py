@@ -1,9 +1,8 @@
 """SQLAlchemy Core statements compiled once per dialect, to run on the raw driver.
 
-`schema.py` and the Core statements of each aggregate stay the one description of tables and
-queries; what runs per call is the SQL text compiled from them at first use, with its parameters
-in the driver's order. Only the few constructs SQLAlchemy has no generic form for differ by
-dialect (`insert` with `ON CONFLICT`, two-argument `greatest`/`least`, a list parameter).
+What runs per call is the SQL text compiled at first use, with its parameters in the driver's
+order. Only what SQLAlchemy has no generic form for differs by dialect (`insert` with
+`ON CONFLICT`, two-argument `greatest`/`least`, a list parameter).
 """
 
 from __future__ import annotations
@@ -95,24 +94,18 @@ class Dialect:
     def least(self, a: Any, b: Any) -> ColumnElement[Any]:
         return func.least(a, b) if self.postgres else func.min(a, b)
 
-    def listed(self, name: str) -> TableValuedAlias:
-        """The text values of list parameter `name` as a table: `value`, and `rank` (its place).
-
+    def listed(self, name: str) -> tuple[TableValuedAlias, ColumnElement[Any]]:
+        """The text values of list parameter `name` as a table (`value`), and a value's place.
         A statement compiled once cannot take `IN (:a, :b, …)` of any length, so the list is one
-        parameter: a text[] that Postgres unnests, a JSON array that SQLite's json_each reads.
-        """
+        parameter: a text[] that Postgres unnests, a JSON array that SQLite's json_each reads."""
         if self.postgres:
             values = func.unnest(bindparam(name, type_=postgresql.ARRAY(Text)))
-            return values.table_valued("value", with_ordinality="rank").render_derived("listed")
+            listed = values.table_valued("value", with_ordinality="rank").render_derived("listed")
+            return listed, listed.c.rank
         # json_each names its columns itself: `key` is an array member's index.
-        return (
-            func.json_each(bindparam(name, type_=Text)).table_valued("key", "value").alias("listed")
-        )
-
-    @staticmethod
-    def rank(listed: TableValuedAlias) -> ColumnElement[Any]:
-        """A member's place in its `listed` parameter."""
-        return listed.c.rank if "rank" in listed.c else listed.c.key
+        values = func.json_each(bindparam(name, type_=Text))
+        listed = values.table_valued("key", "value").alias("listed")
+        return listed, listed.c.key
 
     def list_value(self, values: Sequence[str]) -> Any:
         """What a `listed` parameter is bound to."""
@@ -139,13 +132,9 @@ class Dialect:
 
 
 def closed_below(column: Any) -> ColumnElement[bool]:
-    """`column >= ` the least BIGINT: always true, and there to close a range below.
-
-    A bound the planner cannot see (a subquery, `greatest()` of one) makes `column < bound` read
-    as a third of the rows, a full scan's worth, whatever the statistics; with a bound below it
-    the two read as one range, estimated at 0.5% (Postgres' DEFAULT_RANGE_INEQ_SEL), and the
-    index range is the plan, with statistics or right after a bulk load without any.
-    """
+    """`column >= ` the least BIGINT: always true, it closes a range below, so `column < bound`
+    of a bound the planner cannot see reads as an index range, not a third of the rows (a full
+    scan's worth), with or without statistics (docs/query-plans.md)."""
     return column >= literal(-(2**63), BigInteger)  # type: ignore[no-any-return]
 
 

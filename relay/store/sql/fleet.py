@@ -2,9 +2,7 @@
 that rides on `keep_alive`'s transaction, the row that rides on `pass_write`'s batch, a read.
 
 Only the columns this code knows are read or written: a newer release's extra columns are left
-alone. A database below 0007 has no `relay_fleet`: the backend then records nothing
-(`has_fleet`). One below 0009 has no `clock_offset_ms` and `passes`: the statements for it
-(`ring=False`) write and read the row without them (`has_ring`).
+alone; below 0009 (`ring=False`) neither `clock_offset_ms` nor `passes`.
 """
 
 from __future__ import annotations
@@ -16,17 +14,16 @@ from sqlalchemy import delete, select, update
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.store.fleet import BEFORE_RING, FIELDS, FORGET_MS, FleetMember
 from relay.store.sql import schema as t
-from relay.store.sql.compat import COMPAT_SINCE, later
-from relay.store.sql.dialect import Dialect, Row, bind
+from relay.store.sql.dialect import Dialect, bind
 from relay.store.sql.drivers.runner import Runner, Tx
 
 # The first revision whose `relay_fleet` has the clock offset and the passes.
 RING_SINCE = "0009"
 
 
+@functools.cache
 class Statements:
-    """The fleet's statements, compiled once for a dialect by `statements(d)`; with `ring`, the
-    columns 0009 added too."""
+    """With `ring`, on the columns 0009 added too."""
 
     def __init__(self, d: Dialect, ring: bool = True) -> None:
         f = t.fleet.c
@@ -47,27 +44,13 @@ class Statements:
         self.members = d.compile(select(*(f[name] for name in names)).order_by(f.owner))
 
 
-statements = functools.cache(Statements)
-
-
-def has_fleet(revision: str | None) -> bool:
-    """Whether a database at `revision` has `relay_fleet` (0007 on)."""
-    return revision is not None and not later(COMPAT_SINCE, revision)
-
-
-def has_ring(revision: str | None) -> bool:
-    """Whether a database at `revision` has the fleet's clock offset and passes (0009 on)."""
-    return revision is not None and not later(RING_SINCE, revision)
-
-
 def values(member: FleetMember, ring: bool = True) -> dict[str, object]:
-    """`member`'s row as the upsert binds it."""
     document = member.document()
     return {name: document[name] for name in (FIELDS if ring else BEFORE_RING)}
 
 
 async def record_member(db: Runner, member: FleetMember, *, ring: bool = True) -> None:
-    q = statements(db.dialect, ring)
+    q = Statements(db.dialect, ring)
 
     async def body(tx: Tx) -> None:
         await tx.run(q.prune, {"cutoff": member.seen_at - FORGET_MS})
@@ -77,18 +60,16 @@ async def record_member(db: Runner, member: FleetMember, *, ring: bool = True) -
 
 
 async def members(db: Runner, *, ring: bool = True) -> list[FleetMember]:
-    q = statements(db.dialect, ring).members
-
-    return [member(row) for row in await db.read(lambda tx: tx.rows(q))]
-
-
-def member(row: Row) -> FleetMember:
-    """A stored row as a `FleetMember`; one that is not a `CorruptStateError` naming it. A row
-    an older release wrote has no passes (NULL): none recorded."""
-    try:
-        found = dict(zip(FIELDS, row, strict=False))
-        if found.get("passes", "") is None:
-            found["passes"] = ""
-        return FleetMember(**found)
-    except (InvalidInputError, TypeError) as error:
-        raise CorruptStateError(f"fleet row {row[0]!r} is invalid: {error}") from None
+    """The stored rows; one that is no `FleetMember` is a `CorruptStateError` naming it. A row an
+    older release wrote has no passes (NULL): none recorded."""
+    q = Statements(db.dialect, ring).members
+    found = []
+    for row in await db.read(lambda tx: tx.rows(q)):
+        fields = dict(zip(FIELDS, row, strict=False))
+        if fields.get("passes", "") is None:
+            fields["passes"] = ""
+        try:
+            found.append(FleetMember(**fields))
+        except (InvalidInputError, TypeError) as error:
+            raise CorruptStateError(f"fleet row {row[0]!r} is invalid: {error}") from None
+    return found

@@ -1,7 +1,6 @@
 """The session-started ledger on SQL: one row per session, so no operation reads a whole scope.
 
-The prune filters on `(profile_id, started_at)` and the claim on unsent entries oldest first; each
-has an index of its own, so both cost the same at ten entries or a hundred thousand. Recording
+The prune and the claim each read a range of an index of their own (`schema.started`). Recording
 sightings in several scopes is three statements whatever their number (each scope's cutoff is
 read by the statements themselves), and a claim across scopes is one.
 """
@@ -22,17 +21,17 @@ from relay.store.sql.dialect import Dialect, Params, Row, bind, closed_below
 from relay.store.sql.drivers.runner import Call, Many, Runner, Step
 
 
+@functools.cache
 class Statements:
     def __init__(self, d: Dialect) -> None:
         s, scopes = t.started.c, t.started_scopes.c
         in_scope = s.profile_id == bind(s.profile_id)
-        unsent_first = (s.started_at, s.session_id)
         # Sessions before max(floor, now - 24 h) are never announced: the scope's cutoff.
         floor = (
             select(scopes.floor).where(scopes.profile_id == bind(s.profile_id)).scalar_subquery()
         )
         cutoff = d.greatest(floor, bind(s.started_at, "window"))
-        listed = d.listed("scopes")
+        listed, rank = d.listed("scopes")
         self.add_scope = d.compile(
             d.insert(t.started_scopes)
             .values(profile_id=bind(scopes.profile_id), floor=bind(scopes.floor))
@@ -61,7 +60,7 @@ class Statements:
                 t.started,
                 (s.profile_id, s.session_id),
                 s.sent == false(),
-                order_by=(d.rank(listed), *unsent_first),
+                order_by=(rank, s.started_at, s.session_id),
                 joined=t.started.join(listed, listed.c.value == s.profile_id),
             ).returning(*t.started.c)
         )
@@ -77,9 +76,6 @@ class Statements:
         )
 
 
-statements = functools.cache(Statements)
-
-
 def entry(row: Row) -> StartedEntry:
     """A `relay_started` row (in table order) as a record."""
     profile_id, session_id, started_at, sent, claimed_by, claimed_until = row
@@ -88,7 +84,7 @@ def entry(row: Row) -> StartedEntry:
 
 def record_steps(d: Dialect, seen: Mapping[str, Mapping[str, int]], now_ms: int) -> list[Step]:
     """Track each scope of `seen`, prune it and add its sightings: straight-line statements."""
-    q = statements(d)
+    q = Statements(d)
     window = now_ms - STARTED_WINDOW_MS
     scopes = [{"profile_id": p, "floor": now_ms} for p in seen]
     prunes = [{"profile_id": p, "window": window} for p in seen]
@@ -109,7 +105,7 @@ def _one_or_many(rows: Sequence[Params]) -> Params | Sequence[Params]:
 
 
 async def track_started(db: Runner, profile_ids: tuple[str, ...], now_ms: int) -> None:
-    q = statements(db.dialect).add_scope
+    q = Statements(db.dialect).add_scope
     scopes = [{"profile_id": p, "floor": now_ms} for p in profile_ids]
     await db.write(lambda tx: tx.many(q, scopes), single=True)
 
@@ -120,13 +116,13 @@ async def record_started(db: Runner, sightings: Sightings) -> None:
 
 def mark_step(d: Dialect, sent: Sequence[tuple[str, str]]) -> Many:
     """The marks of these (profile_id, session_id) entries as announced."""
-    return statements(d).mark_sent, [{"profile_id": p, "session_id": sid} for p, sid in sent]
+    return Statements(d).mark_sent, [{"profile_id": p, "session_id": sid} for p, sid in sent]
 
 
 def claim_step(d: Dialect, scopes: Sequence[str], lease: Claim) -> Call:
     """The claim of the unsent entries of `scopes`, scope by scope as listed, oldest first."""
     params = {"scopes": d.list_value(scopes), **claim_params(d, lease)}
-    return statements(d).claim_listed, params
+    return Statements(d).claim_listed, params
 
 
 async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]:
@@ -150,12 +146,10 @@ async def claim_started(db: Runner, request: StartedClaim) -> list[StartedEntry]
 
 
 async def started_ledger(db: Runner) -> list[StartedScope]:
-    q = statements(db.dialect).ledger
-
-    floors: dict[str, int] = {}
-    entries: dict[str, list[StartedEntry]] = {}
+    q = Statements(db.dialect).ledger
+    scopes: dict[str, tuple[int, list[StartedEntry]]] = {}
     for row in await db.read(lambda tx: tx.rows(q)):
-        floors[row[0]] = row[1]
+        entries = scopes.setdefault(row[0], (row[1], []))[1]
         if row[3] is not None:
-            entries.setdefault(row[0], []).append(entry(row[2:]))
-    return [StartedScope(p, floor, tuple(entries.get(p, ()))) for p, floor in floors.items()]
+            entries.append(entry(row[2:]))
+    return [StartedScope(p, floor, tuple(entries)) for p, (floor, entries) in scopes.items()]

@@ -27,7 +27,7 @@ from relay.store.sql.drivers.runner import Runner
 from relay.store.sql.drivers.sqlite import SqliteRunner, create_private
 from relay.store.sql.drivers.sqlstate import store_error
 from relay.store.sql.schema import HEAD_REVISION
-from relay.store.url import StoreTarget, resolve, schema_name
+from relay.store.url import StoreTarget, schema_name
 from relay.store.url import command as cli_command
 
 if TYPE_CHECKING:
@@ -87,8 +87,7 @@ def head_revision() -> str:
 
 
 def current_revision(connection: Connection) -> str | None:
-    """The relay's revision: in its own version table, else (below 0010) in `alembic_version`
-    when the relay's is there; None when the database holds no relay schema."""
+    """The relay's revision (found as `version_table` says), on a SQLAlchemy connection."""
     from alembic.runtime.migration import MigrationContext
 
     opts = {"version_table": version_table.NAME}
@@ -135,38 +134,33 @@ def upgrade_locked(
     if Standing(current, head=head_revision()).ahead:
         return current
     scripts = ScriptDirectory.from_config(config)
-    steps = compat.pending(scripts, current, known(scripts, revision))
-    contracts = [step.revision for step in steps if compat.kind(step) == compat.CONTRACT]
+    # The migrations this upgrade applies, oldest first (walked from the target down).
+    steps = reversed(list(scripts.iterate_revisions(known(scripts, revision), current or "base")))
+    contracts = [s.revision for s in steps if s is not None and compat.kind(s) == compat.CONTRACT]
     if contracts and not force:
         refuse_breaking(connection, contracts[-1])
     command.upgrade(config, revision)
     return current
 
 
-# The fleet guard: a contract migration is refused while live replicas of older code would break.
-def breaking(connection: Connection, contract: str, now_ms: int | None = None) -> list[str]:
-    """The live replicas whose code a database at `contract` (a contract migration) no longer
-    takes: those built for an older schema head. A database without the fleet lists none."""
+def refuse_breaking(connection: Connection, contract: str) -> None:
+    """The fleet guard: `SchemaError` naming every live replica whose code a database at
+    `contract` (a contract migration) no longer takes, those built for an older schema head."""
     if not inspect(connection).has_table(schema.fleet.name):
-        return []
-    now = int(time.time() * 1000) if now_ms is None else now_ms
+        return
+    now = int(time.time() * 1000)
     f = schema.fleet.c
     rows = connection.execute(
         select(f.owner, f.version, f.schema_head, f.host, f.pid, f.seen_at)
         .where(f.live_until > now)
         .order_by(f.owner)
     ).all()
-    return [
+    found = [
         f"{owner} (talaria-relay {version}, schema head {head}, pid {pid} on {host}, "
         f"seen {max(0, now - seen) / 1000:.0f} s ago)"
         for owner, version, head, host, pid, seen in rows
         if later(contract, head)
     ]
-
-
-def refuse_breaking(connection: Connection, contract: str) -> None:
-    """`SchemaError` naming every live replica a contract migration to `contract` would break."""
-    found = breaking(connection, contract)
     if found:
         raise SchemaError(
             f"migration {contract} is a contract one: code of an older schema head stops "
@@ -334,6 +328,36 @@ def _on_sqlite(path: Path, step: Callable[[Connection], T]) -> T:
         engine.dispose()
 
 
+def create_schema_sql(name: str) -> str:
+    """The statement that makes the relay's Postgres schema (`name`: a checked plain identifier)."""
+    return f"CREATE SCHEMA IF NOT EXISTS {name}"
+
+
+def ensure_schema(connection: Connection, name: str | None) -> None:
+    """Create the Postgres schema a URL names (`?schema=NAME`), where every relay object lives,
+    if it is missing and the role may; otherwise a `SchemaError` names the grant it needs."""
+    if name is None or connection.dialect.name != "postgresql":
+        return
+    found = connection.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :n"), {"n": name})
+    if found.first() is not None:
+        return  # CREATE ... IF NOT EXISTS would still need the privilege it does not use
+    try:
+        with connection.begin_nested():
+            connection.execute(text(create_schema_sql(name)))
+    except DBAPIError as exc:
+        original = exc.orig
+        state = getattr(original, "sqlstate", None) or getattr(original, "pgcode", None)
+        state = state or getattr(getattr(original, "__cause__", None), "sqlstate", None)
+        if str(state) != "42501":  # insufficient_privilege: here CREATE on the database
+            raise
+        who = connection.execute(text("SELECT current_user, current_database()")).one()
+        raise SchemaError(
+            f"the relay's schema {name} does not exist and role {who[0]} may not create it: "
+            f'have the database owner run `CREATE SCHEMA {name} AUTHORIZATION "{who[0]}"` (or '
+            f'`GRANT CREATE ON DATABASE "{who[1]}" TO "{who[0]}"`), then migrate again'
+        ) from exc
+
+
 def migration_error(exc: BaseException, target: StoreTarget) -> StoreError:
     """A driver's error in a migration, naming the store but never its password; a lock wait
     past the timeout says what to do."""
@@ -363,12 +387,3 @@ def file_error(exc: BaseException, target: StoreTarget) -> StoreError:
     """A SQLite file that cannot be opened or written (read-only, not a file): one line."""
     text = getattr(exc, "strerror", None) or str(getattr(exc, "orig", None) or exc)
     return store_error(target.display, text)
-
-
-if __name__ == "__main__":
-    # `python -m relay.store.sql.migrate [URL]`: upgrade the store (default: the SQLite file).
-    import sys
-
-    _target = resolve(sys.argv[1] if len(sys.argv) > 1 else None)
-    asyncio.run(upgrade(_target))
-    print(f"{_target.display} is at revision {head_revision()}")

@@ -19,6 +19,7 @@ BINDING = ("identity", "scope_url", "scope_publisher_id", "scope_profile_id")
 VIEW_COLUMNS = ("id", "session_id", "profile", "through", *BINDING)
 
 
+@functools.cache
 class Statements:
     def __init__(self, d: Dialect) -> None:
         c = t.deleted.c
@@ -56,9 +57,6 @@ class Statements:
         )
 
 
-statements = functools.cache(Statements)
-
-
 def view(row: Row) -> DeletedView:
     """A `relay_deleted` row (in table order) as a record."""
     view_id, session_id, profile, through, identity, url, publisher_id, profile_id = row
@@ -67,7 +65,6 @@ def view(row: Row) -> DeletedView:
 
 
 def columns(entry: DeletedView) -> dict[str, Any]:
-    """A record as `relay_deleted` column values."""
     head = {name: getattr(entry, name) for name in VIEW_COLUMNS[:4]}
     return head | bound(entry.identity, entry.scope)
 
@@ -80,13 +77,13 @@ def bound(identity: str | None, scope: DeletedScope | None) -> dict[str, Any]:
 
 def enqueue_step(d: Dialect, deletion: Deletion) -> Call:
     """The upsert of a deletion; it returns the entry queued."""
-    q = statements(d)
+    q = Statements(d)
     return q.enqueue_live if deletion.session_live else q.enqueue_gone, columns(deletion.new)
 
 
 def ack_step(d: Dialect, view_id: str, through: int) -> Call:
     """The removal of entry `view_id`, if its `through` is still this one."""
-    return statements(d).ack, {"id": view_id, "through": through}
+    return Statements(d).ack, {"id": view_id, "through": through}
 
 
 async def enqueue_deleted(db: Runner, deletion: Deletion) -> DeletedView:
@@ -95,24 +92,22 @@ async def enqueue_deleted(db: Runner, deletion: Deletion) -> DeletedView:
 
 
 async def bind_deleted(db: Runner, binding: Binding) -> int:
-    q = statements(db.dialect).bind
+    q = Statements(db.dialect).bind
     params = {"profile": binding.profile} | bound(binding.identity, binding.scope)
-
     return await db.write(lambda tx: tx.run(q, params), single=True)
 
 
 async def pending_deleted(db: Runner) -> list[DeletedView]:
-    q = statements(db.dialect).pending
+    q = Statements(db.dialect).pending
     return [view(row) for row in await db.read(lambda tx: tx.rows(q))]
 
 
 async def claim_deleted(db: Runner, claim: Claim) -> list[DeletedView]:
-    q, params = statements(db.dialect).claim, claim_params(db.dialect, claim)
+    q, params = Statements(db.dialect).claim, claim_params(db.dialect, claim)
     claimed = [view(row) for row in await db.write(lambda tx: tx.rows(q, params), single=True)]
     return sorted(claimed, key=lambda v: (v.through, v.id))
 
 
 async def ack_deleted(db: Runner, view_id: str, through: int) -> bool:
     step = ack_step(db.dialect, view_id, through)
-
     return bool(await db.write(lambda tx: tx.run(*step), single=True))

@@ -1,15 +1,13 @@
 """A publishing pass on SQL: its view in one SELECT, its write as one straight-line batch.
 
 The view is a UNION ALL of tagged rows, each part bounded by the number of profiles, scopes or
-tabs, never by the ledger or the runs: the registration's generation, every stored identity,
-the profiles with an active presence lease, each tracked scope with whether it holds an unsent
-entry the owner would claim (an index range of that scope's unsent entries), and whether the
-outbox holds an entry the owner would claim. On Postgres it is one round trip in autocommit.
+tabs, never by the ledger or the runs (a scope's unsent entries are an index range): on
+Postgres one round trip in autocommit.
 
-The write is the run sync's statements (`runs`), then the revision allocation for the rows the
-owner now has, then those rows with the counter: no statement waits on an earlier one's answer,
-so a runner may send them all at once (`Runner.batch`). Past 2^53-1 the whole transaction
-rolls back, as the contract says (`past_the_cap`).
+The write (`pass_write`) is the run sync's statements (`runs`), then the revision allocation for
+the rows the owner now has, then those rows with the counter: no statement waits on an earlier
+one's answer, so a runner may send them all at once (`Runner.batch`). Past 2^53-1 the whole
+transaction rolls back, as the contract says (`past_the_cap`).
 """
 
 from __future__ import annotations
@@ -56,27 +54,16 @@ def _tagged(tag: str, name: Any = None, text: Any = None, number: Any = None) ->
     )
 
 
-def _clock(d: Dialect) -> list[Any]:
-    """Postgres: the server's clock in Unix ms, as the statement started (`statement_timestamp()`:
-    not `now()`, the transaction's start, nor `clock_timestamp()`, which moves during it). The
-    replicas' one time base. SQLite lives on this host: its clock is this host's."""
-    if not d.postgres:
-        return []
-    epoch = extract("epoch", func.statement_timestamp())
-    return [_tagged("clock", number=cast(func.floor(epoch * 1000), BigInteger))]
-
-
+@functools.cache
 class Statements:
-    """The statements, compiled once for a dialect by `statements(d)`; with `taken`, the owned
-    rows with `taken_from`."""
+    """With `taken`, the owned rows have `taken_from`."""
 
     def __init__(self, d: Dialect, taken: bool = True) -> None:
         c, i, p = t.config.c, t.identities.c, t.presence.c
         scopes, s, r = t.started_scopes.c, t.started.c, t.runs.c
         owner, now = bind(r.owner), bind(r.lease_until, "now")
-        # "Is there a row": a scalar subquery of one row, not EXISTS, which Postgres may plan as a
-        # hashed subplan or a first-row search by sequential scan (each reads the whole table when
-        # no row matches); a LIMIT 1 subquery reads the index range the claim itself would.
+        # "Is there a row" as a LIMIT 1 subquery, not EXISTS (docs/query-plans.md): it reads the
+        # index range the claim itself would.
         unsent = (
             select(literal(1))
             .where(
@@ -94,6 +81,11 @@ class Statements:
             .scalar_subquery()
             .is_not(None)
         )
+        # Postgres: the server's clock in Unix ms, as the statement started (not `now()`, the
+        # transaction's start, nor `clock_timestamp()`, which moves during it): the replicas'
+        # one time base. SQLite lives on this host: its clock is this host's.
+        epoch = extract("epoch", func.statement_timestamp())
+        clock = _tagged("clock", number=cast(func.floor(epoch * 1000), BigInteger))
         view = union_all(
             _tagged("generation", number=c.generation).where(c.version == CONFIG_VERSION),
             _tagged("identity", i.profile, i.identity),
@@ -102,7 +94,7 @@ class Statements:
             .group_by(p.profile),
             _tagged("scope", scopes.profile_id, number=case((unsent, 1), else_=0)),
             _tagged("deleted").where(deleted),
-            *_clock(d),
+            *([clock] if d.postgres else []),
         )
         floor, cap = t.revision.c.floor, literal(MAX_SAFE_INTEGER, BigInteger)
         owned = select(func.count().label("n")).select_from(t.runs).where(r.owner == owner)
@@ -130,9 +122,6 @@ class Statements:
         )
 
 
-statements = functools.cache(Statements)
-
-
 def past_the_cap(error: StoreError) -> bool:
     """Whether a pass's write failed on the NULL its allocation sets past 2^53-1."""
     cause = error.__cause__
@@ -143,7 +132,7 @@ def past_the_cap(error: StoreError) -> bool:
 
 
 async def pass_view(db: Runner, query: ViewQuery) -> ViewReading:
-    q, params = statements(db.dialect).view, {"owner": query.owner, "now": query.now_ms}
+    q, params = Statements(db.dialect).view, {"owner": query.owner, "now": query.now_ms}
     reading = ViewReading()
     for tag, name, text, number in await db.read(lambda tx: tx.rows(q, params)):
         if tag == "generation":
@@ -163,11 +152,11 @@ async def pass_view(db: Runner, query: ViewQuery) -> ViewReading:
     return reading
 
 
-def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True, taken: bool = True) -> list[Step]:
-    """A pass's write as straight-line statements: the run sync, the allocation, the rows (the
-    fleet row without the columns 0009 added unless `ring`, the runs without the column 0011
-    added unless `taken`)."""
-    q, p = run_sql.statements(d, taken), statements(d, taken)
+async def pass_write(
+    db: Runner, sync: RunSync, *, ring: bool = True, taken: bool = True
+) -> tuple[list[RunState], int] | None:
+    d = db.dialect
+    q, p = run_sql.Statements(d, taken), Statements(d, taken)
     owner, now_ms, until = sync.owner, sync.now_ms, sync.until
     mine = {"owner": owner, "now": now_ms, "until": until}
     steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
@@ -184,14 +173,8 @@ def write_steps(d: Dialect, sync: RunSync, *, ring: bool = True, taken: bool = T
         (q.mark_sending, mine),
     ]
     if sync.member is not None:
-        steps.append((fleet.statements(d, ring).upsert, fleet.values(sync.member, ring)))
-    return [*steps, (p.allocate, {"owner": owner, "now": now_ms}), (p.owned, {"owner": owner})]
-
-
-async def pass_write(
-    db: Runner, sync: RunSync, *, ring: bool = True, taken: bool = True
-) -> tuple[list[RunState], int] | None:
-    steps = write_steps(db.dialect, sync, ring=ring, taken=taken)
+        steps.append((fleet.Statements(d, ring).upsert, fleet.values(sync.member, ring)))
+    steps += [(p.allocate, {"owner": owner, "now": now_ms}), (p.owned, {"owner": owner})]
     try:
         rows = await db.batch(steps)
     except StoreError as error:

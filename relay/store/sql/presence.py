@@ -14,6 +14,7 @@ from relay.store.sql.dialect import Dialect, Row, bind
 from relay.store.sql.drivers.runner import Runner, Tx, first, scalar
 
 
+@functools.cache
 class Statements:
     def __init__(self, d: Dialect) -> None:
         p = t.presence.c
@@ -44,9 +45,6 @@ class Statements:
         )
 
 
-statements = functools.cache(Statements)
-
-
 def upsert(d: Dialect) -> Any:
     """The upsert of a lease, fenced by its sequence: a stale or replayed one changes nothing."""
     p = t.presence.c
@@ -69,7 +67,7 @@ def lease_values(lease: PresenceLease) -> dict[str, Any]:
 
 
 async def apply_presence(db: Runner, update: PresenceUpdate) -> bool:
-    q, new, max_tabs = statements(db.dialect), update.lease, update.max_tabs
+    q, new, max_tabs = Statements(db.dialect), update.lease, update.max_tabs
     forget = {"fence_ms": update.fence_ms, "updated_at": new.updated_at}
 
     async def body(tx: Tx) -> bool:
@@ -86,10 +84,10 @@ async def apply_presence(db: Runner, update: PresenceUpdate) -> bool:
 
 
 async def presence_active(db: Runner, profile: str, now_ms: int) -> bool:
-    q = statements(db.dialect).active
+    q = Statements(db.dialect).active
     return bool(await db.read(lambda tx: scalar(tx, q, {"profile": profile, "now": now_ms})))
 
 
 async def presence_leases(db: Runner) -> list[PresenceLease]:
-    q = statements(db.dialect).leases
+    q = Statements(db.dialect).leases
     return [lease(row) for row in await db.read(lambda tx: tx.rows(q))]

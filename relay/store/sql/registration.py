@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+from typing import Any
 
 from sqlalchemy import bindparam, delete, exists, select, true, update
 
@@ -17,15 +18,18 @@ from relay.store.sql.dialect import Dialect, bind
 from relay.store.sql.drivers.runner import Call, Runner, Tx, first, scalar
 
 
+def _params(*names: str) -> dict[str, Any]:
+    return {name: bindparam(name) for name in names}
+
+
+@functools.cache
 class Statements:
     def __init__(self, d: Dialect) -> None:
         c, k, i = t.config.c, t.keys.c, t.identities.c
         fields = ("url", "publisher_id", "key_id", "key_ref", "version", "updated_at")
         config_values = {name: bind(c[name]) for name in fields}
         upsert_config = d.insert(t.config).values(id=1, generation=1, **config_values)
-        upsert_key = d.insert(t.keys).values(
-            ref=bindparam("ref"), pem=bindparam("pem"), encrypted=bindparam("encrypted")
-        )
+        upsert_key = d.insert(t.keys).values(_params("ref", "pem", "encrypted"))
         by_ref = k.ref == bind(k.ref)
         tombstone = {
             **{name: "" for name in ("url", "publisher_id", "key_id", "key_ref")},
@@ -40,17 +44,9 @@ class Statements:
         # One statement, so a concurrent save is seen whole or not at all (Postgres reads each
         # statement of a READ COMMITTED transaction at its own snapshot).
         self.load_config = d.compile(
-            select(
-                c.url,
-                c.publisher_id,
-                c.key_id,
-                c.key_ref,
-                c.version,
-                c.generation,
-                t.profiles.c.profile,
-                t.profiles.c.identity,
-                t.profiles.c.profile_id,
-            ).select_from(t.config.outerjoin(t.profiles, true()))
+            select(*(c[name] for name in (*fields[:5], "generation")), *t.profiles.c).select_from(
+                t.config.outerjoin(t.profiles, true())
+            )
         )
         self.key_exists = d.compile(select(k.ref).where(by_ref))
         self.stored_generation = d.compile(select(c.version, c.generation))
@@ -72,11 +68,7 @@ class Statements:
         )
         self.clear_profiles = d.compile(delete(t.profiles))
         self.insert_profile = d.compile(
-            t.profiles.insert().values(
-                profile=bindparam("profile"),
-                identity=bindparam("identity"),
-                profile_id=bindparam("profile_id"),
-            )
+            t.profiles.insert().values(_params("profile", "identity", "profile_id"))
         )
         self.upsert_key = d.compile(
             upsert_key.on_conflict_do_update(
@@ -87,11 +79,7 @@ class Statements:
         self.load_key = d.compile(select(k.pem).where(by_ref))
         # FOR UPDATE on Postgres; on SQLite the write transaction (BEGIN IMMEDIATE) excludes.
         self.all_keys = d.compile(select(k.ref, k.pem).order_by(k.ref).with_for_update())
-        self.rekey = d.compile(
-            update(t.keys)
-            .where(by_ref)
-            .values(pem=bindparam("pem"), encrypted=bindparam("encrypted"))
-        )
+        self.rekey = d.compile(update(t.keys).where(by_ref).values(_params("pem", "encrypted")))
         # A key the registration names is never deleted, whoever asks.
         self.delete_key = d.compile(
             delete(t.keys).where(by_ref, ~exists().where(c.key_ref == k.ref))
@@ -102,11 +90,8 @@ class Statements:
         self.identities = d.compile(select(i.profile, i.identity))
 
 
-statements = functools.cache(Statements)
-
-
 async def load_config(db: Runner) -> RelayConfig | None:
-    q = statements(db.dialect).load_config
+    q = Statements(db.dialect).load_config
     rows = await db.read(lambda tx: tx.rows(q))
     if not rows or rows[0][4] != CONFIG_VERSION:
         return None
@@ -116,7 +101,7 @@ async def load_config(db: Runner) -> RelayConfig | None:
 
 
 async def save_config(db: Runner, config: RelayConfig, expected_generation: int | None) -> None:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
     values = {name: getattr(config, name) for name in ("url", "publisher_id", "key_id", "key_ref")}
     values |= {"version": CONFIG_VERSION, "updated_at": int(time.time() * 1000)}
     grants = [
@@ -142,7 +127,7 @@ async def save_config(db: Runner, config: RelayConfig, expected_generation: int 
 
 
 async def forget_config(db: Runner, expected_generation: int | None) -> None:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
     now = {"updated_at": int(time.time() * 1000)}
 
     async def body(tx: Tx) -> None:
@@ -163,27 +148,26 @@ async def forget_config(db: Runner, expected_generation: int | None) -> None:
 
 async def save_key(db: Runner, key_id: str, pem: str) -> str:
     ref = hashlib.sha256(key_id.encode()).hexdigest()[:16]
-    q = statements(db.dialect).upsert_key
+    q = Statements(db.dialect).upsert_key
     params = {"ref": ref, "pem": pem, "encrypted": pkcs8.is_encrypted(pem)}
     await db.write(lambda tx: tx.run(q, params), single=True)
     return ref
 
 
 async def load_key(db: Runner, ref: str) -> str | None:
-    q = statements(db.dialect).load_key
+    q = Statements(db.dialect).load_key
     # The PEM says whether it is encrypted; the column mirrors it for queries.
     return await db.read(lambda tx: scalar(tx, q, {"ref": ref}))
 
 
 async def rekey(db: Runner, rekeyed: Rekeyed) -> int:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
 
     async def body(tx: Tx) -> int:
         rows = await tx.rows(q.all_keys)
         # Every key is rekeyed before any is written: one that fails rolls all of it back.
-        changes = [{"ref": ref, "pem": rekeyed(ref, pem)} for ref, pem in rows]
-        for change in changes:
-            change["encrypted"] = pkcs8.is_encrypted(change["pem"])
+        pems = [(ref, rekeyed(ref, pem)) for ref, pem in rows]
+        changes = [{"ref": r, "pem": p, "encrypted": pkcs8.is_encrypted(p)} for r, p in pems]
         if changes:
             await tx.many(q.rekey, changes)
         return len(changes)
@@ -192,14 +176,12 @@ async def rekey(db: Runner, rekeyed: Rekeyed) -> int:
 
 
 async def delete_key(db: Runner, ref: str) -> bool:
-    q = statements(db.dialect).delete_key
-
+    q = Statements(db.dialect).delete_key
     return bool(await db.write(lambda tx: tx.run(q, {"ref": ref}), single=True))
 
 
 def identity_step(d: Dialect, profile: str) -> Call:
-    """The read of `profile`'s stored identity."""
-    return statements(d).identity, {"profile": profile}
+    return Statements(d).identity, {"profile": profile}
 
 
 async def profile_identity(db: Runner, profile: str) -> str | None:
@@ -208,7 +190,7 @@ async def profile_identity(db: Runner, profile: str) -> str | None:
 
 
 async def mint_identity(db: Runner, profile: str, minted: str) -> str:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
 
     async def body(tx: Tx) -> str:
         # The loser of a race inserts nothing and reads the winner's value.
@@ -219,10 +201,10 @@ async def mint_identity(db: Runner, profile: str, minted: str) -> str:
 
 
 async def forget_identity(db: Runner, profile: str) -> None:
-    q = statements(db.dialect).forget_identity
+    q = Statements(db.dialect).forget_identity
     await db.write(lambda tx: tx.run(q, {"profile": profile}), single=True)
 
 
 async def identities(db: Runner) -> dict[str, str]:
-    q = statements(db.dialect).identities
+    q = Statements(db.dialect).identities
     return {row[0]: row[1] for row in await db.read(lambda tx: tx.rows(q))}

@@ -12,6 +12,7 @@ from relay.store.sql.dialect import Dialect
 from relay.store.sql.drivers.runner import Call, Runner, scalar
 
 
+@functools.cache
 class Statements:
     def __init__(self, d: Dialect) -> None:
         floor = t.revision.c.floor
@@ -29,15 +30,12 @@ class Statements:
         self.floor = d.compile(select(floor))
 
 
-statements = functools.cache(Statements)
-
-
 def allocate_step(d: Dialect, count: int, now_ms: int) -> Call | None:
     """The allocation of `count` revisions at `now_ms`; None when it would pass 2^53-1."""
     first = max(1, now_ms) + count - 1
     if first > MAX_SAFE_INTEGER:
         return None
-    return statements(d).allocate, {"first": first, "now": now_ms, "count": count}
+    return Statements(d).allocate, {"first": first, "now": now_ms, "count": count}
 
 
 async def allocate_revisions(db: Runner, count: int, now_ms: int) -> int | None:
@@ -48,5 +46,5 @@ async def allocate_revisions(db: Runner, count: int, now_ms: int) -> int | None:
 
 
 async def revision_floor(db: Runner) -> int:
-    q = statements(db.dialect).floor
+    q = Statements(db.dialect).floor
     return (await db.read(lambda tx: scalar(tx, q))) or 0

@@ -1,7 +1,5 @@
-"""Run state on SQL: one row per session, its newest turn, owned by the replica hosting it.
-
-With `relay_turns`, the pruned sessions' newest turns, and from 0011 on `taken_from` (below it
-the statements leave the column out: `has_taken_from`); `schema.py` says what each is for.
+"""Run state on SQL: one row per session, its newest turn, owned by the replica hosting it, and
+`relay_turns`, the pruned sessions' newest turns (`schema.py` says what each column is for).
 
 On Postgres every write of this aggregate takes one transaction-scoped advisory lock first: a
 pass's sync locks many rows in an order no index gives, and two replicas taking over each
@@ -33,7 +31,6 @@ from relay.store.backend import Claim
 from relay.store.records import RunState
 from relay.store.sql import fleet as fleet_sql
 from relay.store.sql import schema as t
-from relay.store.sql.compat import later
 from relay.store.sql.dialect import Dialect, bind, closed_below
 from relay.store.sql.drivers.runner import Runner, Step, Tx
 
@@ -45,14 +42,17 @@ TURN = ("session_id", "stream_id", "profile", "title", "phase", "started_at", "u
 TAKEN_FROM_SINCE = "0011"
 
 
-def has_taken_from(revision: str | None) -> bool:
-    """Whether a database at `revision` records whom a run row was taken from (0011 on)."""
-    return revision is not None and not later(TAKEN_FROM_SINCE, revision)
+def _not_older(started_at: Any, stream_id: Any, than_at: Any, than_stream: Any) -> Any:
+    """Whether the turn `(started_at, stream_id)` is that of `than_*` or newer (no stream first)."""
+    same_start = and_(
+        started_at == than_at, func.coalesce(stream_id, "") >= func.coalesce(than_stream, "")
+    )
+    return or_(started_at > than_at, same_start)
 
 
+@functools.cache
 class Statements:
-    """The statements, compiled once for a dialect by `statements(d)`; with `taken`, on the
-    column 0011 added too."""
+    """With `taken`, on the column 0011 added too."""
 
     def __init__(self, d: Dialect, taken: bool = True) -> None:
         r = t.runs.c
@@ -63,17 +63,10 @@ class Statements:
         turn_columns = [c for c in table_columns if c.key not in ("sending_by", "sending_until")]
         f = t.turns.c
         offered = {column.key: bind(column) for column in turn_columns}
-        offered_stream = func.coalesce(offered["stream_id"], "")
         # A session whose row was pruned takes only a turn newer than the one it had.
         newer_forgotten = select(literal(1)).where(
             f.session_id == offered["session_id"],
-            or_(
-                f.started_at > offered["started_at"],
-                and_(
-                    f.started_at == offered["started_at"],
-                    func.coalesce(f.stream_id, "") >= offered_stream,
-                ),
-            ),
+            _not_older(f.started_at, f.stream_id, offered["started_at"], offered["stream_id"]),
         )
         insert = d.insert(t.runs).from_select(
             [c.key for c in turn_columns],
@@ -99,38 +92,27 @@ class Statements:
             where=or_(newer_turn, and_(same_turn, not_(terminal)), *taken_back),
         )
         cutoff = bind(r.updated_at, "cutoff")
-        # Closed below, so the planner reads an index range, not a third of the rows
-        # (`closed_below`).
         pruned = and_(terminal, closed_below(r.updated_at), r.updated_at < cutoff)
         remember = d.insert(t.turns).from_select(
             ["session_id", "started_at", "stream_id", "forgotten_at"],
             select(r.session_id, r.started_at, r.stream_id, now).where(pruned),
         )
         kept = remember.excluded
-        kept_stream = func.coalesce(kept.stream_id, "")
-        memory_stream = func.coalesce(f.stream_id, "")
         remember = remember.on_conflict_do_update(
             index_elements=[f.session_id],
             set_={"started_at": kept.started_at, "stream_id": kept.stream_id, "forgotten_at": now},
-            where=or_(
-                kept.started_at > f.started_at,
-                and_(kept.started_at == f.started_at, kept_stream >= memory_stream),
-            ),
+            where=_not_older(kept.started_at, kept.stream_id, f.started_at, f.stream_id),
         )
         # Leases that ended within the last lease count too (`LeaseWatch.keep_alive`).
         since = bind(r.lease_until, "since")
-        others = [
+        e, o = t.started.c, t.deleted.c
+        expiries = union_all(
             select(func.min(r.lease_until)).where(r.owner != owner, r.lease_until > since),
-            select(func.min(t.started.c.claimed_until)).where(
-                t.started.c.sent == false(),
-                t.started.c.claimed_by != owner,
-                t.started.c.claimed_until > since,
+            select(func.min(e.claimed_until)).where(
+                e.sent == false(), e.claimed_by != owner, e.claimed_until > since
             ),
-            select(func.min(t.deleted.c.claimed_until)).where(
-                t.deleted.c.claimed_by != owner, t.deleted.c.claimed_until > since
-            ),
-        ]
-        expiries = union_all(*others).subquery()
+            select(func.min(o.claimed_until)).where(o.claimed_by != owner, o.claimed_until > since),
+        ).subquery()
         lock = select(func.pg_advisory_xact_lock(_RUNS_LOCK)) if d.postgres else None
         locked = [] if lock is None else [lock.scalar_subquery().is_not(None)]
         self.lock = None if lock is None else d.compile(lock)
@@ -192,9 +174,6 @@ class Statements:
         self.all = d.compile(select(*table_columns).order_by(r.session_id))
 
 
-statements = functools.cache(Statements)
-
-
 def columns(run: RunState, owner: str, until: int, taken: bool = True) -> dict[str, Any]:
     """The turn's columns of `run`, held by `owner` until `until` (with `taken`, `taken_from`
     too: a saved turn was taken from no one)."""
@@ -205,28 +184,27 @@ def columns(run: RunState, owner: str, until: int, taken: bool = True) -> dict[s
 async def keep_alive(db: Runner, claim: Claim, *, fleet: bool = False) -> int | None:
     """Renew the owner's runs (and with `fleet` its fleet row) and read the next lease end, as
     one batch: one round trip on Postgres (`relay_batch`), one transaction everywhere."""
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
     mine = {"owner": claim.owner, "now": claim.now_ms, "until": claim.until}
-    since = {**mine, "since": claim.watched_since}
     steps: list[Step] = [] if q.lock is None else [(q.lock, {})]
     steps.append((q.renew, mine))
     if fleet:
-        steps.append((fleet_sql.statements(db.dialect).renew, mine))
-    steps.append((q.next_expiry, since))
+        steps.append((fleet_sql.Statements(db.dialect).renew, mine))
+    steps.append((q.next_expiry, {**mine, "since": claim.watched_since}))
     rows = await db.batch(steps)
     expiry: int | None = rows[0][0] if rows else None
     return expiry
 
 
 async def release_runs(db: Runner, owner: str) -> None:
-    q = statements(db.dialect).release
+    q = Statements(db.dialect).release
     # Not durable: a release lost to a power cut leaves the rows marked until the marks'
     # lease ends, which only makes another replica wait that long to publish them.
     await db.write(lambda tx: tx.run(q, {"owner": owner}), single=True, durable=False)
 
 
 async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
 
     async def body(tx: Tx) -> None:
         await tx.run(q.retire, {"owner": owner, "now": now_ms})
@@ -236,7 +214,6 @@ async def retire_runs(db: Runner, owner: str, now_ms: int) -> None:
 
 
 async def run_states(db: Runner, *, taken: bool = True) -> list[RunState]:
-    q = statements(db.dialect, taken).all
-
+    q = Statements(db.dialect, taken).all
     # A row, in table order, is a record's fields.
     return [RunState(*row) for row in await db.read(lambda tx: tx.rows(q))]

@@ -25,14 +25,10 @@ from sqlalchemy import (
 # The migration these tables are the result of; `alembic` reads the same from the scripts, and
 # tests/test_migrations.py holds the two equal, so reading a revision needs no Alembic.
 HEAD_REVISION = "0011"
-# The revisions below head a store of this code opens (its replicas run while a deploy has yet
-# to migrate): 0006 added only Postgres' `relay_batch` function, which a store does without (its
-# write batches then run as transactions of their statements); 0007 the fleet and compatibility
-# tables, which it does without too (its replica records itself nowhere); 0008 only indexes;
-# 0009 the fleet's clock offset and passes, which it writes and reads only from 0009 on; 0010
-# moved only the revision to `relay_alembic_version` (read from either: `version_table`); 0011
-# `relay_runs.taken_from`, which it writes and reads only from 0011 on (a turn taken over below
-# it stays failed, as before).
+# The revisions below head a store of this code opens, while a deploy has yet to migrate
+# (docs/rolling-deploys.md): each later one added only what it does without (`relay_batch`: its
+# batches run as transactions; the fleet tables), indexes, the revision's move (`version_table`
+# reads either), or columns it uses only from their revision on (`backend.SqlBackend`).
 SAME_TABLES = ("0005", "0006", "0007", "0008", "0009", "0010")
 
 # Constraint names are spelled out so SQLite and Postgres agree and migrations can name them.

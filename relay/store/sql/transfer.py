@@ -21,6 +21,7 @@ def _values(table: Any, *keys: str) -> dict[str, Any]:
     return {key: bind(table.c[key]) for key in keys}
 
 
+@functools.cache
 class Statements:
     def __init__(self, d: Dialect) -> None:
         s, r, sc, dl = t.started.c, t.revision.c, t.started_scopes.c, t.deleted.c
@@ -61,9 +62,6 @@ class Statements:
         self.lease = d.compile(presence.upsert(d))
 
 
-statements = functools.cache(Statements)
-
-
 def entry_values(entry: StartedEntry) -> dict[str, Any]:
     """A started entry's columns as a merge inserts it (its claim is not copied)."""
     return {column: getattr(entry, column) for column in ENTRY_COLUMNS}
@@ -71,13 +69,13 @@ def entry_values(entry: StartedEntry) -> dict[str, Any]:
 
 def ledger_steps(d: Dialect, scope: StartedScope) -> tuple[Call, Many]:
     """A scope's ledger merged in: its floor, then its entries."""
-    q = statements(d)
+    q = Statements(d)
     floor = {"profile_id": scope.profile_id, "floor": scope.floor}
     return (q.scope, floor), (q.entry, [entry_values(e) for e in scope.entries])
 
 
 async def merge_state(db: Runner, batch: StateBatch) -> None:
-    q = statements(db.dialect)
+    q = Statements(db.dialect)
     identities = [{"profile": k, "identity": v} for k, v in batch.identities.items()]
     scopes = [{"profile_id": x.profile_id, "floor": x.floor} for x in batch.started]
     entries = [entry_values(e) for scope in batch.started for e in scope.entries]
@@ -92,21 +90,17 @@ async def merge_state(db: Runner, batch: StateBatch) -> None:
         if entries:
             await tx.many(q.entry, entries)
         for entry in batch.deleted:
-            await _merge_deleted(tx, q, columns(entry))
+            incoming = columns(entry)
+            existing = await first(tx, q.deleted, incoming)
+            if existing is None:
+                await tx.run(q.insert_deleted, incoming)
+                continue
+            changes = {**incoming, "through": max(existing[0], incoming["through"])}
+            # The entry already queued for this session keeps its id and any binding it has.
+            if existing[2] is not None or incoming["scope_url"] is None:
+                changes |= dict(zip(BINDING, existing[1:], strict=True))
+            await tx.run(q.update_deleted, changes)
         if leases:
             await tx.many(q.lease, leases)
 
     await db.write(body)
-
-
-async def _merge_deleted(tx: Tx, q: Statements, incoming: dict[str, Any]) -> None:
-    existing = await first(tx, q.deleted, incoming)
-    if existing is None:
-        await tx.run(q.insert_deleted, incoming)
-        return
-    through, url = existing[0], existing[2]
-    changes = {**incoming, "through": max(through, incoming["through"])}
-    # The entry already queued for this session keeps its id and any binding it has.
-    if url is not None or incoming["scope_url"] is None:
-        changes |= dict(zip(BINDING, existing[1:], strict=True))
-    await tx.run(q.update_deleted, changes)

@@ -1,12 +1,10 @@
 """The relay's own Alembic version table, and the move of a relay revision out of the host's.
 
-From 0010 on the relay's migrations record their revision in `relay_alembic_version` (in the
-relay's schema), never in `alembic_version`, which belongs to the application around it. Before
-0010 they wrote `alembic_version`; the next migration moves that revision in the same transaction
-(migrations/env.py): the row goes only when it is the relay's, the table only when it held nothing
-else. A revision found in `alembic_version` is the relay's only if it is one of the revisions that
-wrote there (0001 to 0009) and the relay's first table is there too: anything else in it is
-someone else's, never "a relay schema ahead of this code".
+From 0010 on the relay's migrations record their revision in `relay_alembic_version`, never in
+the host application's `alembic_version`, where earlier ones wrote it; the next migration moves
+it (migrations/env.py): the row only when it is the relay's, the table only when it held nothing
+else. A revision in `alembic_version` is the relay's only if it is a `LEGACY` one and `MARKER` is
+there too: anything else is someone else's, never "a relay schema ahead of this code".
 """
 
 from __future__ import annotations
@@ -16,13 +14,10 @@ from collections.abc import Iterable
 from sqlalchemy import Column, Connection, MetaData, PrimaryKeyConstraint, String, Table, inspect
 
 NAME = "relay_alembic_version"
-"""The relay's version table."""
+# Alembic's default version table: the host's, which the relay wrote before 0010.
 SHARED = "alembic_version"
-"""Alembic's default version table: the host's, which the relay wrote before 0010."""
-MOVED_AT = "0010"
-"""The first revision recorded in `NAME`."""
-LEGACY = tuple(f"{n:04d}" for n in range(1, int(MOVED_AT)))
-"""The relay revisions that recorded themselves in `SHARED`."""
+# The relay revisions that recorded themselves in `SHARED`: 0001 to 0009.
+LEGACY = tuple(f"{n:04d}" for n in range(1, 10))
 # Created by 0001 and kept since: a legacy-looking revision without it is not the relay's.
 MARKER = "relay_config"
 
@@ -37,8 +32,7 @@ shared = Table(SHARED, MetaData(), Column("version_num", String(32), nullable=Fa
 
 
 def pick(found: Iterable[str]) -> str | None:
-    """The relay's revision among the rows of `alembic_version` (of a database that has the relay's
-    tables): the newest legacy one, None when none is."""
+    """The relay's revision among the rows of `alembic_version`: the newest legacy one, if any."""
     legacy = [revision for revision in found if revision in LEGACY]
     return max(legacy) if legacy else None
 
@@ -52,19 +46,17 @@ def legacy_revision(connection: Connection) -> str | None:
     return pick(str(row[0]) for row in connection.execute(shared.select()))
 
 
-def adopt(connection: Connection) -> str | None:
-    """Move the relay's revision from `alembic_version` to its own table, in the caller's
-    transaction: the row only, and the table too when nothing else is left in it. The revision
-    moved; None when there was none to move."""
+def adopt(connection: Connection) -> None:
+    """Move the relay's revision, if any, from `alembic_version` to its own table, in the caller's
+    transaction."""
     revision = legacy_revision(connection)
     if revision is None:
-        return None
+        return
     table.create(connection)
     connection.execute(table.insert().values(version_num=revision))
     connection.execute(shared.delete().where(shared.c.version_num == revision))
     if connection.execute(shared.select().limit(1)).first() is None:
         shared.drop(connection)
-    return revision
 
 
 def restore(connection: Connection, revision: str | None) -> None:
