@@ -5,7 +5,6 @@ oldest first, to its own profile's scope."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -102,8 +101,8 @@ class Announcements:
         """Record every messageful session started in a publishing profile, in one transaction;
         the scopes that got new sightings. `track`: start the floors of scopes without a ledger
         first."""
-        index: Sequence[IndexRow] = await self.swallowed.call(
-            "session_index", self.host.session_index, [], "announcing Agent sessions only"
+        index: list[IndexRow] = await self.swallowed.call(
+            "session_index", self._index, [], "announcing Agent sessions only"
         )
         if track:
             await self.track(config)
@@ -112,11 +111,8 @@ class Announcements:
         self._recorded = {key: ms for key, ms in self._recorded.items() if ms >= cutoff}
         seen: dict[str, list[tuple[str, int]]] = {}
         for profile, grant in publishing:
-            agent: Sequence[AgentSessionRow] = await self.swallowed.call(
-                "agent_sessions",
-                partial(self.host.agent_sessions, profile),
-                [],
-                "announcing no Agent session",
+            agent: list[AgentSessionRow] = await self.swallowed.call(
+                "agent_sessions", partial(self._agent, profile), [], "announcing no Agent session"
             )
             # A compressed Agent chat keeps its lineage root's id and start: not a new session.
             found = [
@@ -137,6 +133,14 @@ class Announcements:
             for profile_id, sightings in seen.items():
                 self._recorded.update(((profile_id, sid), ms) for sid, ms in sightings)
         return set(seen)
+
+    # Copied inside the swallowed call: a host's lazy or shared sequence is read once, there, and
+    # its failure while read is the host's, reported as such.
+    async def _index(self) -> list[IndexRow]:
+        return list(await self.host.session_index())
+
+    async def _agent(self, profile: str) -> list[AgentSessionRow]:
+        return list(await self.host.agent_sessions(profile))
 
 
 def _ms(seconds: float) -> int | None:

@@ -128,6 +128,29 @@ async def test_a_failing_host_call_names_its_kind(
     assert failed.relay_failure == "OSError"  # type: ignore[attr-defined]
 
 
+async def test_a_host_answer_that_fails_while_read_is_that_host_calls_failure(
+    env: Env, kept: Kept, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host answering a lazy sequence that raises as it is read: the pass survives it, and it
+    is logged as that call's failure, as if the call itself had raised."""
+
+    def rows() -> Iterator[object]:
+        raise OSError("index torn")
+        yield  # a generator
+
+    async def lazy(*_args: object) -> Iterator[object]:
+        return rows()
+
+    await env.pair()
+    env.host.create_session("s1")
+    env.host.start_run("s1")
+    monkeypatch.setattr(env.host, "agent_sessions", lazy)
+    assert await env.publish() is None
+    (failed,) = kept.events("host_call_failed")
+    assert failed.relay_kind == "agent_sessions"  # type: ignore[attr-defined]
+    assert failed.relay_failure == "OSError"  # type: ignore[attr-defined]
+
+
 def test_a_route_whose_store_is_down_logs_store_unavailable(kept: Kept) -> None:
     """The routes' 503 for a store that does not answer logs `store_unavailable`."""
     assert status_of(StoreUnavailableError("down"))[0] == 503
