@@ -1,7 +1,5 @@
-"""The checks every value passes on its way into the store (and every record on its way out).
-
-Each returns the value it checked, or raises `InvalidInputError` saying what was wrong. They are
-cheap: a store method runs a few of them on every call.
+"""The checks every value passes on its way into the store (and every record on its way out):
+each returns the value it checked, or raises `InvalidInputError` saying what was wrong.
 """
 
 from __future__ import annotations
@@ -49,9 +47,6 @@ def storable(value: str) -> bool:
     return True
 
 
-MAX_INT64 = 2**63 - 1
-
-
 def safe_int(kind: str, value: object, minimum: int = 0) -> int:
     """An integer (not a bool) in `minimum`..2^53-1, the range JSON carries exactly."""
     if type(value) is not int or not minimum <= value <= MAX_SAFE_INTEGER:
@@ -61,7 +56,7 @@ def safe_int(kind: str, value: object, minimum: int = 0) -> int:
 
 def int64(kind: str, value: object) -> int:
     """A non-negative integer a BIGINT column holds, for values that never go on the wire."""
-    if type(value) is not int or not 0 <= value <= MAX_INT64:
+    if type(value) is not int or not 0 <= value <= 2**63 - 1:
         raise InvalidInputError(f"{kind} must be an integer in 0..2^63-1")
     return value
 

@@ -1,15 +1,9 @@
-"""The fleet: every running service as it recorded itself in the store.
+"""The fleet: every running service as it recorded itself in the store (`contract.Fleet`).
 
-A service writes its row when it starts (`Store.record_member`) and renews it with its leases:
-`keep_alive` moves its `seen_at` and `live_until`, and each pass's write (`pass_write`) carries
-its whole row (last pass, backoff), so a steady pass makes no round trip of its own. A member is
-live while `live_until` is ahead; a row unseen for `FORGET_MS` (a day) is deleted when a service
-records itself. `status` lists the live fleet; `migrate` refuses a contract migration while a
-live member's code would break on it.
-
-A row written by a newer release may carry fields this code does not know: they are not read; a
-row from a release before 0009 has no clock offset (None) and no passes (""). A row that does not
-make a `FleetMember` is a `CorruptStateError` naming it.
+A service writes its row when it starts; `keep_alive` and each pass's write renew it, so a steady
+pass makes no round trip of its own. `status` lists the live fleet; `migrate` refuses a contract
+migration while a live member's code would break on it. A row from a release before 0009 has no
+clock offset (None) and no passes ("").
 """
 
 from __future__ import annotations

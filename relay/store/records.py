@@ -165,11 +165,9 @@ class DeletedView:
 @dataclass(frozen=True, slots=True)
 class RunState:
     """A session's newest turn, as the replica hosting it (`owner`, its claim-owner id) last
-    described it.
-
-    `started_at` orders a session's turns: a newer turn replaces an older one wherever it runs.
-    `updated_at` is when a finished turn ended; a live one is published as of now.
-    """
+    described it. `started_at` orders a session's turns: a newer turn replaces an older one
+    wherever it runs. `updated_at` is when a finished turn ended; a live one is published as of
+    now."""
 
     session_id: str
     stream_id: str | None
@@ -224,13 +222,9 @@ class RunState:
 
 @dataclass(frozen=True, slots=True)
 class PassView:
-    """What a publishing pass reads before it starts, all in one read: what has changed since the
-    last pass, and what work is waiting for it.
-
-    `identities` and `presence` hold every profile asked about (an identity None when none is
-    stored, or the stored one is invalid); `unsent` and `untracked` are subsets of the scopes
-    asked about.
-    """
+    """What a publishing pass reads before it starts, in one read (`Passes.pass_view`): every
+    profile asked about (an identity None when none is stored, or it is invalid), and subsets
+    of the scopes asked about."""
 
     # The stored registration's generation; None when there is none (absent, or not version 2).
     generation: int | None
@@ -309,8 +303,7 @@ class Backlog:
     `unsent`: per scope (profile_id), announcements not yet sent, the oldest by `started_at`;
     `deleted`: per profile, deletions not yet acknowledged, the oldest by `through`; `claims`:
     per owner, unsent announcements it holds a claim on, `oldest` being its latest
-    `claimed_until`. Only non-empty groups appear.
-    """
+    `claimed_until`. Only non-empty groups appear."""
 
     unsent: Mapping[str, Waiting] = field(default_factory=dict)
     deleted: Mapping[str, Waiting] = field(default_factory=dict)

@@ -1,8 +1,4 @@
-"""The requests a `Store` hands its `Backend`, built from a caller's arguments and checked.
-
-Each function checks every argument (`checks`) and returns the record the backend takes, or
-raises `InvalidInputError` naming what was wrong; nothing here touches stored state.
-"""
+"""The requests a `Store` hands its `Backend`, built from a caller's arguments and checked."""
 
 from __future__ import annotations
 
@@ -20,11 +16,8 @@ TURN_MEMORY_MS = 24 * 3600 * 1000
 
 
 def sightings(seen: object) -> dict[str, int]:
-    """The announceable sightings: trimmed ids of 1..191 chars at safe-integer times.
-
-    As upstream, a sighting with another id or time is passed over, and the first of an id wins;
-    what is not a list of (id, time) pairs is refused.
-    """
+    """The announceable sightings: trimmed ids of 1..191 chars at safe-integer times; as
+    upstream, any other is passed over, and the first of an id wins."""
     fresh: dict[str, int] = {}
     for pair in checks.items("seen", seen):
         raw_id, started_at = _pair(pair, "seen must hold (session_id, started_at) pairs")
@@ -40,7 +33,6 @@ def sightings(seen: object) -> dict[str, int]:
 
 
 def claim(owner: str, now_ms: int, lease_ms: int, limit: int | None) -> Claim:
-    """The one rule for every leased claim's arguments."""
     checks.text("owner", owner, OWNER_LIMIT)
     checks.time_ms("now_ms", now_ms)
     until = checks.until("lease", now_ms, checks.safe_int("lease_ms", lease_ms, 1))
@@ -52,8 +44,6 @@ def claim(owner: str, now_ms: int, lease_ms: int, limit: int | None) -> Claim:
 def run_sync(
     owner: str, live: Iterable[RunState], now_ms: int, lease_ms: int, retention_ms: int
 ) -> RunSync:
-    """A pass's run work, checked: the live runs in session order, the lease's end, the
-    retention's cutoff, and when remembered turns are forgotten."""
     lease = claim(owner, now_ms, lease_ms, None)
     runs: dict[str, RunState] = {}
     for run in checks.items("live", live):

@@ -85,8 +85,7 @@ class StoreTarget:
 
     @property
     def display(self) -> str:
-        """The URL for messages: as written (`postgresql://`, not the driver's scheme), without
-        its password."""
+        """The URL for messages: as written (not the driver's scheme), without its password."""
         if self.written is not None:
             return self.written
         if self.url is not None:
@@ -113,12 +112,8 @@ def default_sqlite_path() -> Path:
 
 def require_directory(target: StoreTarget) -> None:
     """`InvalidInputError` naming the fix when the directory a file store's path needs is
-    missing, unless it is the embedded default's own (`$XDG_STATE_HOME/talaria-relay`, which is
-    ours to make).
-
-    Only `talaria-relay migrate` (`relay.store.sql.migrate`) creates a directory a user named:
-    elsewhere a missing one is a typo, refused before anything is made.
-    """
+    missing, unless it is the embedded default's own (ours to make). Only `talaria-relay migrate`
+    creates a directory a user named: elsewhere a missing one is a typo, refused at once."""
     if target.path is None or target.backend not in ("sqlite", "json"):
         return
     parent = target.path.expanduser().absolute().parent
@@ -131,10 +126,8 @@ def require_directory(target: StoreTarget) -> None:
 
 
 def resolve(raw: str | None = None) -> StoreTarget:
-    """Parse `raw`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite default.
-
-    Only parses: nothing is created on disk, so a refused URL leaves no trace.
-    """
+    """Parse `raw`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite default; nothing
+    is created on disk, so a refused URL leaves no trace."""
     raw = (_checked_raw(raw) or _checked_raw(os.environ.get(ENV_VAR))).strip()
     if not raw:
         return StoreTarget("sqlite", default_sqlite_path(), _sqlite_url(default_sqlite_path()))
@@ -310,7 +303,7 @@ def _session_attrs(attrs: str | None) -> None:
         )
 
 
-def _connect_timeout(raw: str) -> float:
+def _connect_timeout(raw: str) -> None:
     try:
         seconds = float(raw)
     except ValueError:
@@ -319,7 +312,6 @@ def _connect_timeout(raw: str) -> float:
         raise InvalidInputError(
             f"connect_timeout must be a number of seconds in (0, {MAX_CONNECT_TIMEOUT_S:g}]"
         )
-    return seconds
 
 
 def _schema_option(query: dict[str, str]) -> None:
@@ -358,13 +350,9 @@ def _first_schema(options: str) -> str:
 
 
 def command(args: str, store: StoreTarget | str | None) -> str:
-    """A fix-it hint's command, complete, to paste as it stands: "`talaria-relay ARGS --store
-    'URL'`", about the store in question and not whichever the reader's shell would pick.
-
-    `store` is a target, or a URL as messages show it (`StoreTarget.display`). `--store` is left
-    out only for the embedded default (a target given no URL) and for None. A password shows as
-    `***`, and the hint then says to put it back: a hint never prints one.
-    """
+    """A fix-it hint's command to paste as it stands, "`talaria-relay ARGS --store 'URL'`", about
+    the store in question (a target, or a URL as `StoreTarget.display` shows it; no `--store` for
+    the embedded default or None). A password shows as `***`, and the hint says to put it back."""
     if isinstance(store, StoreTarget):
         store = None if store.written is None and store.backend == "sqlite" else store.display
     if not store:

@@ -61,10 +61,7 @@ def passphrase_from_file(path: str | Path) -> Passphrase:
         raise InvalidInputError(
             f"cannot read the key passphrase file {path}: {error.strerror}"
         ) from None
-    for newline in (b"\r\n", b"\n"):
-        if raw.endswith(newline):
-            raw = raw[: -len(newline)]
-            break
+    raw = raw.removesuffix(b"\r\n") if raw.endswith(b"\r\n") else raw.removesuffix(b"\n")
     return Passphrase(raw, f"the file {path}")
 
 
