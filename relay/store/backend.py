@@ -1,10 +1,7 @@
-"""`Backend`: what a storage engine does for `Store`, the one class that implements `RelayStore`.
-
-`Store` checks every argument before a hook runs and every value a hook reads back; a backend
-only stores and reads. Hooks that take more than two values take one request record. Two forms
-implement it: the rulebook on documents (`relay.store.rules`: memory and JSON files) and SQL
-(`relay.store.sql`: SQLite and Postgres). Each hook is atomic: one transaction, or one locked
-update of the documents it touches.
+"""`Backend`: what a storage engine does for `Store`, which checks every argument and every value
+read back; a backend only stores and reads, each hook atomically. Hooks that take more than two
+values take one request record. The rulebook on documents implements it (`relay.store.rules`:
+memory and JSON files), and SQL (`relay.store.sql`: SQLite and Postgres).
 """
 
 from __future__ import annotations

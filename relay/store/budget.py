@@ -36,11 +36,8 @@ class Budget:
     lock_timeout: float = 10.0
 
     def set_local(self) -> str:
-        """The statements that open a transaction with this budget's timeouts: one round trip.
-
-        The values are numbers this module checked, written as whole milliseconds: nothing
-        from the URL reaches the SQL text as it was typed.
-        """
+        """The statements that open a transaction with this budget's timeouts, in one round trip:
+        checked numbers in whole ms, so nothing from the URL reaches the SQL as it was typed."""
         return (
             f"BEGIN; SET LOCAL statement_timeout = {_ms(self.statement_timeout)}; "
             f"SET LOCAL lock_timeout = {_ms(self.lock_timeout)}"

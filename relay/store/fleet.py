@@ -23,9 +23,7 @@ from relay.version import __version__
 # for a while after a crash; then the next service that records itself deletes it.
 FORGET_MS = 24 * 3600 * 1000
 VERSION_LIMIT = 64
-HEAD_LIMIT = 32
 HOST_LIMIT = 255
-OUTCOME_LIMIT = 32
 CLASS_LIMIT = 64
 
 
@@ -58,14 +56,14 @@ class FleetMember:
     def __post_init__(self) -> None:
         checks.text("owner", self.owner, OWNER_LIMIT)
         checks.text("version", self.version, VERSION_LIMIT)
-        checks.text("schema_head", self.schema_head, HEAD_LIMIT)
+        checks.text("schema_head", self.schema_head, 32)
         checks.text("host", self.host, HOST_LIMIT)
         checks.safe_int("pid", self.pid)
         checks.time_ms("started_at", self.started_at)
         checks.time_ms("seen_at", self.seen_at)
         checks.time_ms("live_until", self.live_until)
         checks.optional_int("pass_at", self.pass_at)
-        checks.optional_text("pass_outcome", self.pass_outcome, OUTCOME_LIMIT)
+        checks.optional_text("pass_outcome", self.pass_outcome, 32)
         checks.optional_int("backoff_until", self.backoff_until)
         checks.optional_text("backoff_class", self.backoff_class, CLASS_LIMIT)
         checks.optional_int("clock_offset_ms", self.clock_offset_ms, -MAX_SAFE_INTEGER)

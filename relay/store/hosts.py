@@ -114,16 +114,14 @@ def _text(
         if url.password is not None:
             auth += ":" + ("***" if hide_password else quote(str(url.password), safe=""))
         auth += "@"
-    text = f"{scheme}://{auth}{_netloc(found)}/{quote(url.database or '', safe='')}"
+    netloc = ",".join(_server_text(host, port) for host, port in found)
+    text = f"{scheme}://{auth}{netloc}/{quote(url.database or '', safe='')}"
     return f"{text}?{urlencode(sorted(query.items()))}" if query else text
 
 
-def _netloc(found: Sequence[Server]) -> str:
-    parts = []
-    for host, port in found:
-        shown = f"[{host}]" if ":" in host else quote(host, safe="")
-        parts.append(shown if port is None else f"{shown}:{port}")
-    return ",".join(parts)
+def _server_text(host: str, port: int | None) -> str:
+    shown = f"[{host}]" if ":" in host else quote(host, safe="")
+    return shown if port is None else f"{shown}:{port}"
 
 
 def _hostlist(text: str, *, in_query: bool) -> list[Server]:

@@ -7,6 +7,7 @@ printed, logged or put in an exception: messages name where it came from, never 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -103,18 +104,13 @@ class Keyring:
                 return target.seal(self.open(stored, ref))
             except KeyPassphraseError:
                 # Already under `target`'s passphrase: a rekey cut short by a crash resumes.
-                if target.passphrase is not None and target.opens(stored, ref):
-                    return stored
+                if target.passphrase is not None:
+                    with contextlib.suppress(KeyPassphraseError):
+                        target.open(stored, ref)
+                        return stored
                 raise
 
         return reseal
-
-    def opens(self, pem: str, ref: str) -> bool:
-        try:
-            self.open(pem, ref)
-        except KeyPassphraseError:
-            return False
-        return True
 
     def open(self, pem: str, ref: str) -> str:
         """The unencrypted PEM of the checked stored PEM `pem`, saved under `ref`.
