@@ -80,8 +80,7 @@ class RelayConfig:
         for name, grant in profiles.items():
             checks.text("profile name", name)
             checks.instance(f"grant of profile {name!r}", grant, ProfileGrant)
-        ordered = {name: profiles[name] for name in sorted(profiles)}
-        object.__setattr__(self, "profiles", MappingProxyType(ordered))
+        object.__setattr__(self, "profiles", MappingProxyType(dict(sorted(profiles.items()))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,8 +265,7 @@ class PassView:
 
 @dataclass(frozen=True, slots=True)
 class PassRows:
-    """A publishing pass's write: the rows its replica publishes, oldest first, and one revision
-    allocated for each, in increasing order."""
+    """A publishing pass's write (`Passes.pass_write`): its rows, and a revision for each."""
 
     runs: tuple[RunState, ...]
     revisions: range

@@ -283,9 +283,7 @@ class Store:
 
     async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:
         expiry = await self.backend.keep_alive(claim(owner, now_ms, lease_ms, None))
-        if expiry is None:
-            return None
-        return await read("lease", _checked_end(expiry))
+        return None if expiry is None else await read("lease", _checked_end(expiry))
 
     async def release_runs(self, owner: str) -> None:
         await self.backend.release_runs(checks.text("owner", owner, OWNER_LIMIT))

@@ -91,11 +91,8 @@ async def transfer(
     await target.merge_state(batch)
     done = 0  # the ledger goes a batch of entries at a time, so a large one shows progress
     for scope in ledger:
-        chunks = [
-            scope.entries[i : i + BATCH_ENTRIES]
-            for i in range(0, len(scope.entries), BATCH_ENTRIES)
-        ]
-        for chunk in chunks or [()]:
+        for start in range(0, max(len(scope.entries), 1), BATCH_ENTRIES):  # an empty one too
+            chunk = scope.entries[start : start + BATCH_ENTRIES]
             await target.merge_state(StateBatch(started=(replace(scope, entries=chunk),)))
             done += len(chunk)
             if progress is not None:

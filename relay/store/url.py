@@ -6,7 +6,6 @@ connects to the first that answers and matches `target_session_attrs`.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -238,8 +237,8 @@ def _sqlite_url(path: Path) -> URL:
 
 
 def _postgres_url(rest: str) -> URL:
-    """Parse what follows `postgresql://`: the servers ourselves (SQLAlchemy reads one host and
-    one port), the rest with SQLAlchemy; the servers land in the canonical place `hosts` says."""
+    """What follows `postgresql://`: the servers parsed here (SQLAlchemy reads one), in the
+    canonical place `hosts` says; the rest by SQLAlchemy."""
     userinfo, after = _userinfo(rest)
     cut = min((i for i in (after.find("/"), after.find("?")) if i >= 0), default=len(after))
     url = _parse("postgresql+asyncpg://" + userinfo + after[cut:])
@@ -279,7 +278,11 @@ def _postgres_checked(url: URL) -> URL:
         if path is not None and path != "system" and not Path(path).expanduser().is_file():
             raise InvalidInputError(f"store URL parameter {name}: no file at {path}")
     if "connect_timeout" in query:
-        _connect_timeout(query["connect_timeout"])
+        timeout = budget.number(query["connect_timeout"])
+        if not 0 < timeout <= MAX_CONNECT_TIMEOUT_S:  # NaN fails this too
+            raise InvalidInputError(
+                f"connect_timeout must be a number of seconds in (0, {MAX_CONNECT_TIMEOUT_S:g}]"
+            )
     if "prepared_statement_cache_size" in query:
         size = query["prepared_statement_cache_size"]
         if not size.isascii() or not size.isdigit() or int(size) > MAX_STATEMENT_CACHE:
@@ -300,17 +303,6 @@ def _session_attrs(attrs: str | None) -> None:
         # asyncpg reads it when the URL says nothing, and would refuse it at every connect.
         raise InvalidInputError(
             f"{TARGET_ENV}={from_env!r}: use one of " + ", ".join(TARGET_SESSION_ATTRS)
-        )
-
-
-def _connect_timeout(raw: str) -> None:
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not 0 < seconds <= MAX_CONNECT_TIMEOUT_S:  # NaN fails this too
-        raise InvalidInputError(
-            f"connect_timeout must be a number of seconds in (0, {MAX_CONNECT_TIMEOUT_S:g}]"
         )
 
 
@@ -365,8 +357,7 @@ def command(args: str, store: StoreTarget | str | None) -> str:
 
 
 def source(raw: str | None) -> str:
-    """Where `resolve(raw)` takes its URL from, for messages: `--store`, the variable, or the
-    embedded default."""
+    """Where `resolve(raw)` takes its URL from, for messages."""
     if raw and raw.strip():
         return "--store"
     if os.environ.get(ENV_VAR, "").strip():
