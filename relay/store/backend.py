@@ -111,8 +111,7 @@ class ViewReading:
     deleted: bool = False  # whether the owner would claim a queued deletion
     unsent: set[str] = field(default_factory=set)  # scopes with entries the owner would claim
     tracked: set[str] = field(default_factory=set)  # scopes with a ledger
-    # The store's clock as the read ran, in Unix ms: a store on a server of its own (Postgres)
-    # reports it, for the replicas' one time base; None for a store on this host's clock.
+    # The store's clock as the read ran, for the replicas' one time base (`PassView.store_ms`).
     store_ms: int | None = None
 
     def view(self, query: ViewQuery) -> records.PassView:

@@ -4,6 +4,7 @@ each returns the value it checked, or raises `InvalidInputError` saying what was
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -107,13 +108,9 @@ def items(kind: str, value: object, limit: int | None = MAX_BATCH) -> list[Any]:
         return list(value)  # the common case, measured rather than counted member by member
     if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
         raise InvalidInputError(f"{kind} must be an iterable of values, not {type(value).__name__}")
-    if limit is None:
-        return list(value)
-    members: list[Any] = []
-    for member in value:
-        if len(members) == limit:
-            raise InvalidInputError(f"{kind} may hold at most {limit} values")
-        members.append(member)
+    members = list(value if limit is None else itertools.islice(value, limit + 1))
+    if limit is not None and len(members) > limit:
+        raise InvalidInputError(f"{kind} may hold at most {limit} values")
     return members
 
 
@@ -134,7 +131,6 @@ def mapping(kind: str, value: object, limit: int | None = MAX_BATCH) -> Mapping[
 
 
 def until(kind: str, now_ms: int, duration_ms: int) -> int:
-    """now + duration, which must stay a safe integer."""
     if now_ms + duration_ms > MAX_SAFE_INTEGER:
         raise InvalidInputError(f"{kind} ends past 2^53-1 ms")
     return now_ms + duration_ms

@@ -81,8 +81,7 @@ class Registration(Protocol):
 
     async def load_key(self, ref: str) -> str:
         """The unencrypted PEM saved under `ref`; `CorruptStateError` when it is missing or
-        unreadable, `KeyPassphraseError` when it is encrypted and the passphrase does not open
-        it."""
+        unreadable, `KeyPassphraseError` when it is encrypted under another passphrase, or none."""
 
     async def stored_key(self, ref: str) -> str:
         """The PEM saved under `ref` as it is stored (encrypted, if it was): what a copy carries."""

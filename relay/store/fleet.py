@@ -75,7 +75,6 @@ class FleetMember:
         return self.live_until > now_ms
 
     def seen(self, now_ms: int, until: int) -> FleetMember:
-        """This row renewed with a lease: seen at `now_ms`, live until `until`."""
         return replace(self, seen_at=now_ms, live_until=max(until, now_ms))
 
     def document(self) -> dict[str, Any]:
@@ -98,9 +97,8 @@ class FleetMember:
 
 # Every field of a row, in the order of the table's columns.
 FIELDS = tuple(field.name for field in fields(FleetMember))
-# The fields 0009 added: a database below it has no columns for them.
-RING_FIELDS = ("clock_offset_ms", "passes")
-BEFORE_RING = tuple(name for name in FIELDS if name not in RING_FIELDS)
+# Without the fields 0009 added: a database below it has no columns for them.
+BEFORE_RING = tuple(name for name in FIELDS if name not in ("clock_offset_ms", "passes"))
 
 
 def this_process(owner: str, schema_head: str, now_ms: int, until: int) -> FleetMember:

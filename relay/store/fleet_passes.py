@@ -30,7 +30,6 @@ class Pass:
 
 
 def valid(passes: str) -> bool:
-    """Whether `passes` is a ring this code reads: at most `SLOTS` of the four marks."""
     return len(passes) <= SLOTS and set(passes) <= MARKS
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from relay.errors import InvalidInputError
@@ -24,11 +25,9 @@ def sightings(seen: object) -> dict[str, int]:
         session_id = raw_id.strip() if type(raw_id) is str else ""
         if not session_id or session_id in fresh:
             continue
-        try:
+        with contextlib.suppress(InvalidInputError):
             checks.text("session_id", session_id, 191)
             fresh[session_id] = checks.time_ms("started_at", started_at)
-        except InvalidInputError:
-            continue
     return fresh
 
 
@@ -67,7 +66,6 @@ def names(kind: str, values: Iterable[str], name: str | None = None) -> tuple[st
 
 
 def scope_session(pair: object) -> tuple[str, str]:
-    """A (profile_id, session_id) pair of texts."""
     profile_id, session_id = _pair(pair, "sent must hold (profile_id, session_id) pairs")
     return checks.text("profile_id", profile_id), checks.text("session_id", session_id)
 

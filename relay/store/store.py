@@ -262,12 +262,9 @@ class Store:
         fence_ms: int,
         max_tabs: int,
     ) -> bool:
-        expires_at = checks.until(
-            "presence lease",
-            checks.time_ms("now_ms", now_ms),
-            checks.safe_int("lease_ms", lease_ms, 1),
-        )
-        lease = records.PresenceLease(profile, tab_id, seq, active, expires_at, now_ms)
+        now_ms = checks.time_ms("now_ms", now_ms)
+        until = checks.until("presence lease", now_ms, checks.safe_int("lease_ms", lease_ms, 1))
+        lease = records.PresenceLease(profile, tab_id, seq, active, until, now_ms)
         checks.until("presence fence", lease.expires_at, checks.time_ms("fence_ms", fence_ms))
         if not 1 <= checks.safe_int("max_tabs", max_tabs, 1) <= checks.MAX_BATCH:
             raise InvalidInputError(f"max_tabs must be an integer in 1..{checks.MAX_BATCH}")

@@ -32,7 +32,6 @@ SUPPORTED = (
 )
 
 Backend = Literal["json", "sqlite", "postgres", "memory"]
-# How messages name each backend.
 NAMES: dict[Backend, str] = {
     "json": "JSON",
     "sqlite": "SQLite",
@@ -88,7 +87,7 @@ class StoreTarget:
         if self.written is not None:
             return self.written
         if self.url is not None:
-            return hosts.render(self.url, hide_password=True)
+            return hosts.render(self.url)
         return MEMORY if self.backend == "memory" else f"json://{self.path}"
 
     @property
@@ -130,23 +129,23 @@ def resolve(raw: str | None = None) -> StoreTarget:
     raw = (_checked_raw(raw) or _checked_raw(os.environ.get(ENV_VAR))).strip()
     if not raw:
         return StoreTarget("sqlite", default_sqlite_path(), _sqlite_url(default_sqlite_path()))
-    scheme = raw.split("://", 1)[0].lower() if "://" in raw else ""
+    scheme, separator, rest = raw.partition("://")
+    scheme = scheme.lower() if separator else ""
     if scheme == "memory":
-        if raw.split("://", 1)[1]:
+        if rest:
             raise InvalidInputError(f"memory store URL takes nothing after {MEMORY!r}")
         return StoreTarget("memory")
     if scheme == "json":
-        directory = raw.split("://", 1)[1]
-        if not directory:
+        if not rest:
             raise InvalidInputError("json store URL needs a directory: json:///path/to/state-dir")
-        return StoreTarget("json", _json_path(directory), written=raw)
+        return StoreTarget("json", _json_path(rest), written=raw)
     if scheme in ("sqlite", "sqlite+aiosqlite", "sqlite+pysqlite"):
         path = _sqlite_path(_parse(raw))
         return StoreTarget("sqlite", path, _sqlite_url(path), written=raw)
     if scheme in ("postgres", "postgresql", "postgresql+asyncpg"):
-        url = _postgres_url(raw.split("://", 1)[1])
+        url = _postgres_url(rest)
         return StoreTarget("postgres", url=url, written=_without_password(raw, url))
-    shown = raw if "@" not in raw else raw.split("://", 1)[0] + "://…"
+    shown = raw if "@" not in raw else raw.partition("://")[0] + "://…"
     raise InvalidInputError(f"unsupported store URL {shown!r}; use one of: " + ", ".join(SUPPORTED))
 
 

@@ -113,10 +113,8 @@ class Keyring:
         return reseal
 
     def open(self, pem: str, ref: str) -> str:
-        """The unencrypted PEM of the checked stored PEM `pem`, saved under `ref`.
-
-        `KeyPassphraseError` when it is encrypted and there is no passphrase, or another one.
-        """
+        """The unencrypted PEM of the checked stored PEM `pem`, saved under `ref`;
+        `KeyPassphraseError` when it is encrypted and there is no passphrase, or another one."""
         if not pkcs8.is_encrypted(pem):
             return pem
         if self.passphrase is None:
