@@ -16,7 +16,6 @@ from relay.protocol import MAX_ID, MAX_SAFE_INTEGER, PHASES, TERMINAL_PHASES
 from relay.store import checks
 
 CONFIG_VERSION = 2
-TAB_ID_LIMIT = 64
 # A replica's owner id (a claim's holder) is short: a uuid's hex, or a name an operator gave.
 OWNER_LIMIT = 64
 
@@ -331,7 +330,7 @@ class PresenceLease:
     @named("profile", "tab_id")
     def __post_init__(self) -> None:
         checks.text("profile", self.profile)
-        checks.text("tab_id", self.tab_id, TAB_ID_LIMIT)
+        checks.text("tab_id", self.tab_id, 64)
         checks.safe_int("seq", self.seq)
         checks.flag("active", self.active)
         checks.time_ms("expires_at", self.expires_at)
