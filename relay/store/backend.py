@@ -1,10 +1,7 @@
-"""`Backend`: what a storage engine does for `Store`, the one class that implements `RelayStore`.
-
-`Store` checks every argument before a hook runs and every value a hook reads back; a backend
-only stores and reads. Hooks that take more than two values take one request record. Two forms
-implement it: the rulebook on documents (`relay.store.rules`: memory and JSON files) and SQL
-(`relay.store.sql`: SQLite and Postgres). Each hook is atomic: one transaction, or one locked
-update of the documents it touches.
+"""`Backend`: what a storage engine does for `Store`, which checks every argument and every value
+read back; a backend only stores and reads, each hook atomically. Hooks that take more than two
+values take one request record. The rulebook on documents implements it (`relay.store.rules`:
+memory and JSON files), and SQL (`relay.store.sql`: SQLite and Postgres).
 """
 
 from __future__ import annotations
@@ -32,16 +29,13 @@ class Claim:
 
     @property
     def watched_since(self) -> int:
-        """`keep_alive` still reports leases of others that ended after this: one lease back.
-        A replica whose clock runs a little behind the one that took a lease may find it not
-        yet ended at its end; it then takes it over at its next poll, not at the heartbeat."""
+        """One lease back: `keep_alive` still reports others' leases that ended after this."""
         return 2 * self.now_ms - self.until
 
 
 @dataclass(frozen=True, slots=True)
 class StartedClaim:
-    """Mark `sent` (profile_id, session_id) pairs announced, then claim the unsent entries of
-    `scopes`, scope by scope in that order, each oldest first; no scope: the marks alone."""
+    """`StartedLedger.claim_started_scopes`'s request."""
 
     scopes: tuple[str, ...]
     claim: Claim
@@ -50,11 +44,7 @@ class StartedClaim:
 
 @dataclass(frozen=True, slots=True)
 class Sightings:
-    """Sessions seen starting, by scope (profile_id -> session_id -> started_at), at `now_ms`.
-
-    Each scope is pruned to max(floor, now - 24 h) first; a sighting before that cutoff, or of
-    an entry already in the ledger, is passed over.
-    """
+    """`StartedLedger.record_started_scopes`'s request: profile_id -> session_id -> started_at."""
 
     seen: Mapping[str, Mapping[str, int]]
     now_ms: int
@@ -62,8 +52,7 @@ class Sightings:
 
 @dataclass(frozen=True, slots=True)
 class Deletion:
-    """Queue `new` (its id freshly minted), or update the entry already queued for its
-    (session, profile): its `through` rises to `new.through` only while `session_live`."""
+    """`DeletedOutbox.enqueue_deleted`'s request: `new`, its id freshly minted."""
 
     new: records.DeletedView
     session_live: bool
@@ -71,7 +60,7 @@ class Deletion:
 
 @dataclass(frozen=True, slots=True)
 class Binding:
-    """Bind `profile`'s unbound deletions (no identity, or this one) to `scope`, once."""
+    """`DeletedOutbox.bind_deleted`'s request."""
 
     profile: str
     identity: str
@@ -80,8 +69,7 @@ class Binding:
 
 @dataclass(frozen=True, slots=True)
 class PresenceUpdate:
-    """Apply `lease` (expires_at and updated_at set) if its seq is above the stored one; forget
-    entries `fence_ms` after their lease ends; past `max_tabs`, evict the least recently updated."""
+    """`PresenceLeases.apply_presence`'s request, `lease`'s expires_at and updated_at set."""
 
     lease: records.PresenceLease
     fence_ms: int
@@ -90,10 +78,8 @@ class PresenceUpdate:
 
 @dataclass(frozen=True, slots=True)
 class RunSync:
-    """A pass's run work for `owner`: save its `live` turns (in session order), end its rows it
-    no longer hosts as `failed`, renew its leases until `until`, take over rows whose lease
-    ended, forget finished rows that ended before `cutoff` (remembering each one's turn until
-    `forget_before`), and mark the owned rows as being sent."""
+    """`Passes.pass_write`'s request: `live` in session order; finished rows that ended before
+    `cutoff` are forgotten, their turns remembered until `forget_before`."""
 
     owner: str
     live: tuple[records.RunState, ...]
@@ -106,7 +92,7 @@ class RunSync:
 
 @dataclass(frozen=True, slots=True)
 class ViewQuery:
-    """What a pass asks before it starts: for these profiles and scopes, as `owner` at `now_ms`."""
+    """`Passes.pass_view`'s request."""
 
     owner: str
     profiles: tuple[str, ...]
@@ -116,10 +102,8 @@ class ViewQuery:
 
 @dataclass(slots=True)
 class ViewReading:
-    """What a backend reads for a pass's view; `Store` narrows it to what was asked.
-
-    A backend may report more than was asked (every stored identity, every tracked scope).
-    """
+    """What a backend reads for a pass's view, maybe more than was asked (every stored
+    identity, every tracked scope); `Store` narrows it to what was asked."""
 
     generation: int | None = None
     identities: dict[str, str] = field(default_factory=dict)
@@ -127,8 +111,7 @@ class ViewReading:
     deleted: bool = False  # whether the owner would claim a queued deletion
     unsent: set[str] = field(default_factory=set)  # scopes with entries the owner would claim
     tracked: set[str] = field(default_factory=set)  # scopes with a ledger
-    # The store's clock as the read ran, in Unix ms: a store on a server of its own (Postgres)
-    # reports it, for the replicas' one time base; None for a store on this host's clock.
+    # The store's clock as the read ran, for the replicas' one time base (`PassView.store_ms`).
     store_ms: int | None = None
 
     def view(self, query: ViewQuery) -> records.PassView:
@@ -164,61 +147,43 @@ class Backend(Protocol):
 
     async def close(self) -> None: ...
 
-    # ── registration and keys ─────────────────────────────────────────────────
-
     async def load_config(self) -> records.RelayConfig | None: ...
 
     async def save_config(
         self, config: records.RelayConfig, expected_generation: int | None
     ) -> None:
         """`InvalidInputError` if its key is not saved; `StaleConfigError` if raced."""
-        ...
 
     async def forget_config(self, expected_generation: int | None) -> None:
-        """Forget the registration and its profile map (not its key): if still
-        `expected_generation` (0: none is stored, so nothing to do; None: whatever is stored,
-        readable or not), else `StaleConfigError`. Generations keep rising across it."""
-        ...
+        """`Registration.forget_registration`."""
 
     async def save_key(self, key_id: str, pem: str) -> str:
         """Store the PEM as given (sealed already, or not); the reference a config names."""
-        ...
 
     async def load_key(self, ref: str) -> str | None:
         """The stored PEM, None when `ref` names none in this store."""
-        ...
 
     async def delete_key(self, ref: str) -> bool:
         """Remove the key unless the registration names it; whether it was removed."""
-        ...
 
     async def rekey(self, rekeyed: Rekeyed) -> int:
-        """Replace every stored key's PEM by `rekeyed(ref, pem)` in one transaction; if it raises,
-        nothing changes. The number of keys."""
-        ...
+        """Replace every stored key's PEM by `rekeyed(ref, pem)`, all or nothing; the count."""
 
     async def profile_identity(self, profile: str) -> str | None:
         """The stored identity, minting none."""
-        ...
 
     async def mint_identity(self, profile: str, minted: str) -> str:
         """Store `minted` unless the profile has an identity already; the stored one."""
-        ...
 
     async def forget_identity(self, profile: str) -> None: ...
 
     async def identities(self) -> dict[str, str]: ...
 
-    # ── revisions ─────────────────────────────────────────────────────────────
-
     async def allocate_revisions(self, count: int, now_ms: int) -> int | None:
         """Raise the floor to max(floor + 1, now) + count - 1 and return it; None (and no change)
         when that would pass 2^53-1."""
-        ...
 
     async def revision_floor(self) -> int: ...
-
-    # ── started ledger ────────────────────────────────────────────────────────
 
     async def track_started(self, profile_ids: tuple[str, ...], now_ms: int) -> None: ...
 
@@ -227,8 +192,6 @@ class Backend(Protocol):
     async def claim_started(self, request: StartedClaim) -> list[records.StartedEntry]: ...
 
     async def started_ledger(self) -> list[records.StartedScope]: ...
-
-    # ── deleted outbox ────────────────────────────────────────────────────────
 
     async def enqueue_deleted(self, deletion: Deletion) -> records.DeletedView: ...
 
@@ -242,21 +205,14 @@ class Backend(Protocol):
 
     async def ack_deleted(self, view_id: str, through: int) -> bool: ...
 
-    # ── presence ──────────────────────────────────────────────────────────────
-
     async def apply_presence(self, update: PresenceUpdate) -> bool: ...
 
     async def presence_active(self, profile: str, now_ms: int) -> bool: ...
 
     async def presence_leases(self) -> list[records.PresenceLease]: ...
 
-    # ── runs and passes ───────────────────────────────────────────────────────
-
     async def keep_alive(self, claim: Claim) -> int | None:
-        """Renew `claim.owner`'s run leases until `claim.until`, and its fleet row (seen at
-        `claim.now_ms`, live until `claim.until`); when the first lease another owner holds
-        (runs, unsent announcements, queued deletions) ends, if any."""
-        ...
+        """`LeaseWatch.keep_alive`, leases renewed until `claim.until`."""
 
     async def release_runs(self, owner: str) -> None: ...
 
@@ -270,16 +226,9 @@ class Backend(Protocol):
         """The sync, then raise the revision floor as `allocate_revisions(len(rows))` would (not
         at all for no rows): (the owned rows, the floor after). None when that would pass
         2^53-1, and then nothing changes."""
-        ...
 
-    # ── fleet ─────────────────────────────────────────────────────────────────
-
-    async def record_member(self, member: FleetMember) -> None:
-        """Upsert `member`'s row; delete rows seen more than `FORGET_MS` before its `seen_at`."""
-        ...
+    async def record_member(self, member: FleetMember) -> None: ...
 
     async def fleet(self) -> list[FleetMember]: ...
-
-    # ── transfer ──────────────────────────────────────────────────────────────
 
     async def merge_state(self, batch: records.StateBatch) -> None: ...

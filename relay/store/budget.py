@@ -36,19 +36,15 @@ class Budget:
     lock_timeout: float = 10.0
 
     def set_local(self) -> str:
-        """The statements that open a transaction with this budget's timeouts: one round trip.
-
-        The values are numbers this module checked, written as whole milliseconds: nothing
-        from the URL reaches the SQL text as it was typed.
-        """
+        """The statements that open a transaction with this budget's timeouts, in one round trip:
+        checked numbers in whole ms, so nothing from the URL reaches the SQL as it was typed."""
         return (
             f"BEGIN; SET LOCAL statement_timeout = {_ms(self.statement_timeout)}; "
             f"SET LOCAL lock_timeout = {_ms(self.lock_timeout)}"
         )
 
     def bounded(self, wait_s: float) -> Budget:
-        """This budget with its statement and lock waits `wait_s` at most (a service bounds them
-        to a share of its lease: `RelayService`); never longer than the URL set them."""
+        """This budget with its statement and lock waits `wait_s` at most (`bound_waits`)."""
         return replace(
             self,
             statement_timeout=min(self.statement_timeout, wait_s),
@@ -56,8 +52,7 @@ class Budget:
         )
 
     def batch_settings(self) -> dict[str, str]:
-        """What a one-call write batch sets for its transaction (`set_config(…, true)`): the
-        lock wait's bound. Its statement's bound comes from the client (`sql/pgbatch.py`)."""
+        """A one-call write batch's `set_config(…, true)`: its statement's bound is the client's."""
         return {"lock_timeout": str(_ms(self.lock_timeout))}
 
 
@@ -80,11 +75,16 @@ def budget(query: Mapping[str, str]) -> Budget:
     return Budget(pool_size=int(size), **seconds)
 
 
-def _seconds(name: str, raw: str) -> float:
+def number(raw: str) -> float:
+    """`raw` as a float; NaN, which fails every range check, when it is not one."""
     try:
-        value = float(raw)
+        return float(raw)
     except ValueError:
-        value = math.nan
+        return math.nan
+
+
+def _seconds(name: str, raw: str) -> float:
+    value = number(raw)
     # At least a millisecond: the server counts these in whole milliseconds, and 0 means "none".
     if not 0.001 <= value <= _LIMITS[name]:  # NaN fails this too
         raise InvalidInputError(f"{name} must be a number of seconds in [0.001, {_LIMITS[name]:g}]")

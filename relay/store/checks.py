@@ -1,11 +1,10 @@
-"""The checks every value passes on its way into the store (and every record on its way out).
-
-Each returns the value it checked, or raises `InvalidInputError` saying what was wrong. They are
-cheap: a store method runs a few of them on every call.
+"""The checks every value passes on its way into the store (and every record on its way out):
+each returns the value it checked, or raises `InvalidInputError` saying what was wrong.
 """
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, TypeVar
@@ -49,9 +48,6 @@ def storable(value: str) -> bool:
     return True
 
 
-MAX_INT64 = 2**63 - 1
-
-
 def safe_int(kind: str, value: object, minimum: int = 0) -> int:
     """An integer (not a bool) in `minimum`..2^53-1, the range JSON carries exactly."""
     if type(value) is not int or not minimum <= value <= MAX_SAFE_INTEGER:
@@ -61,7 +57,7 @@ def safe_int(kind: str, value: object, minimum: int = 0) -> int:
 
 def int64(kind: str, value: object) -> int:
     """A non-negative integer a BIGINT column holds, for values that never go on the wire."""
-    if type(value) is not int or not 0 <= value <= MAX_INT64:
+    if type(value) is not int or not 0 <= value <= 2**63 - 1:
         raise InvalidInputError(f"{kind} must be an integer in 0..2^63-1")
     return value
 
@@ -112,13 +108,9 @@ def items(kind: str, value: object, limit: int | None = MAX_BATCH) -> list[Any]:
         return list(value)  # the common case, measured rather than counted member by member
     if isinstance(value, str | bytes | bytearray | Mapping) or not isinstance(value, Iterable):
         raise InvalidInputError(f"{kind} must be an iterable of values, not {type(value).__name__}")
-    if limit is None:
-        return list(value)
-    members: list[Any] = []
-    for member in value:
-        if len(members) == limit:
-            raise InvalidInputError(f"{kind} may hold at most {limit} values")
-        members.append(member)
+    members = list(value if limit is None else itertools.islice(value, limit + 1))
+    if limit is not None and len(members) > limit:
+        raise InvalidInputError(f"{kind} may hold at most {limit} values")
     return members
 
 
@@ -139,7 +131,6 @@ def mapping(kind: str, value: object, limit: int | None = MAX_BATCH) -> Mapping[
 
 
 def until(kind: str, now_ms: int, duration_ms: int) -> int:
-    """now + duration, which must stay a safe integer."""
     if now_ms + duration_ms > MAX_SAFE_INTEGER:
         raise InvalidInputError(f"{kind} ends past 2^53-1 ms")
     return now_ms + duration_ms

@@ -1,15 +1,9 @@
-"""The fleet: every running service as it recorded itself in the store.
+"""The fleet: every running service as it recorded itself in the store (`contract.Fleet`).
 
-A service writes its row when it starts (`Store.record_member`) and renews it with its leases:
-`keep_alive` moves its `seen_at` and `live_until`, and each pass's write (`pass_write`) carries
-its whole row (last pass, backoff), so a steady pass makes no round trip of its own. A member is
-live while `live_until` is ahead; a row unseen for `FORGET_MS` (a day) is deleted when a service
-records itself. `status` lists the live fleet; `migrate` refuses a contract migration while a
-live member's code would break on it.
-
-A row written by a newer release may carry fields this code does not know: they are not read; a
-row from a release before 0009 has no clock offset (None) and no passes (""). A row that does not
-make a `FleetMember` is a `CorruptStateError` naming it.
+A service writes its row when it starts; `keep_alive` and each pass's write renew it, so a steady
+pass makes no round trip of its own. `status` lists the live fleet; `migrate` refuses a contract
+migration while a live member's code would break on it. A row from a release before 0009 has no
+clock offset (None) and no passes ("").
 """
 
 from __future__ import annotations
@@ -29,9 +23,7 @@ from relay.version import __version__
 # for a while after a crash; then the next service that records itself deletes it.
 FORGET_MS = 24 * 3600 * 1000
 VERSION_LIMIT = 64
-HEAD_LIMIT = 32
 HOST_LIMIT = 255
-OUTCOME_LIMIT = 32
 CLASS_LIMIT = 64
 
 
@@ -64,14 +56,14 @@ class FleetMember:
     def __post_init__(self) -> None:
         checks.text("owner", self.owner, OWNER_LIMIT)
         checks.text("version", self.version, VERSION_LIMIT)
-        checks.text("schema_head", self.schema_head, HEAD_LIMIT)
+        checks.text("schema_head", self.schema_head, 32)
         checks.text("host", self.host, HOST_LIMIT)
         checks.safe_int("pid", self.pid)
         checks.time_ms("started_at", self.started_at)
         checks.time_ms("seen_at", self.seen_at)
         checks.time_ms("live_until", self.live_until)
         checks.optional_int("pass_at", self.pass_at)
-        checks.optional_text("pass_outcome", self.pass_outcome, OUTCOME_LIMIT)
+        checks.optional_text("pass_outcome", self.pass_outcome, 32)
         checks.optional_int("backoff_until", self.backoff_until)
         checks.optional_text("backoff_class", self.backoff_class, CLASS_LIMIT)
         checks.optional_int("clock_offset_ms", self.clock_offset_ms, -MAX_SAFE_INTEGER)
@@ -83,7 +75,6 @@ class FleetMember:
         return self.live_until > now_ms
 
     def seen(self, now_ms: int, until: int) -> FleetMember:
-        """This row renewed with a lease: seen at `now_ms`, live until `until`."""
         return replace(self, seen_at=now_ms, live_until=max(until, now_ms))
 
     def document(self) -> dict[str, Any]:
@@ -106,9 +97,8 @@ class FleetMember:
 
 # Every field of a row, in the order of the table's columns.
 FIELDS = tuple(field.name for field in fields(FleetMember))
-# The fields 0009 added: a database below it has no columns for them.
-RING_FIELDS = ("clock_offset_ms", "passes")
-BEFORE_RING = tuple(name for name in FIELDS if name not in RING_FIELDS)
+# Without the fields 0009 added: a database below it has no columns for them.
+BEFORE_RING = tuple(name for name in FIELDS if name not in ("clock_offset_ms", "passes"))
 
 
 def this_process(owner: str, schema_head: str, now_ms: int, until: int) -> FleetMember:

@@ -30,7 +30,6 @@ class Pass:
 
 
 def valid(passes: str) -> bool:
-    """Whether `passes` is a ring this code reads: at most `SLOTS` of the four marks."""
     return len(passes) <= SLOTS and set(passes) <= MARKS
 
 
@@ -56,8 +55,7 @@ def encode(recent: Iterable[Pass], anchor_ms: int | None) -> str:
 
 
 def hour(passes: str, anchor_ms: int | None, now_ms: int) -> str:
-    """The `SLOTS` minutes up to `now_ms`'s, oldest first, from a ring ending at `anchor_ms`:
-    the minutes after the anchor are `.` (no pass recorded)."""
+    """The `SLOTS` minutes up to `now_ms`'s from a ring ending at `anchor_ms`; after it, `.`."""
     if anchor_ms is None or not passes:
         return NONE * SLOTS
     shift = now_ms // SLOT_MS - anchor_ms // SLOT_MS

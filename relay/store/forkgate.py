@@ -31,9 +31,7 @@ class ForkGate:
     """Critical sections in any thread (`with GATE:`); `fork()` happens between them."""
 
     def __init__(self) -> None:
-        self._state = threading.Condition(threading.Lock())
-        self._inside = 0
-        self._forking = False
+        self.after_fork_in_child()
 
     def __enter__(self) -> None:
         with self._state:
@@ -69,7 +67,7 @@ class ForkGate:
         self._state.release()
 
     def after_fork_in_child(self) -> None:
-        # The parent's sections belong to threads the child does not have.
+        # No section under way: in a child, the parent's belong to threads it does not have.
         self._state = threading.Condition(threading.Lock())
         self._inside = 0
         self._forking = False

@@ -57,7 +57,6 @@ def parse(netloc: str, query_host: str | None, query_port: str | None) -> list[S
 
 
 def placed(url: URL, servers: Sequence[Server]) -> URL:
-    """`url` with `servers` in their canonical place."""
     query = {k: v for k, v in url.query.items() if k not in ("host", "port")}
     if not servers:
         return url.set(host=None, port=None, query=query)
@@ -80,13 +79,13 @@ def servers(url: URL) -> list[Server]:
     return [(url.host or "", url.port)]
 
 
-def render(url: URL, *, hide_password: bool) -> str:
-    """`url` as a string; several servers as libpq's `h1:p1,h2:p2` (what users write)."""
+def render(url: URL) -> str:
+    """`url` as a string, its password hidden; several servers as libpq's `h1:p1,h2:p2`."""
     found = servers(url)
     if len(found) < 2:
-        return url.render_as_string(hide_password=hide_password)
+        return url.render_as_string(hide_password=True)
     query = {k: v for k, v in url.query.items() if k not in ("host", "port")}
-    return _text(url.drivername, url, found, query, hide_password=hide_password)
+    return _text(url.drivername, url, found, query, "***")
 
 
 def dsn(url: URL, query: dict[str, str]) -> str:
@@ -97,33 +96,27 @@ def dsn(url: URL, query: dict[str, str]) -> str:
         # A port and no host: asyncpg's default hosts (the socket directories, localhost).
         params["port"] = str(found[0][1])
         found = []
-    return _text("postgresql", url, found, params, hide_password=False)
+    return _text("postgresql", url, found, params, quote(str(url.password), safe=""))
 
 
 def _text(
-    scheme: str,
-    url: URL,
-    found: Sequence[Server],
-    query: Mapping[str, str | tuple[str, ...]],
-    *,
-    hide_password: bool,
+    scheme: str, url: URL, found: Sequence[Server], query: Mapping[str, object], password: str
 ) -> str:
+    """The URL's text with `password` shown for its password, if it has one."""
     auth = ""
     if url.username is not None:
         auth = quote(url.username, safe="")
         if url.password is not None:
-            auth += ":" + ("***" if hide_password else quote(str(url.password), safe=""))
+            auth += ":" + password
         auth += "@"
-    text = f"{scheme}://{auth}{_netloc(found)}/{quote(url.database or '', safe='')}"
+    netloc = ",".join(_server_text(host, port) for host, port in found)
+    text = f"{scheme}://{auth}{netloc}/{quote(url.database or '', safe='')}"
     return f"{text}?{urlencode(sorted(query.items()))}" if query else text
 
 
-def _netloc(found: Sequence[Server]) -> str:
-    parts = []
-    for host, port in found:
-        shown = f"[{host}]" if ":" in host else quote(host, safe="")
-        parts.append(shown if port is None else f"{shown}:{port}")
-    return ",".join(parts)
+def _server_text(host: str, port: int | None) -> str:
+    shown = f"[{host}]" if ":" in host else quote(host, safe="")
+    return shown if port is None else f"{shown}:{port}"
 
 
 def _hostlist(text: str, *, in_query: bool) -> list[Server]:

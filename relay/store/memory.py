@@ -1,9 +1,8 @@
 """`MemoryDocuments`: the rulebook's documents in this process's memory (`memory://`).
 
-Each `open_store("memory://")` opens a new, empty store: no other open, process or restart sees
-it, and `close()` discards it. A session takes one lock and works on copies of the documents it
-reads, stored back when it ends cleanly: so each hook is atomic for coroutines and threads alike,
-and one that raises changes nothing.
+Private to one open; `close()` discards it. A session takes one lock and works on copies of the
+documents it reads, stored back when it ends cleanly: so each hook is atomic for coroutines and
+threads alike, and one that raises changes nothing.
 """
 
 from __future__ import annotations

@@ -52,8 +52,6 @@ LOCK_TIMEOUT_MS: int = migrate.LOCK_TIMEOUT_MS
 
 async def standing(store: str | StoreTarget | None = None) -> Standing:
     """Where the SQL store at `store` (a URL or a resolved target; None: the default store)
-    stands against `HEAD`: its revision and compatibility record, read without writing.
-
-    A JSON or memory store has no schema: `InvalidInputError`.
-    """
+    stands against `HEAD`: its revision and compatibility record, read without writing. A JSON
+    or memory store has no schema: `InvalidInputError`."""
     return await migrate.standing(store if isinstance(store, StoreTarget) else resolve(store))

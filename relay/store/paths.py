@@ -9,11 +9,8 @@ from relay.errors import InvalidInputError
 
 
 def usable(kind: str, path: Path) -> Path:
-    """`path` if the file system can name it: no component or whole path over its limits.
-
-    So a name too long is bad input at once, not an `OSError` from a stat or an "unavailable"
-    store once the first directory is made.
-    """
+    """`path` if the file system can name it (no component or whole path over its limits): a
+    name too long is bad input at once, not an `OSError` once the first directory is made."""
     ancestor = next((p for p in (path, *path.parents) if os.path.exists(p)), Path("/"))
     name_max, path_max = _limit(ancestor, "PC_NAME_MAX", 255), _limit(ancestor, "PC_PATH_MAX", 4096)
     if len(os.fsencode(path)) >= path_max:

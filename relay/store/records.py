@@ -16,7 +16,6 @@ from relay.protocol import MAX_ID, MAX_SAFE_INTEGER, PHASES, TERMINAL_PHASES
 from relay.store import checks
 
 CONFIG_VERSION = 2
-TAB_ID_LIMIT = 64
 # A replica's owner id (a claim's holder) is short: a uuid's hex, or a name an operator gave.
 OWNER_LIMIT = 64
 
@@ -80,8 +79,7 @@ class RelayConfig:
         for name, grant in profiles.items():
             checks.text("profile name", name)
             checks.instance(f"grant of profile {name!r}", grant, ProfileGrant)
-        ordered = {name: profiles[name] for name in sorted(profiles)}
-        object.__setattr__(self, "profiles", MappingProxyType(ordered))
+        object.__setattr__(self, "profiles", MappingProxyType(dict(sorted(profiles.items()))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +163,9 @@ class DeletedView:
 @dataclass(frozen=True, slots=True)
 class RunState:
     """A session's newest turn, as the replica hosting it (`owner`, its claim-owner id) last
-    described it.
-
-    `started_at` orders a session's turns: a newer turn replaces an older one wherever it runs.
-    `updated_at` is when a finished turn ended; a live one is published as of now.
-    """
+    described it. `started_at` orders a session's turns: a newer turn replaces an older one
+    wherever it runs. `updated_at` is when a finished turn ended; a live one is published as of
+    now."""
 
     session_id: str
     stream_id: str | None
@@ -224,13 +220,9 @@ class RunState:
 
 @dataclass(frozen=True, slots=True)
 class PassView:
-    """What a publishing pass reads before it starts, all in one read: what has changed since the
-    last pass, and what work is waiting for it.
-
-    `identities` and `presence` hold every profile asked about (an identity None when none is
-    stored, or the stored one is invalid); `unsent` and `untracked` are subsets of the scopes
-    asked about.
-    """
+    """What a publishing pass reads before it starts, in one read (`Passes.pass_view`): every
+    profile asked about (an identity None when none is stored, or it is invalid), and subsets
+    of the scopes asked about."""
 
     # The stored registration's generation; None when there is none (absent, or not version 2).
     generation: int | None
@@ -272,8 +264,7 @@ class PassView:
 
 @dataclass(frozen=True, slots=True)
 class PassRows:
-    """A publishing pass's write: the rows its replica publishes, oldest first, and one revision
-    allocated for each, in increasing order."""
+    """A publishing pass's write (`Passes.pass_write`): its rows, and a revision for each."""
 
     runs: tuple[RunState, ...]
     revisions: range
@@ -309,8 +300,7 @@ class Backlog:
     `unsent`: per scope (profile_id), announcements not yet sent, the oldest by `started_at`;
     `deleted`: per profile, deletions not yet acknowledged, the oldest by `through`; `claims`:
     per owner, unsent announcements it holds a claim on, `oldest` being its latest
-    `claimed_until`. Only non-empty groups appear.
-    """
+    `claimed_until`. Only non-empty groups appear."""
 
     unsent: Mapping[str, Waiting] = field(default_factory=dict)
     deleted: Mapping[str, Waiting] = field(default_factory=dict)
@@ -340,7 +330,7 @@ class PresenceLease:
     @named("profile", "tab_id")
     def __post_init__(self) -> None:
         checks.text("profile", self.profile)
-        checks.text("tab_id", self.tab_id, TAB_ID_LIMIT)
+        checks.text("tab_id", self.tab_id, 64)
         checks.safe_int("seq", self.seq)
         checks.flag("active", self.active)
         checks.time_ms("expires_at", self.expires_at)

@@ -1,11 +1,8 @@
-"""The requests a `Store` hands its `Backend`, built from a caller's arguments and checked.
-
-Each function checks every argument (`checks`) and returns the record the backend takes, or
-raises `InvalidInputError` naming what was wrong; nothing here touches stored state.
-"""
+"""The requests a `Store` hands its `Backend`, built from a caller's arguments and checked."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 
 from relay.errors import InvalidInputError
@@ -20,27 +17,21 @@ TURN_MEMORY_MS = 24 * 3600 * 1000
 
 
 def sightings(seen: object) -> dict[str, int]:
-    """The announceable sightings: trimmed ids of 1..191 chars at safe-integer times.
-
-    As upstream, a sighting with another id or time is passed over, and the first of an id wins;
-    what is not a list of (id, time) pairs is refused.
-    """
+    """The announceable sightings: trimmed ids of 1..191 chars at safe-integer times; as
+    upstream, any other is passed over, and the first of an id wins."""
     fresh: dict[str, int] = {}
     for pair in checks.items("seen", seen):
         raw_id, started_at = _pair(pair, "seen must hold (session_id, started_at) pairs")
         session_id = raw_id.strip() if type(raw_id) is str else ""
         if not session_id or session_id in fresh:
             continue
-        try:
+        with contextlib.suppress(InvalidInputError):
             checks.text("session_id", session_id, 191)
             fresh[session_id] = checks.time_ms("started_at", started_at)
-        except InvalidInputError:
-            continue
     return fresh
 
 
 def claim(owner: str, now_ms: int, lease_ms: int, limit: int | None) -> Claim:
-    """The one rule for every leased claim's arguments."""
     checks.text("owner", owner, OWNER_LIMIT)
     checks.time_ms("now_ms", now_ms)
     until = checks.until("lease", now_ms, checks.safe_int("lease_ms", lease_ms, 1))
@@ -52,8 +43,6 @@ def claim(owner: str, now_ms: int, lease_ms: int, limit: int | None) -> Claim:
 def run_sync(
     owner: str, live: Iterable[RunState], now_ms: int, lease_ms: int, retention_ms: int
 ) -> RunSync:
-    """A pass's run work, checked: the live runs in session order, the lease's end, the
-    retention's cutoff, and when remembered turns are forgotten."""
     lease = claim(owner, now_ms, lease_ms, None)
     runs: dict[str, RunState] = {}
     for run in checks.items("live", live):
@@ -77,7 +66,6 @@ def names(kind: str, values: Iterable[str], name: str | None = None) -> tuple[st
 
 
 def scope_session(pair: object) -> tuple[str, str]:
-    """A (profile_id, session_id) pair of texts."""
     profile_id, session_id = _pair(pair, "sent must hold (profile_id, session_id) pairs")
     return checks.text("profile_id", profile_id), checks.text("session_id", session_id)
 

@@ -1,13 +1,9 @@
 """`Store`: the one class that implements `RelayStore`, holding a `Backend` that stores.
 
-It is the one place where every value is checked on its way in (before any backend code runs) and
-on its way out: records check themselves when they are built, and one that fails there is stored
-state gone bad, a `CorruptStateError`, never a value past the protocol's limits. Keys are sealed
+It checks every value on its way in (before any backend code runs) and on its way out: a record
+read back that fails its checks is stored state gone bad, a `CorruptStateError`. Keys are sealed
 under this process's passphrase on their way in and opened on their way out, so every backend
 behaves the same. Each public method is timed into `relay.store.transaction.duration`.
-
-One cohesive class, kept whole in one module: its sections follow the aggregates of the contract.
-The requests it hands the backend are built and checked in `requests`.
 """
 
 from __future__ import annotations
@@ -47,48 +43,38 @@ PAST_THE_CAP = "the revision counter would pass 2^53-1; nothing was handed out"
     RelayStore, skip=("close", "display_url", "backend_name", "schema_revision", "unwritable")
 )
 class Store:
-    """Relay state on one `Backend`; `relay.store.open_store` makes one from a URL.
-
-    It implements `RelayStore` structurally (checked below), not by inheriting the union of
-    the aggregates' Protocols: its MRO is its own and `object`.
-    """
+    """Relay state on one `Backend` (`relay.store.open_store` makes one from a URL): a
+    `RelayStore` structurally (checked below), its MRO its own and `object`."""
 
     def __init__(self, backend: Backend) -> None:
-        self._backend = backend
+        self.backend = backend  # for what only one kind offers (a SQL store's `stats`)
         # The process's passphrase, read when this store first handles a key.
         self._keys: Keyring | None = None
 
     @property
     def display_url(self) -> str:
-        return self._backend.display_url
+        return self.backend.display_url
 
     @property
     def backend_name(self) -> str:
-        return self._backend.name
-
-    @property
-    def backend(self) -> Backend:
-        """The backend itself, for what only one kind offers (a SQL store's `stats`)."""
-        return self._backend
+        return self.backend.name
 
     async def schema_revision(self) -> str | None:
-        return await self._backend.schema_revision()
+        return await self.backend.schema_revision()
 
     async def unwritable(self) -> str | None:
-        return await self._backend.unwritable()
+        return await self.backend.unwritable()
 
     def bound_waits(self, seconds: float) -> None:
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
             raise InvalidInputError("seconds must be a positive number: bound_waits(6.0)")
-        self._backend.bound_waits(float(seconds))
+        self.backend.bound_waits(float(seconds))
 
     async def close(self) -> None:
-        await self._backend.close()
-
-    # ── registration ──────────────────────────────────────────────────────────
+        await self.backend.close()
 
     async def load_config(self) -> records.RelayConfig | None:
-        return await read("relay registration", self._backend.load_config())
+        return await read("relay registration", self.backend.load_config())
 
     async def save_config(
         self, config: records.RelayConfig, *, expected_generation: int | None = None
@@ -96,30 +82,28 @@ class Store:
         checks.instance("config", config, records.RelayConfig)
         if expected_generation is not None:
             checks.int64("expected_generation", expected_generation)
-        await self._backend.save_config(config, expected_generation)
+        await self.backend.save_config(config, expected_generation)
 
     async def forget_registration(self, *, expected_generation: int | None) -> None:
         if expected_generation is not None:
             checks.int64("expected_generation", expected_generation)
-        await self._backend.forget_config(expected_generation)
+        await self.backend.forget_config(expected_generation)
 
     async def profile_identity(self, profile: str) -> str:
         checks.text("profile", profile)
-        stored = await self._backend.profile_identity(profile)
+        stored = await self.backend.profile_identity(profile)
         if stored is None:
-            stored = await self._backend.mint_identity(profile, f"pfi_{uuid.uuid4().hex}")
+            stored = await self.backend.mint_identity(profile, f"pfi_{uuid.uuid4().hex}")
         if not checks.is_identity(stored):
             raise CorruptStateError(f"stored identity of profile {profile!r} is invalid")
         return stored
 
     async def forget_profile_identity(self, profile: str) -> None:
-        await self._backend.forget_identity(checks.text("profile", profile))
+        await self.backend.forget_identity(checks.text("profile", profile))
 
     async def identities(self) -> dict[str, str]:
-        stored = await self._backend.identities()
+        stored = await self.backend.identities()
         return {p: i for p, i in stored.items() if checks.is_identity(i)}
-
-    # ── the publisher's key ───────────────────────────────────────────────────
 
     def _keyring(self) -> Keyring:
         if self._keys is None:
@@ -132,10 +116,10 @@ class Store:
         if keyring.passphrase is not None:
             # Off the event loop: scrypt takes a good part of a second, on purpose.
             pem = await asyncio.to_thread(keyring.seal, pem)
-        return await self._backend.save_key(key_id, pem)
+        return await self.backend.save_key(key_id, pem)
 
     async def delete_key(self, ref: str) -> bool:
-        return await self._backend.delete_key(checks.text("key reference", ref))
+        return await self.backend.delete_key(checks.text("key reference", ref))
 
     async def stored_key(self, ref: str) -> str:
         return await self._checked_key(checks.text("key reference", ref))
@@ -154,17 +138,15 @@ class Store:
         target = Keyring(passphrase)
         # Keys are derived inside the transaction (about a second a key): rekey is a rare
         # operator's command, and all or nothing matters more than a short lock.
-        count = await self._backend.rekey(self._keyring().resealer(target))
+        count = await self.backend.rekey(self._keyring().resealer(target))
         self._keys = target  # this handle now reads the keys as they are stored
         return count
 
     async def _checked_key(self, ref: str) -> str:
-        pem = await self._backend.load_key(ref)
+        pem = await self.backend.load_key(ref)
         if pem is None:
             raise CorruptStateError(f"Talaria publisher key {ref!r} is missing")
         return stored_pem(ref, pem)
-
-    # ── revisions ─────────────────────────────────────────────────────────────
 
     async def allocate_revisions(self, count: int, now_ms: int) -> list[int]:
         checks.safe_int("count", count)
@@ -173,13 +155,13 @@ class Store:
         checks.time_ms("now_ms", now_ms)
         if count == 0:
             return []
-        last = await self._backend.allocate_revisions(count, now_ms)
+        last = await self.backend.allocate_revisions(count, now_ms)
         if last is None:
             raise CorruptStateError(PAST_THE_CAP)
         return list(_revisions(count, last))
 
     async def revision_floor(self) -> int:
-        floor = await self._backend.revision_floor()
+        floor = await self.backend.revision_floor()
         if type(floor) is not int or floor > MAX_SAFE_INTEGER:
             raise CorruptStateError(f"stored revision floor {floor!r} is invalid")
         # A negative floor reads as 0 rather than failing the pass: allocation starts at
@@ -187,13 +169,11 @@ class Store:
         # no revision after it would be exact in the viewer's JavaScript.
         return max(floor, 0)
 
-    # ── started ledger ────────────────────────────────────────────────────────
-
     async def track_started(self, profile_ids: Iterable[str], now_ms: int) -> None:
         scopes = names("profile_id", profile_ids, "profile_ids")
         checks.time_ms("now_ms", now_ms)
         if scopes:
-            await self._backend.track_started(scopes, now_ms)
+            await self.backend.track_started(scopes, now_ms)
 
     async def record_started_scopes(
         self, seen: Mapping[str, Iterable[tuple[str, int]]], now_ms: int
@@ -204,7 +184,7 @@ class Store:
         }
         checks.time_ms("now_ms", now_ms)
         if scopes:
-            await self._backend.record_started(Sightings(scopes, now_ms))
+            await self.backend.record_started(Sightings(scopes, now_ms))
 
     async def claim_started_scopes(
         self,
@@ -222,12 +202,10 @@ class Store:
         if not scopes and not marks:
             return []
         request = StartedClaim(scopes, lease, marks)
-        return await read("started entry", self._backend.claim_started(request))
+        return await read("started entry", self.backend.claim_started(request))
 
     async def started_ledger(self) -> list[records.StartedScope]:
-        return await read("started ledger", self._backend.started_ledger())
-
-    # ── deleted outbox ────────────────────────────────────────────────────────
+        return await read("started ledger", self.backend.started_ledger())
 
     async def enqueue_deleted(
         self,
@@ -247,34 +225,30 @@ class Store:
         if scope is not None:
             checks.instance("scope", scope, DeletedScope)
         new = DeletedView(str(uuid.uuid4()), session_id, profile, now_ms, identity, scope)
-        return await read(
-            "deleted view", self._backend.enqueue_deleted(Deletion(new, session_live))
-        )
+        return await read("deleted view", self.backend.enqueue_deleted(Deletion(new, session_live)))
 
     async def bind_deleted(self, profile: str, identity: str, scope: DeletedScope) -> int:
         checks.text("profile", profile)
         checks.text("identity", identity)
         checks.instance("scope", scope, DeletedScope)
-        return await self._backend.bind_deleted(Binding(profile, identity, scope))
+        return await self.backend.bind_deleted(Binding(profile, identity, scope))
 
     async def pending_deleted(self) -> list[DeletedView]:
-        return await read("deleted outbox", self._backend.pending_deleted())
+        return await read("deleted outbox", self.backend.pending_deleted())
 
     async def backlog(self) -> records.Backlog:
-        return await read("backlog", self._backend.backlog())
+        return await read("backlog", self.backend.backlog())
 
     async def claim_deleted(
         self, owner: str, now_ms: int, lease_ms: int, limit: int | None = None
     ) -> list[DeletedView]:
         lease = claim(owner, now_ms, lease_ms, limit)
-        return await read("deleted view", self._backend.claim_deleted(lease))
+        return await read("deleted view", self.backend.claim_deleted(lease))
 
     async def ack_deleted(self, view_id: str, through: int) -> bool:
         checks.text("view id", view_id)
         checks.time_ms("through", through)
-        return await self._backend.ack_deleted(view_id, through)
-
-    # ── presence ──────────────────────────────────────────────────────────────
+        return await self.backend.ack_deleted(view_id, through)
 
     async def apply_presence(
         self,
@@ -288,44 +262,35 @@ class Store:
         fence_ms: int,
         max_tabs: int,
     ) -> bool:
-        expires_at = checks.until(
-            "presence lease",
-            checks.time_ms("now_ms", now_ms),
-            checks.safe_int("lease_ms", lease_ms, 1),
-        )
-        lease = records.PresenceLease(profile, tab_id, seq, active, expires_at, now_ms)
+        now_ms = checks.time_ms("now_ms", now_ms)
+        until = checks.until("presence lease", now_ms, checks.safe_int("lease_ms", lease_ms, 1))
+        lease = records.PresenceLease(profile, tab_id, seq, active, until, now_ms)
         checks.until("presence fence", lease.expires_at, checks.time_ms("fence_ms", fence_ms))
         if not 1 <= checks.safe_int("max_tabs", max_tabs, 1) <= checks.MAX_BATCH:
             raise InvalidInputError(f"max_tabs must be an integer in 1..{checks.MAX_BATCH}")
-        return await self._backend.apply_presence(PresenceUpdate(lease, fence_ms, max_tabs))
+        return await self.backend.apply_presence(PresenceUpdate(lease, fence_ms, max_tabs))
 
     async def presence_active(self, profile: str, now_ms: int) -> bool:
         checks.text("profile", profile)
         checks.time_ms("now_ms", now_ms)
-        return await self._backend.presence_active(profile, now_ms)
+        return await self.backend.presence_active(profile, now_ms)
 
     async def presence_leases(self) -> list[records.PresenceLease]:
-        return await read("presence lease", self._backend.presence_leases())
-
-    # ── runs ──────────────────────────────────────────────────────────────────
+        return await read("presence lease", self.backend.presence_leases())
 
     async def keep_alive(self, owner: str, now_ms: int, lease_ms: int) -> int | None:
-        expiry = await self._backend.keep_alive(claim(owner, now_ms, lease_ms, None))
-        if expiry is None:
-            return None
-        return await read("lease", _checked_end(expiry))
+        expiry = await self.backend.keep_alive(claim(owner, now_ms, lease_ms, None))
+        return None if expiry is None else await read("lease", _checked_end(expiry))
 
     async def release_runs(self, owner: str) -> None:
-        await self._backend.release_runs(checks.text("owner", owner, OWNER_LIMIT))
+        await self.backend.release_runs(checks.text("owner", owner, OWNER_LIMIT))
 
     async def retire_runs(self, owner: str, now_ms: int) -> None:
         checks.text("owner", owner, OWNER_LIMIT)
-        await self._backend.retire_runs(owner, checks.time_ms("now_ms", now_ms))
+        await self.backend.retire_runs(owner, checks.time_ms("now_ms", now_ms))
 
     async def run_states(self) -> list[RunState]:
-        return await read("run", self._backend.run_states())
-
-    # ── publishing passes ─────────────────────────────────────────────────────
+        return await read("run", self.backend.run_states())
 
     async def pass_view(
         self, owner: str, profiles: Iterable[str], scopes: Iterable[str], now_ms: int
@@ -336,7 +301,7 @@ class Store:
         return await read("pass view", self._view(query))
 
     async def _view(self, query: ViewQuery) -> records.PassView:
-        return (await self._backend.pass_view(query)).view(query)
+        return (await self.backend.pass_view(query)).view(query)
 
     async def pass_write(
         self,
@@ -357,7 +322,7 @@ class Store:
         return await read("run", self._write(sync))
 
     async def _write(self, sync: RunSync) -> PassRows:
-        written = await self._backend.pass_write(sync)
+        written = await self.backend.pass_write(sync)
         if written is None:
             raise CorruptStateError(PAST_THE_CAP)
         rows, last = written
@@ -365,19 +330,15 @@ class Store:
             return PassRows((), range(0))
         return PassRows(tuple(rows), _revisions(len(rows), last))
 
-    # ── fleet ─────────────────────────────────────────────────────────────────
-
     async def record_member(self, member: FleetMember) -> None:
-        await self._backend.record_member(checks.instance("member", member, FleetMember))
+        await self.backend.record_member(checks.instance("member", member, FleetMember))
 
     async def fleet(self) -> list[FleetMember]:
-        found = await read("fleet row", self._backend.fleet())
+        found = await read("fleet row", self.backend.fleet())
         return sorted(found, key=lambda member: member.owner)  # one order, whatever the collation
 
-    # ── transfer ──────────────────────────────────────────────────────────────
-
     async def merge_state(self, batch: records.StateBatch) -> None:
-        await self._backend.merge_state(checks.instance("batch", batch, records.StateBatch))
+        await self.backend.merge_state(checks.instance("batch", batch, records.StateBatch))
 
 
 def _revisions(count: int, last: object) -> range:

@@ -1,12 +1,8 @@
 """The store's one hook for the bench (`benchmarks/`, run from a checkout): not an API for apps.
 
-The bench measures the store beside a raw driver running the same statements, so it needs what
-an application never does: each operation as its statements and parameters, built by the same
-function the SQL store's own hook builds it with (the same SQL text, the same parameters, the
-same number of statements); the dialects to build them for; the SQLite connection the store
-makes; the migration that readies a scratch store; and the count of what a store has sent. A
-`Call` is a statement and its parameters; a `Many`, a statement run once per parameter set; a
-`Step`, either. Everything the bench reaches of the store's insides is named here, and only here.
+The bench measures the store beside a raw driver running the same statements, so it needs each
+operation as the statements the SQL store's own hook builds, and what readies and counts a
+store. Everything the bench reaches of the store's insides is named here, and only here.
 """
 
 from relay.store.backend import Claim, Deletion

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from relay.errors import TransferConflictError
 from relay.store.contract import RelayStore
-from relay.store.records import RelayConfig, StartedScope, StateBatch
+from relay.store.records import RelayConfig, StateBatch
 
 BATCH_ENTRIES = 1000
 
@@ -89,22 +89,12 @@ async def transfer(
     for profile in clashes:
         await target.forget_profile_identity(profile)
     await target.merge_state(batch)
-    await _copy_ledger(ledger, target, report.ledger_entries, progress)
-    return report
-
-
-async def _copy_ledger(
-    ledger: list[StartedScope], target: RelayStore, total: int, progress: Progress | None
-) -> None:
-    """Merge the ledger a batch of entries at a time, so a large one shows progress."""
-    done = 0
+    done = 0  # the ledger goes a batch of entries at a time, so a large one shows progress
     for scope in ledger:
-        chunks = [
-            scope.entries[i : i + BATCH_ENTRIES]
-            for i in range(0, len(scope.entries), BATCH_ENTRIES)
-        ]
-        for chunk in chunks or [()]:
+        for start in range(0, max(len(scope.entries), 1), BATCH_ENTRIES):  # an empty one too
+            chunk = scope.entries[start : start + BATCH_ENTRIES]
             await target.merge_state(StateBatch(started=(replace(scope, entries=chunk),)))
             done += len(chunk)
             if progress is not None:
-                progress(done, total)
+                progress(done, report.ledger_entries)
+    return report

@@ -6,7 +6,6 @@ connects to the first that answers and matches `target_session_attrs`.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -33,7 +32,6 @@ SUPPORTED = (
 )
 
 Backend = Literal["json", "sqlite", "postgres", "memory"]
-# How messages name each backend.
 NAMES: dict[Backend, str] = {
     "json": "JSON",
     "sqlite": "SQLite",
@@ -85,12 +83,11 @@ class StoreTarget:
 
     @property
     def display(self) -> str:
-        """The URL for messages: as written (`postgresql://`, not the driver's scheme), without
-        its password."""
+        """The URL for messages: as written (not the driver's scheme), without its password."""
         if self.written is not None:
             return self.written
         if self.url is not None:
-            return hosts.render(self.url, hide_password=True)
+            return hosts.render(self.url)
         return MEMORY if self.backend == "memory" else f"json://{self.path}"
 
     @property
@@ -113,12 +110,8 @@ def default_sqlite_path() -> Path:
 
 def require_directory(target: StoreTarget) -> None:
     """`InvalidInputError` naming the fix when the directory a file store's path needs is
-    missing, unless it is the embedded default's own (`$XDG_STATE_HOME/talaria-relay`, which is
-    ours to make).
-
-    Only `talaria-relay migrate` (`relay.store.sql.migrate`) creates a directory a user named:
-    elsewhere a missing one is a typo, refused before anything is made.
-    """
+    missing, unless it is the embedded default's own (ours to make). Only `talaria-relay migrate`
+    creates a directory a user named: elsewhere a missing one is a typo, refused at once."""
     if target.path is None or target.backend not in ("sqlite", "json"):
         return
     parent = target.path.expanduser().absolute().parent
@@ -131,30 +124,28 @@ def require_directory(target: StoreTarget) -> None:
 
 
 def resolve(raw: str | None = None) -> StoreTarget:
-    """Parse `raw`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite default.
-
-    Only parses: nothing is created on disk, so a refused URL leaves no trace.
-    """
+    """Parse `raw`, else `$TALARIA_RELAY_STORE_URL`, else the embedded SQLite default; nothing
+    is created on disk, so a refused URL leaves no trace."""
     raw = (_checked_raw(raw) or _checked_raw(os.environ.get(ENV_VAR))).strip()
     if not raw:
         return StoreTarget("sqlite", default_sqlite_path(), _sqlite_url(default_sqlite_path()))
-    scheme = raw.split("://", 1)[0].lower() if "://" in raw else ""
+    scheme, separator, rest = raw.partition("://")
+    scheme = scheme.lower() if separator else ""
     if scheme == "memory":
-        if raw.split("://", 1)[1]:
+        if rest:
             raise InvalidInputError(f"memory store URL takes nothing after {MEMORY!r}")
         return StoreTarget("memory")
     if scheme == "json":
-        directory = raw.split("://", 1)[1]
-        if not directory:
+        if not rest:
             raise InvalidInputError("json store URL needs a directory: json:///path/to/state-dir")
-        return StoreTarget("json", _json_path(directory), written=raw)
+        return StoreTarget("json", _json_path(rest), written=raw)
     if scheme in ("sqlite", "sqlite+aiosqlite", "sqlite+pysqlite"):
         path = _sqlite_path(_parse(raw))
         return StoreTarget("sqlite", path, _sqlite_url(path), written=raw)
     if scheme in ("postgres", "postgresql", "postgresql+asyncpg"):
-        url = _postgres_url(raw.split("://", 1)[1])
+        url = _postgres_url(rest)
         return StoreTarget("postgres", url=url, written=_without_password(raw, url))
-    shown = raw if "@" not in raw else raw.split("://", 1)[0] + "://…"
+    shown = raw if "@" not in raw else raw.partition("://")[0] + "://…"
     raise InvalidInputError(f"unsupported store URL {shown!r}; use one of: " + ", ".join(SUPPORTED))
 
 
@@ -245,8 +236,8 @@ def _sqlite_url(path: Path) -> URL:
 
 
 def _postgres_url(rest: str) -> URL:
-    """Parse what follows `postgresql://`: the servers ourselves (SQLAlchemy reads one host and
-    one port), the rest with SQLAlchemy; the servers land in the canonical place `hosts` says."""
+    """What follows `postgresql://`: the servers parsed here (SQLAlchemy reads one), in the
+    canonical place `hosts` says; the rest by SQLAlchemy."""
     userinfo, after = _userinfo(rest)
     cut = min((i for i in (after.find("/"), after.find("?")) if i >= 0), default=len(after))
     url = _parse("postgresql+asyncpg://" + userinfo + after[cut:])
@@ -286,7 +277,11 @@ def _postgres_checked(url: URL) -> URL:
         if path is not None and path != "system" and not Path(path).expanduser().is_file():
             raise InvalidInputError(f"store URL parameter {name}: no file at {path}")
     if "connect_timeout" in query:
-        _connect_timeout(query["connect_timeout"])
+        timeout = budget.number(query["connect_timeout"])
+        if not 0 < timeout <= MAX_CONNECT_TIMEOUT_S:  # NaN fails this too
+            raise InvalidInputError(
+                f"connect_timeout must be a number of seconds in (0, {MAX_CONNECT_TIMEOUT_S:g}]"
+            )
     if "prepared_statement_cache_size" in query:
         size = query["prepared_statement_cache_size"]
         if not size.isascii() or not size.isdigit() or int(size) > MAX_STATEMENT_CACHE:
@@ -308,18 +303,6 @@ def _session_attrs(attrs: str | None) -> None:
         raise InvalidInputError(
             f"{TARGET_ENV}={from_env!r}: use one of " + ", ".join(TARGET_SESSION_ATTRS)
         )
-
-
-def _connect_timeout(raw: str) -> float:
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not 0 < seconds <= MAX_CONNECT_TIMEOUT_S:  # NaN fails this too
-        raise InvalidInputError(
-            f"connect_timeout must be a number of seconds in (0, {MAX_CONNECT_TIMEOUT_S:g}]"
-        )
-    return seconds
 
 
 def _schema_option(query: dict[str, str]) -> None:
@@ -358,13 +341,9 @@ def _first_schema(options: str) -> str:
 
 
 def command(args: str, store: StoreTarget | str | None) -> str:
-    """A fix-it hint's command, complete, to paste as it stands: "`talaria-relay ARGS --store
-    'URL'`", about the store in question and not whichever the reader's shell would pick.
-
-    `store` is a target, or a URL as messages show it (`StoreTarget.display`). `--store` is left
-    out only for the embedded default (a target given no URL) and for None. A password shows as
-    `***`, and the hint then says to put it back: a hint never prints one.
-    """
+    """A fix-it hint's command to paste as it stands, "`talaria-relay ARGS --store 'URL'`", about
+    the store in question (a target, or a URL as `StoreTarget.display` shows it; no `--store` for
+    the embedded default or None). A password shows as `***`, and the hint says to put it back."""
     if isinstance(store, StoreTarget):
         store = None if store.written is None and store.backend == "sqlite" else store.display
     if not store:
@@ -377,8 +356,7 @@ def command(args: str, store: StoreTarget | str | None) -> str:
 
 
 def source(raw: str | None) -> str:
-    """Where `resolve(raw)` takes its URL from, for messages: `--store`, the variable, or the
-    embedded default."""
+    """Where `resolve(raw)` takes its URL from, for messages."""
     if raw and raw.strip():
         return "--store"
     if os.environ.get(ENV_VAR, "").strip():

@@ -7,6 +7,7 @@ printed, logged or put in an exception: messages name where it came from, never 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -61,10 +62,7 @@ def passphrase_from_file(path: str | Path) -> Passphrase:
         raise InvalidInputError(
             f"cannot read the key passphrase file {path}: {error.strerror}"
         ) from None
-    for newline in (b"\r\n", b"\n"):
-        if raw.endswith(newline):
-            raw = raw[: -len(newline)]
-            break
+    raw = raw.removesuffix(b"\r\n") if raw.endswith(b"\r\n") else raw.removesuffix(b"\n")
     return Passphrase(raw, f"the file {path}")
 
 
@@ -106,24 +104,17 @@ class Keyring:
                 return target.seal(self.open(stored, ref))
             except KeyPassphraseError:
                 # Already under `target`'s passphrase: a rekey cut short by a crash resumes.
-                if target.passphrase is not None and target.opens(stored, ref):
-                    return stored
+                if target.passphrase is not None:
+                    with contextlib.suppress(KeyPassphraseError):
+                        target.open(stored, ref)
+                        return stored
                 raise
 
         return reseal
 
-    def opens(self, pem: str, ref: str) -> bool:
-        try:
-            self.open(pem, ref)
-        except KeyPassphraseError:
-            return False
-        return True
-
     def open(self, pem: str, ref: str) -> str:
-        """The unencrypted PEM of the checked stored PEM `pem`, saved under `ref`.
-
-        `KeyPassphraseError` when it is encrypted and there is no passphrase, or another one.
-        """
+        """The unencrypted PEM of the checked stored PEM `pem`, saved under `ref`;
+        `KeyPassphraseError` when it is encrypted and there is no passphrase, or another one."""
         if not pkcs8.is_encrypted(pem):
             return pem
         if self.passphrase is None:

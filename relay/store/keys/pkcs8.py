@@ -63,10 +63,8 @@ def encrypt(der: bytes, passphrase: bytes) -> str:
 
 
 def checked(pem: str) -> str:
-    """`pem` if it is one PEM block holding an `EncryptedPrivateKeyInfo`; else `ValueError`.
-
-    Only its shape is checked: what it holds shows once a passphrase opens it.
-    """
+    """`pem` if it is one PEM block holding an `EncryptedPrivateKeyInfo`, else `ValueError`: only
+    its shape is checked, what it holds shows once a passphrase opens it."""
     lines = pem.strip().splitlines()
     if len(lines) < 3 or lines[0] != BEGIN or lines[-1] != END:
         raise ValueError("not one encrypted PKCS#8 PEM block")
