@@ -16,7 +16,6 @@ _CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 async def cmd_bench(args: argparse.Namespace) -> int:
-    """Hand the words after `bench` to the checkout's bench."""
     if not all((_CHECKOUT / name).is_file() for name in ("Makefile", "benchmarks/cli.py")):
         raise InvalidInputError(
             "the bench is not installed with talaria-relay: it runs from a checkout of the "
@@ -30,6 +29,6 @@ async def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def add_parser(add: Add) -> None:
-    """`bench`: its own options are the bench's (`talaria-relay bench --help` in a checkout)."""
+    # Its options are the bench's own (`talaria-relay bench --help` in a checkout).
     text = "from a checkout: measure the store beside the raw drivers doing the same statements"
     add("bench", cmd_bench, text, add_help=False)

@@ -1,12 +1,5 @@
-"""`talaria-relay demo`: the publisher's whole life against a relay, said step by step.
-
-It migrates the store, starts a dev relay on loopback (or uses one given), registers the server,
-enrolls a second profile, drives a `MemoryHost` through sessions that start, wait for approval,
-complete, get viewed and get deleted, mutes one profile's alerts with a presence lease, restarts
-the service and publishes again, ends its last turn and stops cleanly (so `status` lists no live
-replica of it). With `replicas` it also runs that many service processes on the
-same store. It succeeds only when the relay accepted every request.
-"""
+"""`talaria-relay demo`: the publisher's whole life against a relay, said step by step
+(docs/operating.md lists the steps). It succeeds only when the relay accepted every request."""
 
 from __future__ import annotations
 
@@ -79,7 +72,6 @@ class Demo:
         return self.service
 
     async def stop(self) -> None:
-        """Stop the current service (again is a no-op)."""
         if self.service is not None:
             await self.service.stop()
 
@@ -112,9 +104,8 @@ async def run(
     """Run the demo; True when the relay accepted and verified every request.
 
     Only `store_url` names a store to write: `$TALARIA_RELAY_STORE_URL` names the real one, which
-    a demo must not register. The store must be empty; with `skip_if_registered`, one that holds
-    a registration is left as it is and the demo succeeds (compose runs it on every `up`).
-    """
+    a demo must not register. The store must be empty, or with `skip_if_registered` registered
+    (then left as it is: compose runs the demo on every `up`)."""
     target = resolve(store_url or default_demo_url())
     if replicas and target.backend == "memory":
         raise InvalidInputError("replica processes cannot share a memory:// store")
@@ -153,11 +144,16 @@ async def run(
         ):
             responses.failures.append("a replica process failed")
         await _restart(demo)
-        await _wind_down(demo)  # before the store is shown: the demo is no live replica of it
+        # End the turn still running and stop before the store is shown: a live turn's row
+        # keeps its lease past a stop, and `status` would list the exited demo as live till then.
+        await demo.end("stream-review", "completed", "chat-review completed")
+        await demo.stop()
+        say("the service stopped: no lease of it lives on")
         if relay is not None:
             _table(relay.state(), say)
         elif mint_invitations:
-            _table(await _admin_state(relay_url), say)
+            state = await _admin(relay_url, "GET", "/admin/state")
+            _table(state.raise_for_status().json(), say)
         say("")
         say("what the store holds")
         say(render(await collect(store)))
@@ -172,8 +168,7 @@ async def run(
 
 
 async def _skipped(target: StoreTarget, skip_if_registered: bool, say: Say) -> bool:
-    """True when the store holds a registration to skip; a store that holds anything else
-    is refused, saying how to go on."""
+    """True when the store holds a registration to skip; one that holds anything is refused."""
     held = await holdings(target)
     if held is None:
         return False
@@ -224,21 +219,12 @@ async def holdings(target: StoreTarget) -> str | None:
 
 
 async def _admin(relay_url: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    """A call to a dev relay's admin endpoint `path`; an unreachable relay is a `RelayError`."""
     origin = validated_origin(relay_url)  # no credentials to send along, nor to print
     try:
         async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as http:
             return await http.request(method, f"{origin}{path}", **kwargs)
     except httpx.TransportError as exc:
         raise RelayUnreachableError(f"{UNREACHABLE}: {describe(exc)}") from exc
-
-
-async def _admin_state(relay_url: str) -> dict[str, Any]:
-    """What a dev relay at `relay_url` holds, from its admin endpoint."""
-    response = await _admin(relay_url, "GET", "/admin/state")
-    response.raise_for_status()
-    state: dict[str, Any] = response.json()
-    return state
 
 
 async def _mint(relay_url: str, user: str) -> str:
@@ -253,9 +239,9 @@ async def _mint(relay_url: str, user: str) -> str:
 
 
 def _address(target: StoreTarget) -> str:
-    if target.url is None:
-        return target.display
-    return target.url.render_as_string(hide_password=False)
+    return (
+        target.display if target.url is None else target.url.render_as_string(hide_password=False)
+    )
 
 
 async def _pair(demo: Demo, profiles: list[str], invitations: Sequence[str]) -> None:
@@ -313,14 +299,6 @@ async def _restart(demo: Demo) -> None:
     demo.say(f"  revisions continue above {floor}: now {after}")
 
 
-async def _wind_down(demo: Demo) -> None:
-    """End the turn still running and stop: a live turn's row keeps its lease past a stop, and
-    `status` would list the exited demo as a live replica until it ends."""
-    await demo.end("stream-review", "completed", "chat-review completed")
-    await demo.stop()
-    demo.say("the service stopped: no lease of it lives on")
-
-
 async def _replicas(
     target: StoreTarget, relay_url: str, insecure: bool, count: int, say: Say
 ) -> bool:
@@ -357,7 +335,7 @@ async def replica(store_url: str, relay_url: str, index: int, insecure: bool) ->
 
 
 def _table(state: dict[str, Any], say: Say) -> None:
-    """The rows the relay holds, as it reports them: nothing here is taken from our side."""
+    """The rows the relay holds, as it reports them, not as our side thinks."""
     say("")
     say("what the relay holds")
     say(f"  {'profile':<38} {'session':<14} {'phase':<22} {'revision':>15}  alerts  viewed")
@@ -376,7 +354,6 @@ def _table(state: dict[str, Any], say: Say) -> None:
 
 
 def replica_parser() -> argparse.ArgumentParser:
-    """Arguments of one replica process (`python -m relay.cli.demo`), started by the demo."""
     options = argparse.ArgumentParser(prog="python -m relay.cli.demo")
     options.add_argument("--store", required=True)
     options.add_argument("--relay-url", required=True)

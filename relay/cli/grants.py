@@ -1,15 +1,11 @@
 """`talaria-relay grants ROLE`: the SQL that gives a runtime role what the store needs, no more.
 
 Deploys run `migrate` as an owner role (it creates and alters the tables); the replicas connect
-as a runtime role that may only read and write rows: CONNECT on the database, USAGE on the
-schema, SELECT/INSERT/UPDATE/DELETE on every relay table at head, SELECT on
-`relay_alembic_version` (a store checks the schema is at head when it opens), EXECUTE on
-`relay_batch` (its write batches; PUBLIC may run a new function unless the owner's default
-privileges revoke that, so it is granted by name), and the same on tables and functions the
-owner creates later (default privileges). A schema of the relay's own comes first (CREATE
-SCHEMA, owned by the owner). The function runs as its caller (SECURITY INVOKER): it gives the
-role nothing the table grants do not. No sequence exists, so none needs a grant. Nothing is
-contacted: an operator (or `psql -v ON_ERROR_STOP=1`) runs what it prints, as the owner.
+as a runtime role that may only read and write rows. It reads the version table (a store checks
+the schema is at head when it opens) and is granted EXECUTE on `relay_batch` by name (PUBLIC may
+run a new function unless the owner's default privileges revoke that); the function runs as its
+caller (SECURITY INVOKER), so it gives nothing the table grants do not. No sequence exists, so
+none needs a grant. Nothing is contacted: the owner runs what it prints (`psql -v ON_ERROR_STOP=1`).
 """
 
 from __future__ import annotations
@@ -42,7 +38,6 @@ def quoted(kind: str, name: str) -> str:
 
 
 def grants_sql(role: str, database: str, schema: str = "public", owner: str | None = None) -> str:
-    """The statements, one a line, for `role` on `database`, tables in `schema`."""
     who, db, where = quoted("ROLE", role), quoted("database", database), quoted("schema", schema)
     tables = ", ".join(f"{where}.{quoted('table', name)}" for name in TABLES)
     function = f'{where}."{BATCH_FUNCTION}"({", ".join(BATCH_ARGUMENTS)})'

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 from relay.cli.benching import add_parser as add_bench
 from relay.cli.grants import add_parser as add_grants
 from relay.cli.migrating import add_parser as add_migrate
-from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, say
+from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, say, switches
 from relay.cli.state import cmd_check, cmd_rekey, cmd_status
 from relay.cli.transfer import cmd_import
 from relay.cli.unpair import add_parser as add_unpair
@@ -36,8 +36,6 @@ from relay.errors import (
 )
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
 from relay.version import __version__
-
-# ── dev-relay and demo ────────────────────────────────────────────────────────
 
 
 async def cmd_dev_relay(args: argparse.Namespace) -> int:
@@ -78,14 +76,11 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         raise InvalidInputError("--relay-url needs an --invitation (or --mint-invitations)")
     if args.replicas < 0:
         raise InvalidInputError("--replicas must be 0 or more")
-    # The flags `demo.run` takes under their own names.
     taken = "relay_url allow_insecure_loopback mint_invitations replicas skip_if_registered"
     options = {name: getattr(args, name) for name in taken.split()}
     passed = await demo.run(args.store, invitations=args.invitation, say=say, **options)
     return OK if passed else FAILED
 
-
-# ── pairing refusals ──────────────────────────────────────────────────────────
 
 # What to do about a relay's refusal of an invitation, by its reason.
 _REMEDIES = {
@@ -96,8 +91,8 @@ _REMEDIES = {
 
 
 def refusal(error: RelayPairingError) -> str:
-    """A pairing refusal with the status it answers (`error.status`, the one a web app
-    returns), and the relay's own answer and reason told apart from it."""
+    """A pairing refusal with the status a web app returns, told apart from the relay's own
+    answer and reason."""
     cause = error.__cause__
     if isinstance(cause, RelayUnreachableError):
         return str(cause)  # upstream's "Could not reach Talaria Relay", and why
@@ -113,8 +108,6 @@ def refusal(error: RelayPairingError) -> str:
     return f"pairing refused with {error.status}: {message} ({said})"
 
 
-# ── the parser ────────────────────────────────────────────────────────────────
-
 # A URL's password (`scheme://user:PASSWORD@`, up to the last `@` of the word) and an invitation.
 _SECRETS = (
     (re.compile(r"(://[^\s:/@]*:)\S*@"), r"\1***@"),
@@ -127,11 +120,8 @@ _DEFAULT_STORE = "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite f
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, except that a usage error never repeats a password or an invitation.
-
-    argparse quotes what it could not place (`unrecognized arguments: …`), and a store URL or a
-    token typed in the wrong place is exactly that.
-    """
+    """argparse, except that a usage error (`unrecognized arguments: …`, say a store URL or a
+    token typed in the wrong place) never repeats a password or an invitation."""
 
     def error(self, message: str) -> NoReturn:
         for pattern, replacement in _SECRETS:
@@ -169,9 +159,7 @@ def parser() -> argparse.ArgumentParser:
         "show what the store holds (never the private key)",
         "the store to read, never written (one that is not there is refused)",
     )
-    sub.add_argument(
-        "--json", action="store_true", help="the stable JSON shape (docs/operating.md)"
-    )
+    switches(sub, json="the stable JSON shape (docs/operating.md)")
 
     sub = add(
         "check",
@@ -180,7 +168,7 @@ def parser() -> argparse.ArgumentParser:
         "else 1, or 3 when the store cannot be reached; never calls the relay",
         "the store to probe, never written",
     )
-    sub.add_argument("--json", action="store_true", help="one JSON document (docs/operating.md)")
+    switches(sub, json="one JSON document (docs/operating.md)")
 
     add_unpair(add)
 
@@ -206,9 +194,8 @@ def parser() -> argparse.ArgumentParser:
     sub = add("import", cmd_import, "copy all relay state from one store to another")
     sub.add_argument("--from", dest="source", required=True, metavar="URL", help="source store")
     sub.add_argument("--to", dest="target", required=True, metavar="URL", help="target store")
-    sub.add_argument("--dry-run", action="store_true", help="report, write nothing")
-    sub.add_argument(
-        "--force", action="store_true", help="replace a different registration or identity"
+    switches(
+        sub, dry_run="report, write nothing", force="replace a different registration or identity"
     )
     sub.add_argument(
         "--profile-home",
@@ -218,10 +205,10 @@ def parser() -> argparse.ArgumentParser:
         help="a legacy JSON source's profile home (repeatable)",
     )
     sub.add_argument("--profiles-root", metavar="DIR", help="profile homes are DIR/NAME")
-    sub.add_argument(
-        "--allow-missing-identities",
-        action="store_true",
-        help="import a legacy JSON source even when profile identities are not found",
+    switches(
+        sub,
+        allow_missing_identities="import a legacy JSON source even when profile identities are "
+        "not found",
     )
 
     sub = add("dev-relay", cmd_dev_relay, "run a dev Talaria Relay on loopback")
@@ -257,21 +244,19 @@ def parser() -> argparse.ArgumentParser:
         metavar="TOKEN",
         help="with --relay-url: the first registers, each further one enrolls a profile",
     )
-    sub.add_argument(
-        "--mint-invitations",
-        action="store_true",
-        help="with --relay-url of a dev relay: take invitations from its admin endpoint",
-    )
-    sub.add_argument(
-        "--allow-insecure-loopback", action="store_true", help="accept http:// for a loopback relay"
+    switches(
+        sub,
+        mint_invitations="with --relay-url of a dev relay: take invitations from its admin "
+        "endpoint",
+        allow_insecure_loopback="accept http:// for a loopback relay",
     )
     sub.add_argument(
         "--replicas", type=int, default=0, metavar="N", help="also run N replica processes"
     )
-    sub.add_argument(
-        "--skip-if-registered",
-        action="store_true",
-        help="a store that already holds a registration is left alone, and the demo exits 0",
+    switches(
+        sub,
+        skip_if_registered="a store that already holds a registration is left alone, and the "
+        "demo exits 0",
     )
     add_bench(add)
     return root

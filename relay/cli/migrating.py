@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relay.cli.output import FAILED, OK, Add, fail, progress, say
+from relay.cli.output import FAILED, OK, Add, fail, progress, say, switches
 from relay.errors import InvalidInputError
 from relay.store import StoreTarget, resolve
 from relay.store import migrations as migrate
@@ -102,21 +102,13 @@ def add_parser(add: Add) -> None:
         epilog="A contract migration is refused while the fleet (`status`) has live replicas of "
         "older code; see docs/rolling-deploys.md.",
     )
-    sub.add_argument(
-        "--check",
-        action="store_true",
-        help="change nothing; exit 1 if not at head (0 when ahead and compatible)",
-    )
-    sub.add_argument(
-        "--sql",
-        action="store_true",
-        help="print the DDL of the revisions the database lacks instead of running it (reads "
-        "its revision)",
-    )
-    sub.add_argument(
-        "--from-empty",
-        action="store_true",
-        help="with --sql: the DDL of every revision, from an empty database; connects to nothing",
+    switches(
+        sub,
+        check="change nothing; exit 1 if not at head (0 when ahead and compatible)",
+        sql="print the DDL of the revisions the database lacks instead of running it (reads its "
+        "revision)",
+        from_empty="with --sql: the DDL of every revision, from an empty database; connects to "
+        "nothing",
     )
     sub.add_argument(
         "--to",
@@ -132,8 +124,6 @@ def add_parser(add: Add) -> None:
         help="Postgres: give up, changing nothing, after waiting this long for a table lock "
         "(default %(default)s)",
     )
-    sub.add_argument(
-        "--force",
-        action="store_true",
-        help="apply a contract migration even while live replicas of older code would break",
+    switches(
+        sub, force="apply a contract migration even while live replicas of older code would break"
     )

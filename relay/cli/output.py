@@ -21,6 +21,12 @@ Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 Add = Callable[..., argparse.ArgumentParser]
 
 
+def switches(sub: argparse.ArgumentParser, **helps: str) -> None:
+    """An on/off `--name` for each keyword (`dry_run` is `--dry-run`), with its help."""
+    for name, text in helps.items():
+        sub.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=text)
+
+
 def say(line: str = "") -> None:
     print(line, flush=True)
 

@@ -1,9 +1,6 @@
 """`talaria-relay status`: the facts document the operator page shows (`relay.operator.facts`),
-as lines for a terminal or as it is (`--json`, documented in docs/operating.md#status-json).
-
-One gatherer for both: the same registration, schema, profiles, backlog and replicas, judged once
-(`relay.operator.judge`), so `status` and the page never disagree.
-"""
+gathered and judged by the same code, as lines for a terminal or as it is (`--json`,
+docs/operating.md#status-json), so `status` and the page never disagree."""
 
 from __future__ import annotations
 
@@ -34,7 +31,7 @@ async def collect(store: RelayStore, found: Standing | None = None) -> dict[str,
 
 def unmigrated(target: StoreTarget, found: Standing) -> dict[str, Any]:
     """The status of a SQL store this code does not run on: its schema state, and what fixes
-    it, with the store named to paste back (below head: `migrate`; ahead: a newer release)."""
+    it (below head: `migrate`; ahead: a newer release)."""
     hint = f"{migrate_hint(target)} to bring it to head {found.head}"
     if found.ahead:
         newer = "run that release here (this code's `migrate` cannot help)"
@@ -58,7 +55,6 @@ def _key_text(registration: dict[str, Any]) -> str:
 
 
 def render(status: dict[str, Any]) -> str:
-    """The status as lines for a terminal."""
     store = status["store"]
     lines = [f"store        {store['backend']}  {store['url']}"]
     if (schema := store["schema"]) is not None:
@@ -98,8 +94,6 @@ def render(status: dict[str, Any]) -> str:
 
 
 def replica_line(replica: dict[str, Any], now_ms: int) -> str:
-    """One replica: who, what it holds, whether it lives; and from its fleet row what code runs
-    where, and how its passes go."""
     named = f"{replica['name']}, " if replica["name"] else ""
     line = (
         f"{named}incarnation {replica['incarnation']}: {replica['runs']} run(s), "

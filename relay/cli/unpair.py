@@ -12,18 +12,10 @@ from collections.abc import Callable
 
 from relay.cli.output import FAILED, OK, Add, require_existing, say
 from relay.errors import CorruptStateError, InvalidInputError
-from relay.store import RelayConfig, open_store, resolve
+from relay.store import open_store, resolve
 from relay.unpairing import unpair
 
 Ask = Callable[[str], str]
-
-
-def described(config: RelayConfig) -> str:
-    profiles = ", ".join(sorted(config.profiles)) or "none"
-    return (
-        f"registered with {config.url} as {config.publisher_id} "
-        f"(key {config.key_id}; profiles: {profiles})"
-    )
 
 
 async def cmd_unpair(args: argparse.Namespace, ask: Ask = input) -> int:
@@ -31,8 +23,13 @@ async def cmd_unpair(args: argparse.Namespace, ask: Ask = input) -> int:
     require_existing(target, args.store)
     async with open_store(args.store) as store:
         try:
-            config = await store.load_config()
-            held = None if config is None else described(config)
+            held = None
+            if (config := await store.load_config()) is not None:
+                profiles = ", ".join(sorted(config.profiles)) or "none"
+                held = (
+                    f"registered with {config.url} as {config.publisher_id} "
+                    f"(key {config.key_id}; profiles: {profiles})"
+                )
         except CorruptStateError as error:
             held = f"an unreadable registration ({error})"
         if held is None:

@@ -1,11 +1,6 @@
 """The one judgement of a facts document (`relay.operator.facts`): its level (`ok`, `warn`,
-`bad`), its headline and the problems behind it, made once for the page's HTML, its JSON twin and
-`talaria-relay status`, so that each says the same.
-
-Each problem is a sentence an operator acts on: a store that did not answer, a schema not at head,
-no registration, a replica backing off (until when, after what), a clock off by more than
-`WARN_S`, a profile not publishing.
-"""
+`bad`), its headline and the problems behind it, each a sentence an operator acts on; made once
+for the page's HTML, its JSON twin and `talaria-relay status`, so that each says the same."""
 
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ _ORDER = ("ok", "warn", "bad")
 
 
 def migrate_hint(store: StoreTarget | str | None) -> str:
-    """The command that brings a store below head to it: every hint that says so says it here,
-    naming the store in question (`relay.store.url.command`)."""
+    """The command that brings a store below head to it, naming the store: every hint says it."""
     return f"run {command('migrate', store)}"
 
 
@@ -60,7 +54,6 @@ def said(row: Mapping[str, Any]) -> str:
 
 
 def failure(row: Mapping[str, Any]) -> str:
-    """What made a replica back off, with the failure's class."""
     return f"{said(row)} ({row.get('backoff_failure')})"
 
 
@@ -69,7 +62,6 @@ def _worse(level: str, other: str) -> str:
 
 
 def judge(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
-    """The level, the headline and the problems of `document`."""
     problems: list[str] = []
     level = "ok"
     store = document["store"]

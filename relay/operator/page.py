@@ -110,13 +110,11 @@ def _pill(kind: str, text: str) -> str:
 
 
 def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
-    """The one line an operator reads first: its level (ok, warn, bad), the line, the reasons,
-    as the document was judged when gathered (`relay.operator.judge`)."""
+    """The level, headline and problems the document was judged to have when gathered."""
     return document["level"], document["headline"], list(document["problems"])
 
 
 def render(document: Mapping[str, Any]) -> str:
-    """The page, as one HTML string."""
     now_ms = document["generated_at"]
     level, line, reasons = verdict(document)
     listed = "".join(f"<li>{_t(reason)}</li>" for reason in reasons)
@@ -217,7 +215,6 @@ def _state(row: Mapping[str, Any], now_ms: int) -> str:
 
 
 def _who(row: Mapping[str, Any], now_ms: int) -> str:
-    """The owner; where it runs and since when; `this one` for the replica serving the page."""
     lines = [f'<code class="nowrap">{_t(row["owner"])}</code>']
     if row["this_replica"]:
         lines.append('<span class="muted small">(this one)</span>')
