@@ -8,7 +8,6 @@ import importlib
 import sys
 from pathlib import Path
 
-from relay.cli.output import Add
 from relay.errors import InvalidInputError
 
 # Where `benchmarks/` is in a checkout: beside the `relay/` package this process imported.
@@ -26,9 +25,3 @@ async def cmd_bench(args: argparse.Namespace) -> int:
     bench = importlib.import_module("benchmarks.cli")
     code: int = await bench.main(args.bench_args)
     return code
-
-
-def add_parser(add: Add) -> None:
-    # Its options are the bench's own (`talaria-relay bench --help` in a checkout).
-    text = "from a checkout: measure the store beside the raw drivers doing the same statements"
-    add("bench", cmd_bench, text, add_help=False)

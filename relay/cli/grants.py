@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from relay.cli.output import OK, Add, say
+from relay.cli.output import OK, say
 from relay.errors import InvalidInputError
 from relay.store import resolve
 from relay.store.migrations import BATCH_ARGUMENTS, BATCH_FUNCTION, HEAD, TABLES, VERSION_TABLE
@@ -71,25 +71,3 @@ async def cmd_grants(args: argparse.Namespace) -> int:
     schema = args.schema or schema_name(target.url) or "public"
     say(grants_sql(args.role, target.url.database, schema, args.owner))
     return OK
-
-
-def add_parser(add: Add) -> None:
-    sub = add(
-        "grants",
-        cmd_grants,
-        "print the SQL granting a runtime role what the store needs (DML only, no DDL)",
-        "the Postgres store whose database is named",
-        epilog="Run it as the owner role that migrates; nothing is contacted. The database "
-        "name comes from --store (or $TALARIA_RELAY_STORE_URL).",
-    )
-    sub.add_argument("role", metavar="ROLE", help="the runtime role, exactly as created")
-    sub.add_argument(
-        "--schema",
-        help="the tables' schema (default: the store URL's `schema=`, else public)",
-    )
-    sub.add_argument(
-        "--owner",
-        metavar="ROLE",
-        help="the role that migrates, for default privileges on its future tables "
-        "(default: whoever runs the SQL)",
-    )

@@ -14,16 +14,16 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, NoReturn
 
-from relay.cli.benching import add_parser as add_bench
-from relay.cli.grants import add_parser as add_grants
-from relay.cli.migrating import add_parser as add_migrate
-from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, say, switches
+from relay.cli.benching import cmd_bench
+from relay.cli.grants import cmd_grants
+from relay.cli.migrating import cmd_migrate
+from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, fail, say
 from relay.cli.state import cmd_check, cmd_rekey, cmd_status
 from relay.cli.transfer import cmd_import
-from relay.cli.unpair import add_parser as add_unpair
+from relay.cli.unpair import cmd_unpair
 from relay.errors import (
     InvalidInputError,
     MissingExtraError,
@@ -35,6 +35,7 @@ from relay.errors import (
     TransferConflictError,
 )
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
+from relay.store.migrations import LOCK_TIMEOUT_MS
 from relay.version import __version__
 
 
@@ -119,6 +120,15 @@ _STORE_FORMS = "(sqlite:///path, postgresql://…, json:///dir, memory://)"
 _DEFAULT_STORE = "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)"
 
 
+Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
+
+def switches(sub: argparse.ArgumentParser, **helps: str) -> None:
+    """An on/off `--name` for each keyword (`dry_run` is `--dry-run`), with its help."""
+    for name, text in helps.items():
+        sub.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=text)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, except that a usage error (`unrecognized arguments: …`, say a store URL or a
     token typed in the wrong place) never repeats a password or an invitation."""
@@ -150,8 +160,60 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--store", metavar="URL", help=store_help)
         return sub
 
-    add_migrate(add)
-    add_grants(add)
+    sub = add(
+        "migrate",
+        cmd_migrate,
+        "upgrade the store's schema to head (safe on replicas); a database a newer release "
+        "migrated is left alone: exit 0 while this code may still use it, else 1",
+        "the SQL store to migrate (a missing SQLite file and its directories are created)",
+        epilog="A contract migration is refused while the fleet (`status`) has live replicas of "
+        "older code; see docs/rolling-deploys.md.",
+    )
+    switches(
+        sub,
+        check="change nothing; exit 1 if not at head (0 when ahead and compatible)",
+        sql="print the DDL of the revisions the database lacks instead of running it (reads its "
+        "revision)",
+        from_empty="with --sql: the DDL of every revision, from an empty database; connects to "
+        "nothing",
+    )
+    sub.add_argument(
+        "--to",
+        metavar="REVISION",
+        help="migrate to REVISION instead of head, down as well as up (a rollback: see "
+        "docs/rolling-deploys.md)",
+    )
+    sub.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=LOCK_TIMEOUT_MS / 1000,
+        metavar="SECONDS",
+        help="Postgres: give up, changing nothing, after waiting this long for a table lock "
+        "(default %(default)s)",
+    )
+    switches(
+        sub, force="apply a contract migration even while live replicas of older code would break"
+    )
+
+    sub = add(
+        "grants",
+        cmd_grants,
+        "print the SQL granting a runtime role what the store needs (DML only, no DDL)",
+        "the Postgres store whose database is named",
+        epilog="Run it as the owner role that migrates; nothing is contacted. The database "
+        "name comes from --store (or $TALARIA_RELAY_STORE_URL).",
+    )
+    sub.add_argument("role", metavar="ROLE", help="the runtime role, exactly as created")
+    sub.add_argument(
+        "--schema",
+        help="the tables' schema (default: the store URL's `schema=`, else public)",
+    )
+    sub.add_argument(
+        "--owner",
+        metavar="ROLE",
+        help="the role that migrates, for default privileges on its future tables "
+        "(default: whoever runs the SQL)",
+    )
 
     sub = add(
         "status",
@@ -170,7 +232,17 @@ def parser() -> argparse.ArgumentParser:
     )
     switches(sub, json="one JSON document (docs/operating.md)")
 
-    add_unpair(add)
+    sub = add(
+        "unpair",
+        cmd_unpair,
+        "forget the store's registration with Talaria Relay, so the server can pair again",
+        "the store whose registration to forget (one that is not there is refused)",
+        epilog="It asks before it forgets (--yes for scripts). Exit codes: 0 forgotten, or "
+        "nothing to forget; 1 answered no; 2 no terminal to ask on without --yes, or no store "
+        "there; 3 the store cannot be reached. Profile identities stay; the relay keeps its "
+        "side of the registration.",
+    )
+    sub.add_argument("--yes", action="store_true", help="forget without asking")
 
     sub = add(
         "rekey",
@@ -258,7 +330,9 @@ def parser() -> argparse.ArgumentParser:
         skip_if_registered="a store that already holds a registration is left alone, and the "
         "demo exits 0",
     )
-    add_bench(add)
+    # Its options are the bench's own (`talaria-relay bench --help` in a checkout).
+    text = "from a checkout: measure the store beside the raw drivers doing the same statements"
+    add("bench", cmd_bench, text, add_help=False)
     return root
 
 

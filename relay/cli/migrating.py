@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relay.cli.output import FAILED, OK, Add, fail, progress, say, switches
+from relay.cli.output import FAILED, OK, fail, progress, say
 from relay.errors import InvalidInputError
 from relay.store import StoreTarget, resolve
 from relay.store import migrations as migrate
@@ -90,40 +90,3 @@ def _ahead(display: str, found: Standing) -> int:
         return OK
     fail(f"{display} {found.summary()}: it needs {found.needs()}")
     return FAILED
-
-
-def add_parser(add: Add) -> None:
-    sub = add(
-        "migrate",
-        cmd_migrate,
-        "upgrade the store's schema to head (safe on replicas); a database a newer release "
-        "migrated is left alone: exit 0 while this code may still use it, else 1",
-        "the SQL store to migrate (a missing SQLite file and its directories are created)",
-        epilog="A contract migration is refused while the fleet (`status`) has live replicas of "
-        "older code; see docs/rolling-deploys.md.",
-    )
-    switches(
-        sub,
-        check="change nothing; exit 1 if not at head (0 when ahead and compatible)",
-        sql="print the DDL of the revisions the database lacks instead of running it (reads its "
-        "revision)",
-        from_empty="with --sql: the DDL of every revision, from an empty database; connects to "
-        "nothing",
-    )
-    sub.add_argument(
-        "--to",
-        metavar="REVISION",
-        help="migrate to REVISION instead of head, down as well as up (a rollback: see "
-        "docs/rolling-deploys.md)",
-    )
-    sub.add_argument(
-        "--lock-timeout",
-        type=float,
-        default=migrate.LOCK_TIMEOUT_MS / 1000,
-        metavar="SECONDS",
-        help="Postgres: give up, changing nothing, after waiting this long for a table lock "
-        "(default %(default)s)",
-    )
-    switches(
-        sub, force="apply a contract migration even while live replicas of older code would break"
-    )

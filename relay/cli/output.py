@@ -3,10 +3,7 @@ that a store it is to read is there at all."""
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from relay.errors import InvalidInputError, StoreUnavailableError
 from relay.health import absence
@@ -14,17 +11,6 @@ from relay.store import StoreTarget
 from relay.store.url import source
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
-
-Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
-# `add(name, run, text, store_text=None, **options)`: a subcommand running `run`, with a `--store`
-# that it uses as `store_text` says (`relay.cli.main.parser`).
-Add = Callable[..., argparse.ArgumentParser]
-
-
-def switches(sub: argparse.ArgumentParser, **helps: str) -> None:
-    """An on/off `--name` for each keyword (`dry_run` is `--dry-run`), with its help."""
-    for name, text in helps.items():
-        sub.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=text)
 
 
 def say(line: str = "") -> None:

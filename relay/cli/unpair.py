@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from relay.cli.output import FAILED, OK, Add, require_existing, say
+from relay.cli.output import FAILED, OK, require_existing, say
 from relay.errors import CorruptStateError, InvalidInputError
 from relay.store import open_store, resolve
 from relay.unpairing import unpair
@@ -58,17 +58,3 @@ async def cmd_unpair(args: argparse.Namespace, ask: Ask = input) -> int:
         "store, then pair again"
     )
     return OK
-
-
-def add_parser(add: Add) -> None:
-    sub = add(
-        "unpair",
-        cmd_unpair,
-        "forget the store's registration with Talaria Relay, so the server can pair again",
-        "the store whose registration to forget (one that is not there is refused)",
-        epilog="It asks before it forgets (--yes for scripts). Exit codes: 0 forgotten, or "
-        "nothing to forget; 1 answered no; 2 no terminal to ask on without --yes, or no store "
-        "there; 3 the store cannot be reached. Profile identities stay; the relay keeps its "
-        "side of the registration.",
-    )
-    sub.add_argument("--yes", action="store_true", help="forget without asking")
