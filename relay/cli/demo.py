@@ -214,8 +214,7 @@ async def holdings(target: StoreTarget) -> str | None:
             "deleted sessions": len(await store.pending_deleted()),
             "presence leases": len(await store.presence_leases()),
         }
-    found = [name for name, count in held.items() if count]
-    return ", ".join(found) if found else None
+    return ", ".join(name for name, count in held.items() if count) or None
 
 
 async def _admin(relay_url: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
@@ -289,14 +288,12 @@ async def _sessions(demo: Demo) -> None:
 
 
 async def _restart(demo: Demo) -> None:
-    assert demo.service is not None
     floor = await demo.store.revision_floor()
-    await demo.service.stop()
+    await demo.stop()
     demo.say("the service restarts from the store")
     await demo.new_service().start()
     await demo.publish("after the restart")
-    after = await demo.store.revision_floor()
-    demo.say(f"  revisions continue above {floor}: now {after}")
+    demo.say(f"  revisions continue above {floor}: now {await demo.store.revision_floor()}")
 
 
 async def _replicas(

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import re
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
-from relay.cli.benching import cmd_bench
 from relay.cli.grants import cmd_grants
 from relay.cli.migrating import cmd_migrate
 from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, fail, say
@@ -81,6 +82,24 @@ async def cmd_demo(args: argparse.Namespace) -> int:
     options = {name: getattr(args, name) for name in taken.split()}
     passed = await demo.run(args.store, invitations=args.invitation, say=say, **options)
     return OK if passed else FAILED
+
+
+# Where `benchmarks/` is in a checkout (not in the wheel: an editable install, or `python -m relay`
+# from its root): beside the `relay/` package this process imported.
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+async def cmd_bench(args: argparse.Namespace) -> int:
+    if not all((_CHECKOUT / name).is_file() for name in ("Makefile", "benchmarks/cli.py")):
+        raise InvalidInputError(
+            "the bench is not installed with talaria-relay: it runs from a checkout of the "
+            "repository, as `make bench` (or `make bench STORE=postgresql://…`)"
+        )
+    if str(_CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(_CHECKOUT))
+    bench = importlib.import_module("benchmarks.cli")
+    code: int = await bench.main(args.bench_args)
+    return code
 
 
 # What to do about a relay's refusal of an invitation, by its reason.

@@ -26,13 +26,10 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
     if found.ahead:
         return _ahead(target.display, found)
     if args.check:
-        if found.at_head:
-            say(f"{target.display} {found.summary()}")
-            return OK
-        say(f"{target.display} {found.summary()}; pending:")
-        for revision in migrate.revisions(found.current):
+        say(f"{target.display} {found.summary()}" + ("" if found.at_head else "; pending:"))
+        for revision in migrate.revisions(found.current):  # none at head
             say(f"  {revision.id}  {revision.doc}")
-        return FAILED
+        return OK if found.at_head else FAILED
     if args.to is not None and found.current is not None and later(found.current, args.to):
         await migrate.downgrade(target, args.to, lock_timeout_ms=lock_timeout_ms)
         say(f"{target.display} {(await migrate.standing(target)).summary()}")

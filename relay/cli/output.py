@@ -26,10 +26,8 @@ def progress(line: str) -> None:
 
 
 def require_existing(target: StoreTarget, given: str | None, flag: str = "--store") -> None:
-    """Reading a store that is not there: say where we looked and where its URL came from, and
-    create nothing. A URL given with `flag` is bad input (exit 2); the store that
-    `$TALARIA_RELAY_STORE_URL` or the embedded default names is one that cannot be reached
-    (exit 3, as `check` says of it)."""
+    """Refuse a store to read that is not there, saying where we looked, creating nothing: bad
+    input when given with `flag` (exit 2), else unreachable (exit 3, as `check` says of it)."""
     if (absent := absence(target)) is None:
         return
     if given is not None and given.strip():

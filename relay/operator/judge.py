@@ -57,58 +57,57 @@ def failure(row: Mapping[str, Any]) -> str:
     return f"{said(row)} ({row.get('backoff_failure')})"
 
 
-def _worse(level: str, other: str) -> str:
-    return max(level, other, key=_ORDER.index)
-
-
 def judge(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
     problems: list[str] = []
     level = "ok"
+
+    def problem(kind: str, text: str) -> None:
+        nonlocal level
+        level = max(level, kind, key=_ORDER.index)
+        problems.append(text)
+
     store = document["store"]
     if store.get("error"):
-        level = "bad"
-        problems.append(f"the store did not answer: {store['error']}")
+        problem("bad", f"the store did not answer: {store['error']}")
     schema = store.get("schema")
     if schema is not None and not schema["at_head"] and not schema["compatible"]:
-        level = "bad"
-        problems.append(
+        problem(
+            "bad",
             f"the schema is at {schema['current'] or 'no revision'}, not {schema['head']}: "
-            + migrate_hint(store.get("url"))
+            + migrate_hint(store.get("url")),
         )
     if document.get("registration") is None and not store.get("error"):
-        level = "bad"
-        problems.append("not registered: pair this server with Talaria Relay")
+        problem("bad", "not registered: pair this server with Talaria Relay")
     replicas = document["fleet"]["replicas"]
     now_ms = document["generated_at"]
     backing = [r for r in replicas if backing_off(r, now_ms)]
-    if backing:
-        level = "bad" if len(backing) == len(replicas) else _worse(level, "warn")
-        for row in backing:
-            problems.append(
-                f"replica {row['owner']} is backing off: {failure(row)}; it retries "
-                f"{relative(row['backoff_until'] - now_ms)}"
-            )
+    for row in backing:
+        problem(
+            "bad" if len(backing) == len(replicas) else "warn",
+            f"replica {row['owner']} is backing off: {failure(row)}; it retries "
+            f"{relative(row['backoff_until'] - now_ms)}",
+        )
     for row in replicas:
         if row.get("store_silent"):
-            level = _worse(level, "warn")
-            problems.append(
+            problem(
+                "warn",
                 f"replica {row['owner']} has had no answer from its store for "
-                f"{row.get('store_silent_s')}s: check its network to the database"
+                f"{row.get('store_silent_s')}s: check its network to the database",
             )
         offset = row.get("clock_offset_s")
         if isinstance(offset, int | float) and abs(offset) > WARN_S:
-            level = _worse(level, "warn")
-            problems.append(
+            problem(
+                "warn",
                 f"replica {row['owner']}'s clock is {offset_text(offset)}: "
-                "check its time sync (NTP)"
+                "check its time sync (NTP)",
             )
     profiles = document["profiles"]
     for profile in profiles:
         if not profile["enrolled"]:
-            level = _worse(level, "warn")
-            problems.append(
+            problem(
+                "warn",
                 f"profile {profile['name']} is not publishing: {profile['disabled_why']} "
-                f"(how to recover: the manual's {DISABLED_PROFILE_HELP})"
+                f"(how to recover: the manual's {DISABLED_PROFILE_HELP})",
             )
     live = [r for r in replicas if r["alive"]]
     enrolled = sum(bool(p["enrolled"]) for p in profiles)
