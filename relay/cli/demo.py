@@ -25,7 +25,6 @@ from relay.store.url import default_sqlite_path
 from relay.testing import DevRelay, MemoryHost, serve
 from relay.testing.server import uvicorn_module
 
-PUBLISHER_ID = "http://hermes-demo.localhost"
 Say = Callable[[str], None]
 
 
@@ -40,6 +39,9 @@ class Responses:
 
     failures: list[str] = field(default_factory=list)
     count: int = 0
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(event_hooks={"response": [self.record]})
 
     async def record(self, response: httpx.Response) -> None:
         self.count += 1
@@ -83,7 +85,6 @@ class Demo:
         self.say(f"  published: {what}" + ("" if delay is None else " (failed; see above)"))
 
     async def end(self, stream: str, phase: str, what: str) -> None:
-        """The turn `stream` ends in `phase`; then a pass publishes `what`."""
         assert self.service is not None
         await self.service.note_terminal(stream, phase)
         self.host.end_run(stream)
@@ -129,9 +130,7 @@ async def run(
         if target.url is not None:
             await migrations.upgrade(target)
             say(f"store {target.display} migrated to {migrations.HEAD}")
-        http = await stack.enter_async_context(
-            httpx.AsyncClient(event_hooks={"response": [responses.record]})
-        )
+        http = await stack.enter_async_context(responses.client())
         store = await stack.enter_async_context(open_store(_address(target)))
         profiles = ["default", "work", *(f"profile-{n}" for n in range(3, len(invitations) + 1))]
         demo = Demo(store, relay_url, http, MemoryHost(profiles), say, allow_insecure_loopback)
@@ -249,7 +248,7 @@ async def _pair(demo: Demo, profiles: list[str], invitations: Sequence[str]) -> 
     for index, invitation in enumerate(invitations):
         body = {
             "relay_url": demo.relay_url,
-            "publisher_id": PUBLISHER_ID,
+            "publisher_id": "http://hermes-demo.localhost",
             "publisher_invitation": invitation,
             "label": "talaria-relay demo",
         }
@@ -314,10 +313,7 @@ async def _replicas(
 async def replica(store_url: str, relay_url: str, index: int, insecure: bool) -> bool:
     """One replica process: resume the registration, publish a session of its own, exit."""
     responses = Responses()
-    async with (
-        httpx.AsyncClient(event_hooks={"response": [responses.record]}) as http,
-        open_store(store_url) as store,
-    ):
+    async with responses.client() as http, open_store(store_url) as store:
         host = MemoryHost(["default", "work"])
         demo = Demo(store, relay_url, http, host, lambda line: None, insecure)
         if not await demo.new_service().start():

@@ -1,12 +1,10 @@
 """`talaria-relay grants ROLE`: the SQL that gives a runtime role what the store needs, no more.
 
-Deploys run `migrate` as an owner role (it creates and alters the tables); the replicas connect
-as a runtime role that may only read and write rows. It reads the version table (a store checks
-the schema is at head when it opens) and is granted EXECUTE on `relay_batch` by name (PUBLIC may
-run a new function unless the owner's default privileges revoke that); the function runs as its
-caller (SECURITY INVOKER), so it gives nothing the table grants do not. No sequence exists, so
-none needs a grant. Nothing is contacted: the owner runs what it prints (`psql -v ON_ERROR_STOP=1`).
-"""
+The owner role runs `migrate`; the replicas' runtime role may only read and write rows, read the
+version table (a store checks it when it opens) and run `relay_batch`, granted by name (PUBLIC
+may run a new function unless the owner's default privileges revoke that); the function runs as
+its caller (SECURITY INVOKER), so it gives nothing the table grants do not. No sequence exists.
+Nothing is contacted: the owner runs what it prints (`psql -v ON_ERROR_STOP=1`)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """`talaria-relay`: migrate, inspect, rekey and copy relay state; run a dev relay and the demo.
 
-Exit codes scripts can rely on: 0 success; 1 the check or job failed (not at head, a conflict,
-invalid stored state, a refused request); 2 bad usage or input; 3 the store or relay could not be
-reached (down, refused the login, failed TLS, read-only when written to). Passwords in store URLs
-and key passphrases are never printed.
-"""
+Exit codes scripts can rely on (docs/operating.md#exit-codes): 0 success; 1 the check or job
+failed; 2 bad usage or input; 3 the store or relay could not be reached. Passwords in store URLs
+and key passphrases are never printed."""
 
 from __future__ import annotations
 

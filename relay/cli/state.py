@@ -37,10 +37,9 @@ async def cmd_check(args: argparse.Namespace) -> int:
     found = await probe(args.store)
     if args.json:
         say(json.dumps(found.document(), indent=2))
-    elif found.problem is not None:
-        say(f"{found.line()} (the store URL from {source(args.store)})")
     else:
-        say(found.line())
+        where = "" if found.problem is None else f" (the store URL from {source(args.store)})"
+        say(found.line() + where)
     return found.code
 
 

@@ -14,17 +14,15 @@ from relay.store import RelayStore, StoreTarget
 from relay.store.keys.keyring import PASSPHRASE_ENV
 from relay.store.migrations import Standing
 
-# The owner a status read names when it asks the store its clock: a pass view of nothing (no
-# profile, no scope) claims nothing and writes nothing; it only brings the store's time.
-_READER = "talaria-relay status"
-
 
 async def collect(store: RelayStore, found: Standing | None = None) -> dict[str, Any]:
     """The status document of `store` (`found`: its schema, if already read)."""
     now_ms = int(time.time() * 1000)
     if store.backend_name == "postgres":
         # Leases are on the server's clock: judged against it, not this host's (docs/clock.md).
-        view = await store.pass_view(_READER, [], [], now_ms)
+        # A pass view of nothing (no profile, no scope) claims and writes nothing: it only
+        # brings the store's time.
+        view = await store.pass_view("talaria-relay status", [], [], now_ms)
         now_ms = view.store_ms or now_ms
     return await gather(store, now_ms, standing=found)
 

@@ -1,8 +1,5 @@
-"""`talaria-relay unpair`: forget the store's registration with Talaria Relay.
-
-It shows what it would forget and asks first; `--yes` answers for scripts. Without a terminal to
-ask on and without `--yes` it refuses (exit 2) rather than guess.
-"""
+"""`talaria-relay unpair`: forget the store's registration with Talaria Relay, once asked (the
+parser's epilog says how); without a terminal to ask on nor `--yes` it refuses, not guesses."""
 
 from __future__ import annotations
 
@@ -15,10 +12,8 @@ from relay.errors import CorruptStateError, InvalidInputError
 from relay.store import open_store, resolve
 from relay.unpairing import unpair
 
-Ask = Callable[[str], str]
 
-
-async def cmd_unpair(args: argparse.Namespace, ask: Ask = input) -> int:
+async def cmd_unpair(args: argparse.Namespace, ask: Callable[[str], str] = input) -> int:
     target = resolve(args.store)
     require_existing(target, args.store)
     async with open_store(args.store) as store:

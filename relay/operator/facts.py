@@ -1,12 +1,8 @@
 """What a store holds and how its replicas fare, gathered once: a JSON-ready document, never a
-secret (the key is read only for its public fingerprint). `talaria-relay status` and the operator
-page render it; `…/relay/operator.json` and `status --json` serve it as it is
-(docs/operating.md#status-json). The backlog is counted in the store (`RelayStore.backlog`), so
-100,000 ledger entries cost what ten do; the document is judged once (`relay.operator.judge`).
-
-A page left open, or many operators at once, must not load the database: one gather serves every
-request for `REFRESH_S` seconds, and requests that arrive while one runs wait for it (`Gatherer`).
-"""
+secret (the key is read only for its public fingerprint), for the operator page, its JSON and
+`talaria-relay status` (docs/operating.md#status-json). The backlog is counted in the store, so
+100,000 ledger entries cost what ten do. A page left open, or many operators at once, must not
+load the database: one gather serves every request for `REFRESH_S` seconds (`Gatherer`)."""
 
 from __future__ import annotations
 
@@ -32,17 +28,15 @@ MAX_REPLICAS = 200
 # A replica gone (no longer live) is listed this long after it was last seen; older ones are
 # only counted (the store forgets them after a day).
 RECENTLY_MS = 3600 * 1000
-# 2: one document for `status` and the page, with its judgement (`level`, `headline`,
-# `problems`) and the schema under `store`.
+# The document's shape (docs/operating.md#status-json says what changed in 2).
 VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
 class Own:
-    """What the replica that gathers (the page; `status` has none) knows of itself: its owner
-    id, its wall clock minus the store's (None until read), its running publisher (None: not
-    publishing), and whether and how long the store has left it without an answer past the
-    bounded wait. The service passes it in, so this module needs nothing of the service."""
+    """What the replica that gathers (the page; `status` has none) knows of itself, passed in by
+    the service so this module needs nothing of it: its wall clock minus the store's (None until
+    read), its publisher (None: not publishing), the store's silence past the bounded wait."""
 
     owner: str
     clock_offset_s: float | None = None
@@ -69,10 +63,9 @@ async def gather(
     standing: Standing | None = None,
 ) -> dict[str, Any]:
     """The document of `store` as of `now_ms` (the store's clock), with what `own` knows of
-    itself; `standing`, when the caller read it, is the schema's (else it is asked).
-
-    A store that fails (`RelayError`) raises, unless `answer`: the page answers all the same,
-    the failure named in `store.error` and among the problems, what was read kept."""
+    itself; `standing`, when the caller read it, is the schema's (else it is asked). A store
+    that fails (`RelayError`) raises, unless `answer`: the page answers with what it read, the
+    failure named in `store.error` and among the problems."""
     document: dict[str, Any] = {
         "version": VERSION,
         "generated_at": now_ms,

@@ -4,6 +4,7 @@ for the page's HTML, its JSON twin and `talaria-relay status`, so that each says
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,8 @@ from relay.publishing.clock import WARN_S, offset_text
 from relay.store.url import StoreTarget, command
 
 _ORDER = ("ok", "warn", "bad")
+# Up to what age (seconds) a unit of that many seconds is the one `relative` says it in.
+_UNITS = ((120, 1, "s"), (5400, 60, "min"), (172800, 3600, "h"), (math.inf, 86400, "d"))
 
 
 def migrate_hint(store: StoreTarget | str | None) -> str:
@@ -22,14 +25,8 @@ def migrate_hint(store: StoreTarget | str | None) -> str:
 def relative(delta_ms: int) -> str:
     """`in 40 s`, `12 s ago`, `3 min ago`, `2 h ago`, `4 d ago`."""
     seconds = abs(delta_ms) / 1000
-    if seconds < 120:
-        text = f"{seconds:.0f} s"
-    elif seconds < 5400:
-        text = f"{seconds / 60:.0f} min"
-    elif seconds < 172800:
-        text = f"{seconds / 3600:.0f} h"
-    else:
-        text = f"{seconds / 86400:.0f} d"
+    size, unit = next((size, unit) for below, size, unit in _UNITS if seconds < below)
+    text = f"{seconds / size:.0f} {unit}"
     return f"in {text}" if delta_ms > 0 else f"{text} ago"
 
 
@@ -39,7 +36,6 @@ def backing_off(row: Mapping[str, Any], now_ms: int) -> bool:
 
 
 def said(row: Mapping[str, Any]) -> str:
-    """What made a replica back off, in an operator's words."""
     kind = row.get("backoff_failure")
     status = row.get("backoff_status")
     if isinstance(status, int):

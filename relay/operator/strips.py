@@ -1,9 +1,6 @@
-"""Each replica's last hour of passes as a small inline SVG strip, now at the right.
-
-`strip` draws the serving replica's own passes (a tick each, an amber band over each backoff);
-`minutes` draws another replica's from its fleet row, a minute a slot (`relay.store.fleet_passes`).
-Both are escaped text and shapes only: no script, no style attribute (the page's CSP).
-"""
+"""Each replica's last hour of passes as a small inline SVG strip, now at the right: `strip`
+the serving replica's own passes (a tick each, an amber band over each backoff), `minutes`
+another's from its fleet row, a minute a slot. Escaped text and shapes only (the page's CSP)."""
 
 from __future__ import annotations
 
