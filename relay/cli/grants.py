@@ -55,8 +55,7 @@ def grants_sql(role: str, database: str, schema: str = "public", owner: str | No
     if not owner:
         lines.append("-- Run this as the role that migrates: its future tables are the ones meant.")
     default = f"ALTER DEFAULT PRIVILEGES {creator}IN SCHEMA {where} GRANT"
-    lines.append(f"{default} {DML} ON TABLES TO {who};")
-    lines.append(f"{default} EXECUTE ON FUNCTIONS TO {who};")
+    lines += [f"{default} {DML} ON TABLES TO {who};", f"{default} EXECUTE ON FUNCTIONS TO {who};"]
     return "\n".join(lines)
 
 

@@ -43,9 +43,8 @@ async def cmd_dev_relay(args: argparse.Namespace) -> int:
 
     relay = DevRelay(keep_requests=args.keep_requests)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     async with serve(relay, args.host, args.port) as url:
         # One grant per relay user: each profile needs an invitation of its own relay user.
         owner, work = relay.mint_invitation("usr_owner"), relay.mint_invitation("usr_work")
@@ -131,7 +130,6 @@ _SECRETS = (
     (re.compile(r"(://[^\s:/@]*:)\S*@"), r"\1***@"),
     (re.compile(r"(--invitation=)\S+"), r"\1***"),
 )
-
 
 _STORE_FORMS = "(sqlite:///path, postgresql://…, json:///dir, memory://)"
 _DEFAULT_STORE = "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)"
@@ -388,8 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return FAILED
     except RelayPairingError as error:
         fail(refusal(error))
-        unreachable = isinstance(error.__cause__, RelayUnreachableError)
-        return UNREACHABLE if unreachable else FAILED
+        return UNREACHABLE if isinstance(error.__cause__, RelayUnreachableError) else FAILED
     except OSError as error:
         # A file store's path that cannot be written (read-only, under a file): one line.
         fail(f"{error.strerror or error}: {error.filename}" if error.filename else str(error))

@@ -69,11 +69,10 @@ def render(status: dict[str, Any]) -> str:
     if registration is None:
         lines.append("registration none: pair the server with Talaria Relay")
     else:
-        key = f"{registration['key_id']}  {_key_text(registration)}"
         lines += [
             f"relay        {registration['relay_url']}",
             f"publisher    {registration['publisher_id']}",
-            f"key          {key}",
+            f"key          {registration['key_id']}  {_key_text(registration)}",
         ]
     for profile in status["profiles"]:
         match = "identity ok" if profile["identity_matches"] else "identity CHANGED: re-enroll"
@@ -85,9 +84,8 @@ def render(status: dict[str, Any]) -> str:
         )
     if status["revision_floor"] is not None:
         lines.append(f"revision     {status['revision_floor']}")
-    now_ms = status["generated_at"]
     for replica in status["fleet"]["replicas"]:
-        lines.append(f"replica      {replica_line(replica, now_ms)}")
+        lines.append(f"replica      {replica_line(replica, status['generated_at'])}")
     return "\n".join(lines)
 
 

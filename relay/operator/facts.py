@@ -170,9 +170,8 @@ def _replicas(
     members: list[FleetMember],
     now_ms: int,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Every replica the store knows of, by owner: what it holds (runs, claimed announcements),
-    what it recorded of itself (the fleet), and for `own` what its loop knows; and how many
-    gone replicas were last seen before `RECENTLY_MS`."""
+    """Every replica the store knows of, by owner: its runs and claims, its fleet row, for `own`
+    its loop; and how many gone replicas were last seen before `RECENTLY_MS`."""
     rows: dict[str, dict[str, Any]] = {}
 
     def row(owner: str) -> dict[str, Any]:
@@ -250,9 +249,8 @@ def _recorded(member: FleetMember, alive: bool, now_ms: int) -> dict[str, Any]:
 def _loop_of(own: Own) -> dict[str, Any]:
     """What this replica knows now (its fleet row has it as of its last write): its clock, its
     store's silence, and its publisher loop's passes from memory, backoffs to the millisecond."""
-    offset = own.clock_offset_s
     clock = {
-        "clock_offset_s": None if offset is None else round(offset, 3),
+        "clock_offset_s": None if own.clock_offset_s is None else round(own.clock_offset_s, 3),
         "store_silent": own.store_silent,
         "store_silent_s": None if own.store_silent_s is None else round(own.store_silent_s, 1),
     }

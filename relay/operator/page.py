@@ -82,8 +82,7 @@ def _t(value: object) -> str:
 
 
 def _name(value: str) -> str:
-    """A name as escaped text; one longer than `LONG` (enrollment takes 4,096 characters) shows
-    its start, the whole of it one click away, wrapped to the page's width."""
+    """Escaped; past `LONG` characters (enrollment takes 4,096) cut, the whole a click away."""
     if len(value) <= LONG:
         return _t(value)
     return (
@@ -183,8 +182,14 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int, store_url: str) -> str:
         "Sessions it publishes",
         "Announcements it holds",
     ]
+    legend = ""
     if striped:
         headings.append("Passes in the last hour (now at the right)")
+        legend = (
+            '<p class="legend muted"><span><i class="ok"></i>ok</span>'
+            '<span><i class="failed"></i>failed</span>'
+            '<span><i class="backoff"></i>backing off</span></p>'
+        )
     notes = []
     if fleet.get("more"):
         notes.append(f"and {_t(fleet['more'])} more")
@@ -196,13 +201,6 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int, store_url: str) -> str:
             f"({_t(migrate_hint(store_url))}), so another replica's last pass is not known"
         )
     extra = "".join(f'<p class="muted">{note}</p>' for note in notes)
-    legend = (
-        '<p class="legend muted"><span><i class="ok"></i>ok</span>'
-        '<span><i class="failed"></i>failed</span>'
-        '<span><i class="backoff"></i>backing off</span></p>'
-        if striped
-        else ""
-    )
     return f"<h2>Replicas</h2>{_table(headings, rows)}{legend}{extra}"
 
 
@@ -244,8 +242,7 @@ def _last_pass(row: Mapping[str, Any], now_ms: int) -> str:
     last = row.get("last_pass")
     if not last:
         # A fleet row carries the pass before the one it was written in: a replica's first.
-        recorded = "release" in row
-        return '<span class="muted">none recorded yet</span>' if recorded else _NOT_RECORDED
+        return '<span class="muted">none recorded yet</span>' if "release" in row else _NOT_RECORDED
     outcome = last.get("outcome") or ""
     said = {"ok": "ok", "backoff": "failed", "stopped": "stopped for good"}.get(outcome, outcome)
     kind = "" if outcome == "ok" else " bad"
@@ -316,17 +313,14 @@ def _registration(found: Mapping[str, Any] | None, schema: Mapping[str, Any] | N
             + ' <span class="muted small">set TALARIA_RELAY_KEY_PASSPHRASE and run '
             "<code>talaria-relay rekey</code></span>",
         }.get(found["key_encrypted"], _pill("bad", "missing"))
-        fingerprint = found["key_fingerprint"]
+        public = '<span class="muted">cannot be read here</span>'
+        if found["key_fingerprint"]:
+            public = f"<code>{_t(found['key_fingerprint'])}</code>"
         items += [
             ("Relay", f"<code>{_t(found['relay_url'])}</code>"),
             ("Publisher id", f"<code>{_t(found['publisher_id'])}</code>"),
             ("Key id", f"<code>{_t(found['key_id'])}</code>"),
-            (
-                "Public key",
-                f"<code>{_t(fingerprint)}</code>"
-                if fingerprint
-                else '<span class="muted">cannot be read here</span>',
-            ),
+            ("Public key", public),
             ("Private key", encrypted),
         ]
     if schema is not None:
