@@ -168,8 +168,7 @@ async def run(
 
 async def _skipped(target: StoreTarget, skip_if_registered: bool, say: Say) -> bool:
     """True when the store holds a registration to skip; one that holds anything is refused."""
-    held = await holdings(target)
-    if held is None:
+    if (held := await holdings(target)) is None:
         return False
     registered = held.startswith("a registration")
     if skip_if_registered and registered:

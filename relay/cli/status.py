@@ -22,8 +22,7 @@ async def collect(store: RelayStore, found: Standing | None = None) -> dict[str,
         # Leases are on the server's clock: judged against it, not this host's (docs/clock.md).
         # A pass view of nothing (no profile, no scope) claims and writes nothing: it only
         # brings the store's time.
-        view = await store.pass_view("talaria-relay status", [], [], now_ms)
-        now_ms = view.store_ms or now_ms
+        now_ms = (await store.pass_view("talaria-relay status", [], [], now_ms)).store_ms or now_ms
     return await gather(store, now_ms, standing=found)
 
 
@@ -101,11 +100,9 @@ def replica_line(replica: dict[str, Any], now_ms: int) -> str:
             f"pid {replica['pid']} on {replica['host']}, "
             f"seen {relative(replica['seen_at'] - now_ms)}"
         )
-    offset = replica.get("clock_offset_s")
-    if isinstance(offset, int | float):
+    if isinstance(offset := replica.get("clock_offset_s"), int | float):
         line += f", clock {offset_text(offset)}"
-    last = replica.get("last_pass")
-    if last is not None:
+    if (last := replica.get("last_pass")) is not None:
         line += f", last pass {last['outcome']} {relative(last['at'] - now_ms)}"
     if backing_off(replica, now_ms):
         retry = relative(replica["backoff_until"] - now_ms)

@@ -219,8 +219,7 @@ def _who(row: Mapping[str, Any], now_ms: int) -> str:
     if "host" in row:
         where = f"{row['host']} · pid {row['pid']}"
         lines.append(f'<span class="muted small nowrap">{_t(where)}</span>')
-    offset = row.get("clock_offset_s")
-    if isinstance(offset, int | float):
+    if isinstance(offset := row.get("clock_offset_s"), int | float):
         kind = "bad" if abs(offset) > WARN_S else "muted"
         lines.append(f'<span class="{kind} small nowrap">clock {_t(offset_text(offset))}</span>')
     if "started_at" in row and row["alive"]:
@@ -263,9 +262,8 @@ def _backoff(row: Mapping[str, Any], now_ms: int) -> str:
 def _profiles(profiles: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for p in profiles:
-        if p["enrolled"]:
-            state = _pill("ok", "enrolled")
-        else:
+        state = _pill("ok", "enrolled")
+        if not p["enrolled"]:
             state = f'{_pill("bad", "disabled")}<div class="why">{_t(p["disabled_why"])}</div>'
         accepted = p["last_accepted"]
         if accepted is None:

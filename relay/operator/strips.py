@@ -37,8 +37,7 @@ def minutes(passes: str, width: int = 240) -> str:
     slots = max(len(passes), 1)
     bars = []
     for n, mark in enumerate(passes):
-        kind = _MARKS.get(mark)
-        if kind is not None:
+        if (kind := _MARKS.get(mark)) is not None:
             left, right = n * width // slots, (n + 1) * width // slots
             bars.append(_bar(kind, left, max(right - left - 1, 1)))
     ok, failed = passes.count("o"), passes.count("f")
