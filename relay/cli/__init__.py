@@ -1,7 +1,5 @@
-"""The `talaria-relay` command: `main` (the parser and exit codes), the state commands (`state`:
-status, check, rekey; `status`: what status shows), `transfer` (import), `grants`, `demo`,
-`bench`, and `output` (how every command speaks). Nothing a web app embeds imports this package.
-"""
+"""The `talaria-relay` command: `main` has the parser and exit codes, a module each the commands,
+`output` how they speak. Nothing a web app embeds imports this package."""
 
 from relay.cli.main import main
 

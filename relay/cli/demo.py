@@ -1,12 +1,5 @@
-"""`talaria-relay demo`: the publisher's whole life against a relay, said step by step.
-
-It migrates the store, starts a dev relay on loopback (or uses one given), registers the server,
-enrolls a second profile, drives a `MemoryHost` through sessions that start, wait for approval,
-complete, get viewed and get deleted, mutes one profile's alerts with a presence lease, restarts
-the service and publishes again, ends its last turn and stops cleanly (so `status` lists no live
-replica of it). With `replicas` it also runs that many service processes on the
-same store. It succeeds only when the relay accepted every request.
-"""
+"""`talaria-relay demo`: the publisher's whole life against a relay, said step by step
+(docs/operating.md lists the steps). It succeeds only when the relay accepted every request."""
 
 from __future__ import annotations
 
@@ -32,7 +25,6 @@ from relay.store.url import default_sqlite_path
 from relay.testing import DevRelay, MemoryHost, serve
 from relay.testing.server import uvicorn_module
 
-PUBLISHER_ID = "http://hermes-demo.localhost"
 Say = Callable[[str], None]
 
 
@@ -47,6 +39,9 @@ class Responses:
 
     failures: list[str] = field(default_factory=list)
     count: int = 0
+
+    def client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(event_hooks={"response": [self.record]})
 
     async def record(self, response: httpx.Response) -> None:
         self.count += 1
@@ -79,7 +74,6 @@ class Demo:
         return self.service
 
     async def stop(self) -> None:
-        """Stop the current service (again is a no-op)."""
         if self.service is not None:
             await self.service.stop()
 
@@ -91,7 +85,6 @@ class Demo:
         self.say(f"  published: {what}" + ("" if delay is None else " (failed; see above)"))
 
     async def end(self, stream: str, phase: str, what: str) -> None:
-        """The turn `stream` ends in `phase`; then a pass publishes `what`."""
         assert self.service is not None
         await self.service.note_terminal(stream, phase)
         self.host.end_run(stream)
@@ -112,9 +105,8 @@ async def run(
     """Run the demo; True when the relay accepted and verified every request.
 
     Only `store_url` names a store to write: `$TALARIA_RELAY_STORE_URL` names the real one, which
-    a demo must not register. The store must be empty; with `skip_if_registered`, one that holds
-    a registration is left as it is and the demo succeeds (compose runs it on every `up`).
-    """
+    a demo must not register. The store must be empty, or with `skip_if_registered` registered
+    (then left as it is: compose runs the demo on every `up`)."""
     target = resolve(store_url or default_demo_url())
     if replicas and target.backend == "memory":
         raise InvalidInputError("replica processes cannot share a memory:// store")
@@ -138,9 +130,7 @@ async def run(
         if target.url is not None:
             await migrations.upgrade(target)
             say(f"store {target.display} migrated to {migrations.HEAD}")
-        http = await stack.enter_async_context(
-            httpx.AsyncClient(event_hooks={"response": [responses.record]})
-        )
+        http = await stack.enter_async_context(responses.client())
         store = await stack.enter_async_context(open_store(_address(target)))
         profiles = ["default", "work", *(f"profile-{n}" for n in range(3, len(invitations) + 1))]
         demo = Demo(store, relay_url, http, MemoryHost(profiles), say, allow_insecure_loopback)
@@ -153,11 +143,16 @@ async def run(
         ):
             responses.failures.append("a replica process failed")
         await _restart(demo)
-        await _wind_down(demo)  # before the store is shown: the demo is no live replica of it
+        # End the turn still running and stop before the store is shown: a live turn's row
+        # keeps its lease past a stop, and `status` would list the exited demo as live till then.
+        await demo.end("stream-review", "completed", "chat-review completed")
+        await demo.stop()
+        say("the service stopped: no lease of it lives on")
         if relay is not None:
             _table(relay.state(), say)
         elif mint_invitations:
-            _table(await _admin_state(relay_url), say)
+            state = await _admin(relay_url, "GET", "/admin/state")
+            _table(state.raise_for_status().json(), say)
         say("")
         say("what the store holds")
         say(render(await collect(store)))
@@ -172,10 +167,8 @@ async def run(
 
 
 async def _skipped(target: StoreTarget, skip_if_registered: bool, say: Say) -> bool:
-    """True when the store holds a registration to skip; a store that holds anything else
-    is refused, saying how to go on."""
-    held = await holdings(target)
-    if held is None:
+    """True when the store holds a registration to skip; one that holds anything is refused."""
+    if (held := await holdings(target)) is None:
         return False
     registered = held.startswith("a registration")
     if skip_if_registered and registered:
@@ -219,26 +212,16 @@ async def holdings(target: StoreTarget) -> str | None:
             "deleted sessions": len(await store.pending_deleted()),
             "presence leases": len(await store.presence_leases()),
         }
-    found = [name for name, count in held.items() if count]
-    return ", ".join(found) if found else None
+    return ", ".join(name for name, count in held.items() if count) or None
 
 
 async def _admin(relay_url: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
-    """A call to a dev relay's admin endpoint `path`; an unreachable relay is a `RelayError`."""
     origin = validated_origin(relay_url)  # no credentials to send along, nor to print
     try:
         async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as http:
             return await http.request(method, f"{origin}{path}", **kwargs)
     except httpx.TransportError as exc:
         raise RelayUnreachableError(f"{UNREACHABLE}: {describe(exc)}") from exc
-
-
-async def _admin_state(relay_url: str) -> dict[str, Any]:
-    """What a dev relay at `relay_url` holds, from its admin endpoint."""
-    response = await _admin(relay_url, "GET", "/admin/state")
-    response.raise_for_status()
-    state: dict[str, Any] = response.json()
-    return state
 
 
 async def _mint(relay_url: str, user: str) -> str:
@@ -253,9 +236,9 @@ async def _mint(relay_url: str, user: str) -> str:
 
 
 def _address(target: StoreTarget) -> str:
-    if target.url is None:
-        return target.display
-    return target.url.render_as_string(hide_password=False)
+    return (
+        target.display if target.url is None else target.url.render_as_string(hide_password=False)
+    )
 
 
 async def _pair(demo: Demo, profiles: list[str], invitations: Sequence[str]) -> None:
@@ -264,7 +247,7 @@ async def _pair(demo: Demo, profiles: list[str], invitations: Sequence[str]) -> 
     for index, invitation in enumerate(invitations):
         body = {
             "relay_url": demo.relay_url,
-            "publisher_id": PUBLISHER_ID,
+            "publisher_id": "http://hermes-demo.localhost",
             "publisher_invitation": invitation,
             "label": "talaria-relay demo",
         }
@@ -303,22 +286,12 @@ async def _sessions(demo: Demo) -> None:
 
 
 async def _restart(demo: Demo) -> None:
-    assert demo.service is not None
     floor = await demo.store.revision_floor()
-    await demo.service.stop()
+    await demo.stop()
     demo.say("the service restarts from the store")
     await demo.new_service().start()
     await demo.publish("after the restart")
-    after = await demo.store.revision_floor()
-    demo.say(f"  revisions continue above {floor}: now {after}")
-
-
-async def _wind_down(demo: Demo) -> None:
-    """End the turn still running and stop: a live turn's row keeps its lease past a stop, and
-    `status` would list the exited demo as a live replica until it ends."""
-    await demo.end("stream-review", "completed", "chat-review completed")
-    await demo.stop()
-    demo.say("the service stopped: no lease of it lives on")
+    demo.say(f"  revisions continue above {floor}: now {await demo.store.revision_floor()}")
 
 
 async def _replicas(
@@ -339,10 +312,7 @@ async def _replicas(
 async def replica(store_url: str, relay_url: str, index: int, insecure: bool) -> bool:
     """One replica process: resume the registration, publish a session of its own, exit."""
     responses = Responses()
-    async with (
-        httpx.AsyncClient(event_hooks={"response": [responses.record]}) as http,
-        open_store(store_url) as store,
-    ):
+    async with responses.client() as http, open_store(store_url) as store:
         host = MemoryHost(["default", "work"])
         demo = Demo(store, relay_url, http, host, lambda line: None, insecure)
         if not await demo.new_service().start():
@@ -357,7 +327,7 @@ async def replica(store_url: str, relay_url: str, index: int, insecure: bool) ->
 
 
 def _table(state: dict[str, Any], say: Say) -> None:
-    """The rows the relay holds, as it reports them: nothing here is taken from our side."""
+    """The rows the relay holds, as it reports them, not as our side thinks."""
     say("")
     say("what the relay holds")
     say(f"  {'profile':<38} {'session':<14} {'phase':<22} {'revision':>15}  alerts  viewed")
@@ -376,7 +346,6 @@ def _table(state: dict[str, Any], say: Say) -> None:
 
 
 def replica_parser() -> argparse.ArgumentParser:
-    """Arguments of one replica process (`python -m relay.cli.demo`), started by the demo."""
     options = argparse.ArgumentParser(prog="python -m relay.cli.demo")
     options.add_argument("--store", required=True)
     options.add_argument("--relay-url", required=True)

@@ -1,23 +1,17 @@
 """`talaria-relay grants ROLE`: the SQL that gives a runtime role what the store needs, no more.
 
-Deploys run `migrate` as an owner role (it creates and alters the tables); the replicas connect
-as a runtime role that may only read and write rows: CONNECT on the database, USAGE on the
-schema, SELECT/INSERT/UPDATE/DELETE on every relay table at head, SELECT on
-`relay_alembic_version` (a store checks the schema is at head when it opens), EXECUTE on
-`relay_batch` (its write batches; PUBLIC may run a new function unless the owner's default
-privileges revoke that, so it is granted by name), and the same on tables and functions the
-owner creates later (default privileges). A schema of the relay's own comes first (CREATE
-SCHEMA, owned by the owner). The function runs as its caller (SECURITY INVOKER): it gives the
-role nothing the table grants do not. No sequence exists, so none needs a grant. Nothing is
-contacted: an operator (or `psql -v ON_ERROR_STOP=1`) runs what it prints, as the owner.
-"""
+The owner role runs `migrate`; the replicas' runtime role may only read and write rows, read the
+version table (a store checks it when it opens) and run `relay_batch`, granted by name (PUBLIC
+may run a new function unless the owner's default privileges revoke that); the function runs as
+its caller (SECURITY INVOKER), so it gives nothing the table grants do not. No sequence exists.
+Nothing is contacted: the owner runs what it prints (`psql -v ON_ERROR_STOP=1`)."""
 
 from __future__ import annotations
 
 import argparse
 import re
 
-from relay.cli.output import OK, Add, say
+from relay.cli.output import OK, say
 from relay.errors import InvalidInputError
 from relay.store import resolve
 from relay.store.migrations import BATCH_ARGUMENTS, BATCH_FUNCTION, HEAD, TABLES, VERSION_TABLE
@@ -42,7 +36,6 @@ def quoted(kind: str, name: str) -> str:
 
 
 def grants_sql(role: str, database: str, schema: str = "public", owner: str | None = None) -> str:
-    """The statements, one a line, for `role` on `database`, tables in `schema`."""
     who, db, where = quoted("ROLE", role), quoted("database", database), quoted("schema", schema)
     tables = ", ".join(f"{where}.{quoted('table', name)}" for name in TABLES)
     function = f'{where}."{BATCH_FUNCTION}"({", ".join(BATCH_ARGUMENTS)})'
@@ -62,8 +55,7 @@ def grants_sql(role: str, database: str, schema: str = "public", owner: str | No
     if not owner:
         lines.append("-- Run this as the role that migrates: its future tables are the ones meant.")
     default = f"ALTER DEFAULT PRIVILEGES {creator}IN SCHEMA {where} GRANT"
-    lines.append(f"{default} {DML} ON TABLES TO {who};")
-    lines.append(f"{default} EXECUTE ON FUNCTIONS TO {who};")
+    lines += [f"{default} {DML} ON TABLES TO {who};", f"{default} EXECUTE ON FUNCTIONS TO {who};"]
     return "\n".join(lines)
 
 
@@ -76,25 +68,3 @@ async def cmd_grants(args: argparse.Namespace) -> int:
     schema = args.schema or schema_name(target.url) or "public"
     say(grants_sql(args.role, target.url.database, schema, args.owner))
     return OK
-
-
-def add_parser(add: Add) -> None:
-    sub = add(
-        "grants",
-        cmd_grants,
-        "print the SQL granting a runtime role what the store needs (DML only, no DDL)",
-        "the Postgres store whose database is named",
-        epilog="Run it as the owner role that migrates; nothing is contacted. The database "
-        "name comes from --store (or $TALARIA_RELAY_STORE_URL).",
-    )
-    sub.add_argument("role", metavar="ROLE", help="the runtime role, exactly as created")
-    sub.add_argument(
-        "--schema",
-        help="the tables' schema (default: the store URL's `schema=`, else public)",
-    )
-    sub.add_argument(
-        "--owner",
-        metavar="ROLE",
-        help="the role that migrates, for default privileges on its future tables "
-        "(default: whoever runs the SQL)",
-    )

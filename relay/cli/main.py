@@ -1,29 +1,28 @@
 """`talaria-relay`: migrate, inspect, rekey and copy relay state; run a dev relay and the demo.
 
-Exit codes scripts can rely on: 0 success; 1 the check or job failed (not at head, a conflict,
-invalid stored state, a refused request); 2 bad usage or input; 3 the store or relay could not be
-reached (down, refused the login, failed TLS, read-only when written to). Passwords in store URLs
-and key passphrases are never printed.
-"""
+Exit codes scripts can rely on (docs/operating.md#exit-codes): 0 success; 1 the check or job
+failed; 2 bad usage or input; 3 the store or relay could not be reached. Passwords in store URLs
+and key passphrases are never printed."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
-from relay.cli.benching import add_parser as add_bench
-from relay.cli.grants import add_parser as add_grants
-from relay.cli.migrating import add_parser as add_migrate
-from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, Command, fail, say
+from relay.cli.grants import cmd_grants
+from relay.cli.migrating import cmd_migrate
+from relay.cli.output import FAILED, OK, UNREACHABLE, USAGE, fail, say
 from relay.cli.state import cmd_check, cmd_rekey, cmd_status
 from relay.cli.transfer import cmd_import
-from relay.cli.unpair import add_parser as add_unpair
+from relay.cli.unpair import cmd_unpair
 from relay.errors import (
     InvalidInputError,
     MissingExtraError,
@@ -35,9 +34,8 @@ from relay.errors import (
     TransferConflictError,
 )
 from relay.store.keys.keyring import PASSPHRASE_ENV, PASSPHRASE_FILE_ENV
+from relay.store.migrations import LOCK_TIMEOUT_MS
 from relay.version import __version__
-
-# ── dev-relay and demo ────────────────────────────────────────────────────────
 
 
 async def cmd_dev_relay(args: argparse.Namespace) -> int:
@@ -45,9 +43,8 @@ async def cmd_dev_relay(args: argparse.Namespace) -> int:
 
     relay = DevRelay(keep_requests=args.keep_requests)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     async with serve(relay, args.host, args.port) as url:
         # One grant per relay user: each profile needs an invitation of its own relay user.
         owner, work = relay.mint_invitation("usr_owner"), relay.mint_invitation("usr_work")
@@ -78,14 +75,29 @@ async def cmd_demo(args: argparse.Namespace) -> int:
         raise InvalidInputError("--relay-url needs an --invitation (or --mint-invitations)")
     if args.replicas < 0:
         raise InvalidInputError("--replicas must be 0 or more")
-    # The flags `demo.run` takes under their own names.
     taken = "relay_url allow_insecure_loopback mint_invitations replicas skip_if_registered"
     options = {name: getattr(args, name) for name in taken.split()}
     passed = await demo.run(args.store, invitations=args.invitation, say=say, **options)
     return OK if passed else FAILED
 
 
-# ── pairing refusals ──────────────────────────────────────────────────────────
+# Where `benchmarks/` is in a checkout (not in the wheel: an editable install, or `python -m relay`
+# from its root): beside the `relay/` package this process imported.
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+async def cmd_bench(args: argparse.Namespace) -> int:
+    if not all((_CHECKOUT / name).is_file() for name in ("Makefile", "benchmarks/cli.py")):
+        raise InvalidInputError(
+            "the bench is not installed with talaria-relay: it runs from a checkout of the "
+            "repository, as `make bench` (or `make bench STORE=postgresql://…`)"
+        )
+    if str(_CHECKOUT) not in sys.path:
+        sys.path.insert(0, str(_CHECKOUT))
+    bench = importlib.import_module("benchmarks.cli")
+    code: int = await bench.main(args.bench_args)
+    return code
+
 
 # What to do about a relay's refusal of an invitation, by its reason.
 _REMEDIES = {
@@ -96,8 +108,8 @@ _REMEDIES = {
 
 
 def refusal(error: RelayPairingError) -> str:
-    """A pairing refusal with the status it answers (`error.status`, the one a web app
-    returns), and the relay's own answer and reason told apart from it."""
+    """A pairing refusal with the status a web app returns, told apart from the relay's own
+    answer and reason."""
     cause = error.__cause__
     if isinstance(cause, RelayUnreachableError):
         return str(cause)  # upstream's "Could not reach Talaria Relay", and why
@@ -113,25 +125,28 @@ def refusal(error: RelayPairingError) -> str:
     return f"pairing refused with {error.status}: {message} ({said})"
 
 
-# ── the parser ────────────────────────────────────────────────────────────────
-
 # A URL's password (`scheme://user:PASSWORD@`, up to the last `@` of the word) and an invitation.
 _SECRETS = (
     (re.compile(r"(://[^\s:/@]*:)\S*@"), r"\1***@"),
     (re.compile(r"(--invitation=)\S+"), r"\1***"),
 )
 
-
 _STORE_FORMS = "(sqlite:///path, postgresql://…, json:///dir, memory://)"
 _DEFAULT_STORE = "(default: $TALARIA_RELAY_STORE_URL, else the embedded SQLite file)"
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, except that a usage error never repeats a password or an invitation.
+Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
-    argparse quotes what it could not place (`unrecognized arguments: …`), and a store URL or a
-    token typed in the wrong place is exactly that.
-    """
+
+def switches(sub: argparse.ArgumentParser, **helps: str) -> None:
+    """An on/off `--name` for each keyword (`dry_run` is `--dry-run`), with its help."""
+    for name, text in helps.items():
+        sub.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=text)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a usage error (`unrecognized arguments: …`, say a store URL or a
+    token typed in the wrong place) never repeats a password or an invitation."""
 
     def error(self, message: str) -> NoReturn:
         for pattern, replacement in _SECRETS:
@@ -160,8 +175,60 @@ def parser() -> argparse.ArgumentParser:
             sub.add_argument("--store", metavar="URL", help=store_help)
         return sub
 
-    add_migrate(add)
-    add_grants(add)
+    sub = add(
+        "migrate",
+        cmd_migrate,
+        "upgrade the store's schema to head (safe on replicas); a database a newer release "
+        "migrated is left alone: exit 0 while this code may still use it, else 1",
+        "the SQL store to migrate (a missing SQLite file and its directories are created)",
+        epilog="A contract migration is refused while the fleet (`status`) has live replicas of "
+        "older code; see docs/rolling-deploys.md.",
+    )
+    switches(
+        sub,
+        check="change nothing; exit 1 if not at head (0 when ahead and compatible)",
+        sql="print the DDL of the revisions the database lacks instead of running it (reads its "
+        "revision)",
+        from_empty="with --sql: the DDL of every revision, from an empty database; connects to "
+        "nothing",
+    )
+    sub.add_argument(
+        "--to",
+        metavar="REVISION",
+        help="migrate to REVISION instead of head, down as well as up (a rollback: see "
+        "docs/rolling-deploys.md)",
+    )
+    sub.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=LOCK_TIMEOUT_MS / 1000,
+        metavar="SECONDS",
+        help="Postgres: give up, changing nothing, after waiting this long for a table lock "
+        "(default %(default)s)",
+    )
+    switches(
+        sub, force="apply a contract migration even while live replicas of older code would break"
+    )
+
+    sub = add(
+        "grants",
+        cmd_grants,
+        "print the SQL granting a runtime role what the store needs (DML only, no DDL)",
+        "the Postgres store whose database is named",
+        epilog="Run it as the owner role that migrates; nothing is contacted. The database "
+        "name comes from --store (or $TALARIA_RELAY_STORE_URL).",
+    )
+    sub.add_argument("role", metavar="ROLE", help="the runtime role, exactly as created")
+    sub.add_argument(
+        "--schema",
+        help="the tables' schema (default: the store URL's `schema=`, else public)",
+    )
+    sub.add_argument(
+        "--owner",
+        metavar="ROLE",
+        help="the role that migrates, for default privileges on its future tables "
+        "(default: whoever runs the SQL)",
+    )
 
     sub = add(
         "status",
@@ -169,9 +236,7 @@ def parser() -> argparse.ArgumentParser:
         "show what the store holds (never the private key)",
         "the store to read, never written (one that is not there is refused)",
     )
-    sub.add_argument(
-        "--json", action="store_true", help="the stable JSON shape (docs/operating.md)"
-    )
+    switches(sub, json="the stable JSON shape (docs/operating.md)")
 
     sub = add(
         "check",
@@ -180,9 +245,19 @@ def parser() -> argparse.ArgumentParser:
         "else 1, or 3 when the store cannot be reached; never calls the relay",
         "the store to probe, never written",
     )
-    sub.add_argument("--json", action="store_true", help="one JSON document (docs/operating.md)")
+    switches(sub, json="one JSON document (docs/operating.md)")
 
-    add_unpair(add)
+    sub = add(
+        "unpair",
+        cmd_unpair,
+        "forget the store's registration with Talaria Relay, so the server can pair again",
+        "the store whose registration to forget (one that is not there is refused)",
+        epilog="It asks before it forgets (--yes for scripts). Exit codes: 0 forgotten, or "
+        "nothing to forget; 1 answered no; 2 no terminal to ask on without --yes, or no store "
+        "there; 3 the store cannot be reached. Profile identities stay; the relay keeps its "
+        "side of the registration.",
+    )
+    sub.add_argument("--yes", action="store_true", help="forget without asking")
 
     sub = add(
         "rekey",
@@ -206,9 +281,8 @@ def parser() -> argparse.ArgumentParser:
     sub = add("import", cmd_import, "copy all relay state from one store to another")
     sub.add_argument("--from", dest="source", required=True, metavar="URL", help="source store")
     sub.add_argument("--to", dest="target", required=True, metavar="URL", help="target store")
-    sub.add_argument("--dry-run", action="store_true", help="report, write nothing")
-    sub.add_argument(
-        "--force", action="store_true", help="replace a different registration or identity"
+    switches(
+        sub, dry_run="report, write nothing", force="replace a different registration or identity"
     )
     sub.add_argument(
         "--profile-home",
@@ -218,10 +292,10 @@ def parser() -> argparse.ArgumentParser:
         help="a legacy JSON source's profile home (repeatable)",
     )
     sub.add_argument("--profiles-root", metavar="DIR", help="profile homes are DIR/NAME")
-    sub.add_argument(
-        "--allow-missing-identities",
-        action="store_true",
-        help="import a legacy JSON source even when profile identities are not found",
+    switches(
+        sub,
+        allow_missing_identities="import a legacy JSON source even when profile identities are "
+        "not found",
     )
 
     sub = add("dev-relay", cmd_dev_relay, "run a dev Talaria Relay on loopback")
@@ -257,23 +331,23 @@ def parser() -> argparse.ArgumentParser:
         metavar="TOKEN",
         help="with --relay-url: the first registers, each further one enrolls a profile",
     )
-    sub.add_argument(
-        "--mint-invitations",
-        action="store_true",
-        help="with --relay-url of a dev relay: take invitations from its admin endpoint",
-    )
-    sub.add_argument(
-        "--allow-insecure-loopback", action="store_true", help="accept http:// for a loopback relay"
+    switches(
+        sub,
+        mint_invitations="with --relay-url of a dev relay: take invitations from its admin "
+        "endpoint",
+        allow_insecure_loopback="accept http:// for a loopback relay",
     )
     sub.add_argument(
         "--replicas", type=int, default=0, metavar="N", help="also run N replica processes"
     )
-    sub.add_argument(
-        "--skip-if-registered",
-        action="store_true",
-        help="a store that already holds a registration is left alone, and the demo exits 0",
+    switches(
+        sub,
+        skip_if_registered="a store that already holds a registration is left alone, and the "
+        "demo exits 0",
     )
-    add_bench(add)
+    # Its options are the bench's own (`talaria-relay bench --help` in a checkout).
+    text = "from a checkout: measure the store beside the raw drivers doing the same statements"
+    add("bench", cmd_bench, text, add_help=False)
     return root
 
 
@@ -312,8 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return FAILED
     except RelayPairingError as error:
         fail(refusal(error))
-        unreachable = isinstance(error.__cause__, RelayUnreachableError)
-        return UNREACHABLE if unreachable else FAILED
+        return UNREACHABLE if isinstance(error.__cause__, RelayUnreachableError) else FAILED
     except OSError as error:
         # A file store's path that cannot be written (read-only, under a file): one line.
         fail(f"{error.strerror or error}: {error.filename}" if error.filename else str(error))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from relay.cli.output import FAILED, OK, Add, fail, progress, say
+from relay.cli.output import FAILED, OK, fail, progress, say
 from relay.errors import InvalidInputError
 from relay.store import StoreTarget, resolve
 from relay.store import migrations as migrate
@@ -26,13 +26,10 @@ async def cmd_migrate(args: argparse.Namespace) -> int:
     if found.ahead:
         return _ahead(target.display, found)
     if args.check:
-        if found.at_head:
-            say(f"{target.display} {found.summary()}")
-            return OK
-        say(f"{target.display} {found.summary()}; pending:")
-        for revision in migrate.revisions(found.current):
+        say(f"{target.display} {found.summary()}" + ("" if found.at_head else "; pending:"))
+        for revision in migrate.revisions(found.current):  # none at head
             say(f"  {revision.id}  {revision.doc}")
-        return FAILED
+        return OK if found.at_head else FAILED
     if args.to is not None and found.current is not None and later(found.current, args.to):
         await migrate.downgrade(target, args.to, lock_timeout_ms=lock_timeout_ms)
         say(f"{target.display} {(await migrate.standing(target)).summary()}")
@@ -90,50 +87,3 @@ def _ahead(display: str, found: Standing) -> int:
         return OK
     fail(f"{display} {found.summary()}: it needs {found.needs()}")
     return FAILED
-
-
-def add_parser(add: Add) -> None:
-    sub = add(
-        "migrate",
-        cmd_migrate,
-        "upgrade the store's schema to head (safe on replicas); a database a newer release "
-        "migrated is left alone: exit 0 while this code may still use it, else 1",
-        "the SQL store to migrate (a missing SQLite file and its directories are created)",
-        epilog="A contract migration is refused while the fleet (`status`) has live replicas of "
-        "older code; see docs/rolling-deploys.md.",
-    )
-    sub.add_argument(
-        "--check",
-        action="store_true",
-        help="change nothing; exit 1 if not at head (0 when ahead and compatible)",
-    )
-    sub.add_argument(
-        "--sql",
-        action="store_true",
-        help="print the DDL of the revisions the database lacks instead of running it (reads "
-        "its revision)",
-    )
-    sub.add_argument(
-        "--from-empty",
-        action="store_true",
-        help="with --sql: the DDL of every revision, from an empty database; connects to nothing",
-    )
-    sub.add_argument(
-        "--to",
-        metavar="REVISION",
-        help="migrate to REVISION instead of head, down as well as up (a rollback: see "
-        "docs/rolling-deploys.md)",
-    )
-    sub.add_argument(
-        "--lock-timeout",
-        type=float,
-        default=migrate.LOCK_TIMEOUT_MS / 1000,
-        metavar="SECONDS",
-        help="Postgres: give up, changing nothing, after waiting this long for a table lock "
-        "(default %(default)s)",
-    )
-    sub.add_argument(
-        "--force",
-        action="store_true",
-        help="apply a contract migration even while live replicas of older code would break",
-    )

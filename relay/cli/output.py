@@ -3,10 +3,7 @@ that a store it is to read is there at all."""
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from relay.errors import InvalidInputError, StoreUnavailableError
 from relay.health import absence
@@ -14,11 +11,6 @@ from relay.store import StoreTarget
 from relay.store.url import source
 
 OK, FAILED, USAGE, UNREACHABLE = 0, 1, 2, 3
-
-Command = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
-# `add(name, run, text, store_text=None, **options)`: a subcommand running `run`, with a `--store`
-# that it uses as `store_text` says (`relay.cli.main.parser`).
-Add = Callable[..., argparse.ArgumentParser]
 
 
 def say(line: str = "") -> None:
@@ -34,10 +26,8 @@ def progress(line: str) -> None:
 
 
 def require_existing(target: StoreTarget, given: str | None, flag: str = "--store") -> None:
-    """Reading a store that is not there: say where we looked and where its URL came from, and
-    create nothing. A URL given with `flag` is bad input (exit 2); the store that
-    `$TALARIA_RELAY_STORE_URL` or the embedded default names is one that cannot be reached
-    (exit 3, as `check` says of it)."""
+    """Refuse a store to read that is not there, saying where we looked, creating nothing: bad
+    input when given with `flag` (exit 2), else unreachable (exit 3, as `check` says of it)."""
     if (absent := absence(target)) is None:
         return
     if given is not None and given.strip():

@@ -37,26 +37,21 @@ async def cmd_check(args: argparse.Namespace) -> int:
     found = await probe(args.store)
     if args.json:
         say(json.dumps(found.document(), indent=2))
-    elif found.problem is not None:
-        say(f"{found.line()} (the store URL from {source(args.store)})")
     else:
-        say(found.line())
+        where = "" if found.problem is None else f" (the store URL from {source(args.store)})"
+        say(found.line() + where)
     return found.code
-
-
-def _new_passphrase(args: argparse.Namespace) -> Passphrase | None:
-    # Never from argv: every user of the machine sees it in `ps`.
-    if args.decrypt:
-        return None
-    if args.to_passphrase_file is not None:
-        return passphrase_from_file(args.to_passphrase_file)
-    return passphrase_from_env(args.to_passphrase_env)
 
 
 async def cmd_rekey(args: argparse.Namespace) -> int:
     target = resolve(args.store)
     require_existing(target, args.store)
-    passphrase = _new_passphrase(args)
+    # Never from argv: every user of the machine sees it in `ps`.
+    passphrase: Passphrase | None = None
+    if args.to_passphrase_file is not None:
+        passphrase = passphrase_from_file(args.to_passphrase_file)
+    elif not args.decrypt:
+        passphrase = passphrase_from_env(args.to_passphrase_env)
     async with open_store(args.store) as store:
         count = await store.rekey(passphrase)
     how = "unencrypted" if passphrase is None else f"encrypted under {passphrase.source}"

@@ -1,9 +1,6 @@
 """`talaria-relay status`: the facts document the operator page shows (`relay.operator.facts`),
-as lines for a terminal or as it is (`--json`, documented in docs/operating.md#status-json).
-
-One gatherer for both: the same registration, schema, profiles, backlog and replicas, judged once
-(`relay.operator.judge`), so `status` and the page never disagree.
-"""
+gathered and judged by the same code, as lines for a terminal or as it is (`--json`,
+docs/operating.md#status-json), so `status` and the page never disagree."""
 
 from __future__ import annotations
 
@@ -17,24 +14,21 @@ from relay.store import RelayStore, StoreTarget
 from relay.store.keys.keyring import PASSPHRASE_ENV
 from relay.store.migrations import Standing
 
-# The owner a status read names when it asks the store its clock: a pass view of nothing (no
-# profile, no scope) claims nothing and writes nothing; it only brings the store's time.
-_READER = "talaria-relay status"
-
 
 async def collect(store: RelayStore, found: Standing | None = None) -> dict[str, Any]:
     """The status document of `store` (`found`: its schema, if already read)."""
     now_ms = int(time.time() * 1000)
     if store.backend_name == "postgres":
         # Leases are on the server's clock: judged against it, not this host's (docs/clock.md).
-        view = await store.pass_view(_READER, [], [], now_ms)
-        now_ms = view.store_ms or now_ms
+        # A pass view of nothing (no profile, no scope) claims and writes nothing: it only
+        # brings the store's time.
+        now_ms = (await store.pass_view("talaria-relay status", [], [], now_ms)).store_ms or now_ms
     return await gather(store, now_ms, standing=found)
 
 
 def unmigrated(target: StoreTarget, found: Standing) -> dict[str, Any]:
     """The status of a SQL store this code does not run on: its schema state, and what fixes
-    it, with the store named to paste back (below head: `migrate`; ahead: a newer release)."""
+    it (below head: `migrate`; ahead: a newer release)."""
     hint = f"{migrate_hint(target)} to bring it to head {found.head}"
     if found.ahead:
         newer = "run that release here (this code's `migrate` cannot help)"
@@ -58,7 +52,6 @@ def _key_text(registration: dict[str, Any]) -> str:
 
 
 def render(status: dict[str, Any]) -> str:
-    """The status as lines for a terminal."""
     store = status["store"]
     lines = [f"store        {store['backend']}  {store['url']}"]
     if (schema := store["schema"]) is not None:
@@ -75,11 +68,10 @@ def render(status: dict[str, Any]) -> str:
     if registration is None:
         lines.append("registration none: pair the server with Talaria Relay")
     else:
-        key = f"{registration['key_id']}  {_key_text(registration)}"
         lines += [
             f"relay        {registration['relay_url']}",
             f"publisher    {registration['publisher_id']}",
-            f"key          {key}",
+            f"key          {registration['key_id']}  {_key_text(registration)}",
         ]
     for profile in status["profiles"]:
         match = "identity ok" if profile["identity_matches"] else "identity CHANGED: re-enroll"
@@ -91,15 +83,12 @@ def render(status: dict[str, Any]) -> str:
         )
     if status["revision_floor"] is not None:
         lines.append(f"revision     {status['revision_floor']}")
-    now_ms = status["generated_at"]
     for replica in status["fleet"]["replicas"]:
-        lines.append(f"replica      {replica_line(replica, now_ms)}")
+        lines.append(f"replica      {replica_line(replica, status['generated_at'])}")
     return "\n".join(lines)
 
 
 def replica_line(replica: dict[str, Any], now_ms: int) -> str:
-    """One replica: who, what it holds, whether it lives; and from its fleet row what code runs
-    where, and how its passes go."""
     named = f"{replica['name']}, " if replica["name"] else ""
     line = (
         f"{named}incarnation {replica['incarnation']}: {replica['runs']} run(s), "
@@ -111,11 +100,9 @@ def replica_line(replica: dict[str, Any], now_ms: int) -> str:
             f"pid {replica['pid']} on {replica['host']}, "
             f"seen {relative(replica['seen_at'] - now_ms)}"
         )
-    offset = replica.get("clock_offset_s")
-    if isinstance(offset, int | float):
+    if isinstance(offset := replica.get("clock_offset_s"), int | float):
         line += f", clock {offset_text(offset)}"
-    last = replica.get("last_pass")
-    if last is not None:
+    if (last := replica.get("last_pass")) is not None:
         line += f", last pass {last['outcome']} {relative(last['at'] - now_ms)}"
     if backing_off(replica, now_ms):
         retry = relative(replica["backoff_until"] - now_ms)

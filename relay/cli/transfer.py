@@ -7,13 +7,11 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from relay.cli.output import OK, require_existing, say
 from relay.errors import InvalidInputError
 from relay.health import missing
 from relay.store import open_store, resolve
-from relay.store.contract import Handle, Registration
 from relay.store.transfer import transfer
 
 
@@ -47,24 +45,6 @@ def progress_bar(done: int, total: int) -> None:
             print(file=sys.stderr)
 
 
-class Source(Handle, Registration, Protocol):
-    """What the import checks of its source before copying."""
-
-
-async def require_identities(source: Source) -> None:
-    """A legacy state dir keeps each profile's identity in its home: without it, enrollments
-    would not match after the import, so a missing one stops the import unless allowed."""
-    config = await source.load_config()
-    found = await source.identities()
-    lost = sorted(set(config.profiles) - set(found)) if config is not None else []
-    if lost:
-        raise InvalidInputError(
-            f"warning: no identity found for profiles {', '.join(lost)} in {source.display_url}: "
-            "give their homes with --profile-home NAME=PATH or --profiles-root DIR, or pass "
-            "--allow-missing-identities to import without them (each is then re-enrolled)"
-        )
-
-
 async def cmd_import(args: argparse.Namespace) -> int:
     source_target, target_target = resolve(args.source), resolve(args.target)
     if source_target.display == target_target.display:
@@ -76,9 +56,19 @@ async def cmd_import(args: argparse.Namespace) -> int:
         if args.dry_run and missing(target_target):
             destination = f"json://{scratch}"  # a dry run creates nothing: compare with empty
         async with open_store(args.source, profile_home=homes) as source:
-            # Checked before the target is opened, which would create it.
+            # A legacy state dir keeps each profile's identity in its home: without it,
+            # enrollments would not match after the import. Checked before the target is opened,
+            # which would create it.
             if source_target.backend == "json" and not args.allow_missing_identities:
-                await require_identities(source)
+                config, found = await source.load_config(), await source.identities()
+                lost = sorted(set(config.profiles) - set(found)) if config is not None else []
+                if lost:
+                    raise InvalidInputError(
+                        f"warning: no identity found for profiles {', '.join(lost)} in "
+                        f"{source.display_url}: give their homes with --profile-home NAME=PATH "
+                        "or --profiles-root DIR, or pass --allow-missing-identities to import "
+                        "without them (each is then re-enrolled)"
+                    )
             async with open_store(destination) as target:
                 report = await transfer(
                     source, target, force=args.force, dry_run=args.dry_run, progress=progress_bar

@@ -1,8 +1,5 @@
-"""`talaria-relay unpair`: forget the store's registration with Talaria Relay.
-
-It shows what it would forget and asks first; `--yes` answers for scripts. Without a terminal to
-ask on and without `--yes` it refuses (exit 2) rather than guess.
-"""
+"""`talaria-relay unpair`: forget the store's registration with Talaria Relay, once asked (the
+parser's epilog says how); without a terminal to ask on nor `--yes` it refuses, not guesses."""
 
 from __future__ import annotations
 
@@ -10,29 +7,24 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from relay.cli.output import FAILED, OK, Add, require_existing, say
+from relay.cli.output import FAILED, OK, require_existing, say
 from relay.errors import CorruptStateError, InvalidInputError
-from relay.store import RelayConfig, open_store, resolve
+from relay.store import open_store, resolve
 from relay.unpairing import unpair
 
-Ask = Callable[[str], str]
 
-
-def described(config: RelayConfig) -> str:
-    profiles = ", ".join(sorted(config.profiles)) or "none"
-    return (
-        f"registered with {config.url} as {config.publisher_id} "
-        f"(key {config.key_id}; profiles: {profiles})"
-    )
-
-
-async def cmd_unpair(args: argparse.Namespace, ask: Ask = input) -> int:
+async def cmd_unpair(args: argparse.Namespace, ask: Callable[[str], str] = input) -> int:
     target = resolve(args.store)
     require_existing(target, args.store)
     async with open_store(args.store) as store:
         try:
-            config = await store.load_config()
-            held = None if config is None else described(config)
+            held = None
+            if (config := await store.load_config()) is not None:
+                profiles = ", ".join(sorted(config.profiles)) or "none"
+                held = (
+                    f"registered with {config.url} as {config.publisher_id} "
+                    f"(key {config.key_id}; profiles: {profiles})"
+                )
         except CorruptStateError as error:
             held = f"an unreadable registration ({error})"
         if held is None:
@@ -61,17 +53,3 @@ async def cmd_unpair(args: argparse.Namespace, ask: Ask = input) -> int:
         "store, then pair again"
     )
     return OK
-
-
-def add_parser(add: Add) -> None:
-    sub = add(
-        "unpair",
-        cmd_unpair,
-        "forget the store's registration with Talaria Relay, so the server can pair again",
-        "the store whose registration to forget (one that is not there is refused)",
-        epilog="It asks before it forgets (--yes for scripts). Exit codes: 0 forgotten, or "
-        "nothing to forget; 1 answered no; 2 no terminal to ask on without --yes, or no store "
-        "there; 3 the store cannot be reached. Profile identities stay; the relay keeps its "
-        "side of the registration.",
-    )
-    sub.add_argument("--yes", action="store_true", help="forget without asking")

@@ -1,17 +1,8 @@
 """What a store holds and how its replicas fare, gathered once: a JSON-ready document, never a
-secret. `talaria-relay status` and the operator page both render it; `…/relay/operator.json`
-and `status --json` serve it as it is (docs/operating.md#status-json documents it).
-
-Everything comes through the public `RelayStore` methods and, on the page, the serving replica's
-own publisher (`Own`); the key is read only to compute its public fingerprint
-(`relay.publishing.fingerprint`). The backlog is counted in the store (`RelayStore.backlog`),
-so 100,000 ledger entries cost what ten do. Its level, headline and problems are judged once
-(`relay.operator.judge`), so the JSON says what the HTML headline says.
-
-A page left open, or many operators at once, must not load the database: one gather serves every
-request for `REFRESH_S` seconds, and requests that arrive while one runs wait for it instead of
-starting their own (`Gatherer`).
-"""
+secret (the key is read only for its public fingerprint), for the operator page, its JSON and
+`talaria-relay status` (docs/operating.md#status-json). The backlog is counted in the store, so
+100,000 ledger entries cost what ten do. A page left open, or many operators at once, must not
+load the database: one gather serves every request for `REFRESH_S` seconds (`Gatherer`)."""
 
 from __future__ import annotations
 
@@ -31,30 +22,25 @@ from relay.store.migrations import HEAD, Standing, later
 if TYPE_CHECKING:
     from relay.publishing.publisher import RelayPublisher
 
-# One gather serves every request for this long: the page's load on the store is at most one
-# gather each `REFRESH_S` per process, however often it is asked.
 REFRESH_S = 5.0
 # Rows shown at most; the document says how many more there were.
 MAX_REPLICAS = 200
 # A replica gone (no longer live) is listed this long after it was last seen; older ones are
 # only counted (the store forgets them after a day).
 RECENTLY_MS = 3600 * 1000
-# 2: one document for `status` and the page, with its judgement (`level`, `headline`,
-# `problems`) and the schema under `store`.
+# The document's shape (docs/operating.md#status-json says what changed in 2).
 VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
 class Own:
-    """The replica that gathers, when one does (the page; `status` has none): its owner id, its
-    wall clock minus the store's (None until read), its running publisher (None: not
-    publishing) and its store's silence. The service passes it in, so this module needs nothing
-    of the service."""
+    """What the replica that gathers (the page; `status` has none) knows of itself, passed in by
+    the service so this module needs nothing of it: its wall clock minus the store's (None until
+    read), its publisher (None: not publishing), the store's silence past the bounded wait."""
 
     owner: str
     clock_offset_s: float | None = None
     publisher: RelayPublisher | None = None
-    # Whether the store has left it without an answer past the bounded wait, and for how long.
     store_silent: bool = False
     store_silent_s: float | None = None
 
@@ -68,13 +54,6 @@ def _ms(seconds: float | None) -> int | None:
     return None if seconds is None else int(seconds * 1000)
 
 
-def schema_of(revision: str | None) -> dict[str, Any]:
-    """The `schema` object of a store that opened at `revision`: one ahead of this code opened
-    only because its record allows this code (`Standing.runnable`)."""
-    ahead = revision is not None and revision != HEAD and later(revision, HEAD)
-    return Standing(revision, oldest_head=HEAD if ahead else None).document()
-
-
 async def gather(
     store: RelayStore,
     now_ms: int,
@@ -84,10 +63,9 @@ async def gather(
     standing: Standing | None = None,
 ) -> dict[str, Any]:
     """The document of `store` as of `now_ms` (the store's clock), with what `own` knows of
-    itself; `standing`, when the caller read it, is the schema's (else it is asked).
-
-    A store that fails (`RelayError`) raises, unless `answer`: the page answers all the same,
-    the failure named in `store.error` and among the problems, what was read kept."""
+    itself; `standing`, when the caller read it, is the schema's (else it is asked). A store
+    that fails (`RelayError`) raises, unless `answer`: the page answers with what it read, the
+    failure named in `store.error` and among the problems."""
     document: dict[str, Any] = {
         "version": VERSION,
         "generated_at": now_ms,
@@ -117,10 +95,12 @@ async def gather(
 
 async def _fill(document: dict[str, Any], store: RelayStore, now_ms: int, own: Own | None) -> None:
     if store.backend_name in ("sqlite", "postgres") and document["store"]["schema"] is None:
-        document["store"]["schema"] = schema_of(await store.schema_revision())
+        # A store ahead of this code opened only because its record allows this code.
+        revision = await store.schema_revision()
+        ahead = revision is not None and revision != HEAD and later(revision, HEAD)
+        document["store"]["schema"] = Standing(revision, HEAD if ahead else None).document()
     config = await store.load_config()
     publisher = None if own is None else own.publisher
-    # Counts, not rows: the ledger can hold 100,000 entries (`RelayStore.backlog`).
     backlog = await store.backlog()
     leases = await store.presence_leases()
     runs = await store.run_states()
@@ -139,7 +119,6 @@ async def _fill(document: dict[str, Any], store: RelayStore, now_ms: int, own: O
         for name, grant in config.profiles.items():
             unsent = backlog.unsent.get(grant.profile_id)
             queued = backlog.deleted.get(name)
-            live = [lease for lease in leases if lease.profile == name]
             matches = identities.get(name) == grant.identity
             why = None if publisher is None else publisher.disabled.get(grant.profile_id)
             if not matches:
@@ -161,7 +140,8 @@ async def _fill(document: dict[str, Any], store: RelayStore, now_ms: int, own: O
                         "states": accepted.states,
                     },
                     "presence_leases": sum(
-                        lease.active and lease.expires_at > now_ms for lease in live
+                        lease.profile == name and lease.active and lease.expires_at > now_ms
+                        for lease in leases
                     ),
                     "announcements_unsent": 0 if unsent is None else unsent.count,
                     "announcements_oldest_age_s": _age_s(
@@ -175,11 +155,12 @@ async def _fill(document: dict[str, Any], store: RelayStore, now_ms: int, own: O
             )
     members = await store.fleet()
     found, earlier = _replicas(own, runs, backlog.claims, members, now_ms)
-    fleet = document["fleet"]
-    fleet["source"] = "fleet" if members else "leases"
-    fleet["replicas"] = found[:MAX_REPLICAS]
-    fleet["more"] = max(len(found) - MAX_REPLICAS, 0)
-    fleet["gone_earlier"] = earlier
+    document["fleet"] = {
+        "source": "fleet" if members else "leases",
+        "replicas": found[:MAX_REPLICAS],
+        "more": max(len(found) - MAX_REPLICAS, 0),
+        "gone_earlier": earlier,
+    }
 
 
 def _replicas(
@@ -189,9 +170,8 @@ def _replicas(
     members: list[FleetMember],
     now_ms: int,
 ) -> tuple[list[dict[str, Any]], int]:
-    """Every replica the store knows of, by owner: what it holds (runs, claimed announcements),
-    what it recorded of itself (the fleet), and for `own` what its loop knows; and how many
-    gone replicas were last seen before `RECENTLY_MS`."""
+    """Every replica the store knows of, by owner: its runs and claims, its fleet row, for `own`
+    its loop; and how many gone replicas were last seen before `RECENTLY_MS`."""
     rows: dict[str, dict[str, Any]] = {}
 
     def row(owner: str) -> dict[str, Any]:
@@ -241,8 +221,10 @@ def _replicas(
 
 
 def _recorded(member: FleetMember, alive: bool, now_ms: int) -> dict[str, Any]:
-    """What a replica's fleet row says of it: its code, host, last pass and backoff (written
-    when a pass fails, `relay.publishing.fleet`), its clock and its last hour of passes."""
+    """What a replica's fleet row says of it; its backoff is written when a pass fails
+    (`relay.publishing.fleet`), its offset and passes since 0009 (None before)."""
+    # `RelayHttpError 503`: the class, and the HTTP status when it was an answer.
+    failed, _, status = (member.backoff_class or "").partition(" ")
     return {
         "alive": alive,
         "release": member.version,
@@ -255,12 +237,8 @@ def _recorded(member: FleetMember, alive: bool, now_ms: int) -> dict[str, Any]:
         if member.pass_at is None
         else {"at": member.pass_at, "outcome": member.pass_outcome},
         "backoff_until": member.backoff_until,
-        # `RelayHttpError 503`: the class, and the HTTP status when it was an answer.
-        "backoff_failure": None
-        if member.backoff_class is None
-        else member.backoff_class.partition(" ")[0],
-        "backoff_status": _status_in(member.backoff_class),
-        # Its offset and its passes as its own row records them (None before 0009).
+        "backoff_failure": None if member.backoff_class is None else failed,
+        "backoff_status": int(status) if status.isdigit() and len(status) == 3 else None,
         "clock_offset_s": None if member.clock_offset_ms is None else member.clock_offset_ms / 1000,
         "passes": fleet_passes.hour(member.passes, member.pass_at, now_ms)
         if member.passes
@@ -268,20 +246,11 @@ def _recorded(member: FleetMember, alive: bool, now_ms: int) -> dict[str, Any]:
     }
 
 
-def _status_in(backoff_class: str | None) -> int | None:
-    """The HTTP status a row's `backoff_class` carries after the class name, if any."""
-    found = (backoff_class or "").partition(" ")[2]
-    return int(found) if found.isdigit() and len(found) == 3 else None
-
-
 def _loop_of(own: Own) -> dict[str, Any]:
-    """What this replica's publisher loop knows: its last good pass and its backoff."""
-    # This replica's wall clock minus the store's, as it is now (its fleet row has it as of its
-    # last write); its passes from memory, with their backoffs to the millisecond.
-    offset = own.clock_offset_s
+    """What this replica knows now (its fleet row has it as of its last write): its clock, its
+    store's silence, and its publisher loop's passes from memory, backoffs to the millisecond."""
     clock = {
-        "clock_offset_s": None if offset is None else round(offset, 3),
-        # Whether its store has left it without an answer past the bounded wait (a silent network).
+        "clock_offset_s": None if own.clock_offset_s is None else round(own.clock_offset_s, 3),
         "store_silent": own.store_silent,
         "store_silent_s": None if own.store_silent_s is None else round(own.store_silent_s, 1),
     }
@@ -311,8 +280,7 @@ def _loop_of(own: Own) -> dict[str, Any]:
 @dataclass
 class Gatherer:
     """One gather at a time per service, reused for `REFRESH_S` seconds; `now` is the service's
-    clock (Unix seconds), what its leases and backoffs are measured in, and `own` what the
-    service knows of itself at the time of a gather."""
+    clock (Unix seconds), what its leases and backoffs are measured in."""
 
     store: RelayStore
     own: Callable[[], Own]

@@ -1,14 +1,10 @@
 """The one judgement of a facts document (`relay.operator.facts`): its level (`ok`, `warn`,
-`bad`), its headline and the problems behind it, made once for the page's HTML, its JSON twin and
-`talaria-relay status`, so that each says the same.
-
-Each problem is a sentence an operator acts on: a store that did not answer, a schema not at head,
-no registration, a replica backing off (until when, after what), a clock off by more than
-`WARN_S`, a profile not publishing.
-"""
+`bad`), its headline and the problems behind it, each a sentence an operator acts on; made once
+for the page's HTML, its JSON twin and `talaria-relay status`, so that each says the same."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,25 +13,20 @@ from relay.publishing.clock import WARN_S, offset_text
 from relay.store.url import StoreTarget, command
 
 _ORDER = ("ok", "warn", "bad")
+# Up to what age (seconds) a unit of that many seconds is the one `relative` says it in.
+_UNITS = ((120, 1, "s"), (5400, 60, "min"), (172800, 3600, "h"), (math.inf, 86400, "d"))
 
 
 def migrate_hint(store: StoreTarget | str | None) -> str:
-    """The command that brings a store below head to it: every hint that says so says it here,
-    naming the store in question (`relay.store.url.command`)."""
+    """The command that brings a store below head to it, naming the store: every hint says it."""
     return f"run {command('migrate', store)}"
 
 
 def relative(delta_ms: int) -> str:
     """`in 40 s`, `12 s ago`, `3 min ago`, `2 h ago`, `4 d ago`."""
     seconds = abs(delta_ms) / 1000
-    if seconds < 120:
-        text = f"{seconds:.0f} s"
-    elif seconds < 5400:
-        text = f"{seconds / 60:.0f} min"
-    elif seconds < 172800:
-        text = f"{seconds / 3600:.0f} h"
-    else:
-        text = f"{seconds / 86400:.0f} d"
+    size, unit = next((size, unit) for below, size, unit in _UNITS if seconds < below)
+    text = f"{seconds / size:.0f} {unit}"
     return f"in {text}" if delta_ms > 0 else f"{text} ago"
 
 
@@ -45,7 +36,6 @@ def backing_off(row: Mapping[str, Any], now_ms: int) -> bool:
 
 
 def said(row: Mapping[str, Any]) -> str:
-    """What made a replica back off, in an operator's words."""
     kind = row.get("backoff_failure")
     status = row.get("backoff_status")
     if isinstance(status, int):
@@ -60,63 +50,60 @@ def said(row: Mapping[str, Any]) -> str:
 
 
 def failure(row: Mapping[str, Any]) -> str:
-    """What made a replica back off, with the failure's class."""
     return f"{said(row)} ({row.get('backoff_failure')})"
 
 
-def _worse(level: str, other: str) -> str:
-    return max(level, other, key=_ORDER.index)
-
-
 def judge(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
-    """The level, the headline and the problems of `document`."""
     problems: list[str] = []
     level = "ok"
+
+    def problem(kind: str, text: str) -> None:
+        nonlocal level
+        level = max(level, kind, key=_ORDER.index)
+        problems.append(text)
+
     store = document["store"]
     if store.get("error"):
-        level = "bad"
-        problems.append(f"the store did not answer: {store['error']}")
+        problem("bad", f"the store did not answer: {store['error']}")
     schema = store.get("schema")
     if schema is not None and not schema["at_head"] and not schema["compatible"]:
-        level = "bad"
-        problems.append(
+        problem(
+            "bad",
             f"the schema is at {schema['current'] or 'no revision'}, not {schema['head']}: "
-            + migrate_hint(store.get("url"))
+            + migrate_hint(store.get("url")),
         )
     if document.get("registration") is None and not store.get("error"):
-        level = "bad"
-        problems.append("not registered: pair this server with Talaria Relay")
+        problem("bad", "not registered: pair this server with Talaria Relay")
     replicas = document["fleet"]["replicas"]
     now_ms = document["generated_at"]
     backing = [r for r in replicas if backing_off(r, now_ms)]
-    if backing:
-        level = "bad" if len(backing) == len(replicas) else _worse(level, "warn")
-        for row in backing:
-            problems.append(
-                f"replica {row['owner']} is backing off: {failure(row)}; it retries "
-                f"{relative(row['backoff_until'] - now_ms)}"
-            )
+    for row in backing:
+        problem(
+            "bad" if len(backing) == len(replicas) else "warn",
+            f"replica {row['owner']} is backing off: {failure(row)}; it retries "
+            f"{relative(row['backoff_until'] - now_ms)}",
+        )
     for row in replicas:
         if row.get("store_silent"):
-            level = _worse(level, "warn")
-            problems.append(
+            problem(
+                "warn",
                 f"replica {row['owner']} has had no answer from its store for "
-                f"{row.get('store_silent_s')}s: check its network to the database"
+                f"{row.get('store_silent_s')}s: check its network to the database",
             )
         offset = row.get("clock_offset_s")
         if isinstance(offset, int | float) and abs(offset) > WARN_S:
-            level = _worse(level, "warn")
-            problems.append(
+            problem(
+                "warn",
                 f"replica {row['owner']}'s clock is {offset_text(offset)}: "
-                "check its time sync (NTP)"
+                "check its time sync (NTP)",
             )
     profiles = document["profiles"]
     for profile in profiles:
         if not profile["enrolled"]:
-            level = _worse(level, "warn")
-            problems.append(
+            problem(
+                "warn",
                 f"profile {profile['name']} is not publishing: {profile['disabled_why']} "
-                f"(how to recover: the manual's {DISABLED_PROFILE_HELP})"
+                f"(how to recover: the manual's {DISABLED_PROFILE_HELP})",
             )
     live = [r for r in replicas if r["alive"]]
     enrolled = sum(bool(p["enrolled"]) for p in profiles)

@@ -82,8 +82,7 @@ def _t(value: object) -> str:
 
 
 def _name(value: str) -> str:
-    """A name as escaped text; one longer than `LONG` (enrollment takes 4,096 characters) shows
-    its start, the whole of it one click away, wrapped to the page's width."""
+    """Escaped; past `LONG` characters (enrollment takes 4,096) cut, the whole a click away."""
     if len(value) <= LONG:
         return _t(value)
     return (
@@ -110,13 +109,11 @@ def _pill(kind: str, text: str) -> str:
 
 
 def verdict(document: Mapping[str, Any]) -> tuple[str, str, list[str]]:
-    """The one line an operator reads first: its level (ok, warn, bad), the line, the reasons,
-    as the document was judged when gathered (`relay.operator.judge`)."""
+    """The level, headline and problems the document was judged to have when gathered."""
     return document["level"], document["headline"], list(document["problems"])
 
 
 def render(document: Mapping[str, Any]) -> str:
-    """The page, as one HTML string."""
     now_ms = document["generated_at"]
     level, line, reasons = verdict(document)
     listed = "".join(f"<li>{_t(reason)}</li>" for reason in reasons)
@@ -185,8 +182,14 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int, store_url: str) -> str:
         "Sessions it publishes",
         "Announcements it holds",
     ]
+    legend = ""
     if striped:
         headings.append("Passes in the last hour (now at the right)")
+        legend = (
+            '<p class="legend muted"><span><i class="ok"></i>ok</span>'
+            '<span><i class="failed"></i>failed</span>'
+            '<span><i class="backoff"></i>backing off</span></p>'
+        )
     notes = []
     if fleet.get("more"):
         notes.append(f"and {_t(fleet['more'])} more")
@@ -198,13 +201,6 @@ def _fleet(fleet: Mapping[str, Any], now_ms: int, store_url: str) -> str:
             f"({_t(migrate_hint(store_url))}), so another replica's last pass is not known"
         )
     extra = "".join(f'<p class="muted">{note}</p>' for note in notes)
-    legend = (
-        '<p class="legend muted"><span><i class="ok"></i>ok</span>'
-        '<span><i class="failed"></i>failed</span>'
-        '<span><i class="backoff"></i>backing off</span></p>'
-        if striped
-        else ""
-    )
     return f"<h2>Replicas</h2>{_table(headings, rows)}{legend}{extra}"
 
 
@@ -217,15 +213,13 @@ def _state(row: Mapping[str, Any], now_ms: int) -> str:
 
 
 def _who(row: Mapping[str, Any], now_ms: int) -> str:
-    """The owner; where it runs and since when; `this one` for the replica serving the page."""
     lines = [f'<code class="nowrap">{_t(row["owner"])}</code>']
     if row["this_replica"]:
         lines.append('<span class="muted small">(this one)</span>')
     if "host" in row:
         where = f"{row['host']} · pid {row['pid']}"
         lines.append(f'<span class="muted small nowrap">{_t(where)}</span>')
-    offset = row.get("clock_offset_s")
-    if isinstance(offset, int | float):
+    if isinstance(offset := row.get("clock_offset_s"), int | float):
         kind = "bad" if abs(offset) > WARN_S else "muted"
         lines.append(f'<span class="{kind} small nowrap">clock {_t(offset_text(offset))}</span>')
     if "started_at" in row and row["alive"]:
@@ -247,8 +241,7 @@ def _last_pass(row: Mapping[str, Any], now_ms: int) -> str:
     last = row.get("last_pass")
     if not last:
         # A fleet row carries the pass before the one it was written in: a replica's first.
-        recorded = "release" in row
-        return '<span class="muted">none recorded yet</span>' if recorded else _NOT_RECORDED
+        return '<span class="muted">none recorded yet</span>' if "release" in row else _NOT_RECORDED
     outcome = last.get("outcome") or ""
     said = {"ok": "ok", "backoff": "failed", "stopped": "stopped for good"}.get(outcome, outcome)
     kind = "" if outcome == "ok" else " bad"
@@ -269,9 +262,8 @@ def _backoff(row: Mapping[str, Any], now_ms: int) -> str:
 def _profiles(profiles: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for p in profiles:
-        if p["enrolled"]:
-            state = _pill("ok", "enrolled")
-        else:
+        state = _pill("ok", "enrolled")
+        if not p["enrolled"]:
             state = f'{_pill("bad", "disabled")}<div class="why">{_t(p["disabled_why"])}</div>'
         accepted = p["last_accepted"]
         if accepted is None:
@@ -319,17 +311,14 @@ def _registration(found: Mapping[str, Any] | None, schema: Mapping[str, Any] | N
             + ' <span class="muted small">set TALARIA_RELAY_KEY_PASSPHRASE and run '
             "<code>talaria-relay rekey</code></span>",
         }.get(found["key_encrypted"], _pill("bad", "missing"))
-        fingerprint = found["key_fingerprint"]
+        public = '<span class="muted">cannot be read here</span>'
+        if found["key_fingerprint"]:
+            public = f"<code>{_t(found['key_fingerprint'])}</code>"
         items += [
             ("Relay", f"<code>{_t(found['relay_url'])}</code>"),
             ("Publisher id", f"<code>{_t(found['publisher_id'])}</code>"),
             ("Key id", f"<code>{_t(found['key_id'])}</code>"),
-            (
-                "Public key",
-                f"<code>{_t(fingerprint)}</code>"
-                if fingerprint
-                else '<span class="muted">cannot be read here</span>',
-            ),
+            ("Public key", public),
             ("Private key", encrypted),
         ]
     if schema is not None:

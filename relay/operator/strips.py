@@ -1,9 +1,6 @@
-"""Each replica's last hour of passes as a small inline SVG strip, now at the right.
-
-`strip` draws the serving replica's own passes (a tick each, an amber band over each backoff);
-`minutes` draws another replica's from its fleet row, a minute a slot (`relay.store.fleet_passes`).
-Both are escaped text and shapes only: no script, no style attribute (the page's CSP).
-"""
+"""Each replica's last hour of passes as a small inline SVG strip, now at the right: `strip`
+the serving replica's own passes (a tick each, an amber band over each backoff), `minutes`
+another's from its fleet row, a minute a slot. Escaped text and shapes only (the page's CSP)."""
 
 from __future__ import annotations
 
@@ -11,15 +8,11 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-# The last hour of a replica's passes, in the strip.
 STRIP_S = 3600
-# What each mark of a fleet row's minutes draws.
 _MARKS = {"o": "ok", "f": "failed", "b": "backoff"}
 
 
 def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 240) -> str:
-    """The replica's passes over the last hour: a tick per pass (green ok, red failed) and an
-    amber band over each backoff."""
     start = now_ms - STRIP_S * 1000
 
     def x(at: int) -> int:
@@ -40,13 +33,11 @@ def strip(ring: Sequence[Mapping[str, Any]], now_ms: int, width: int = 240) -> s
 
 
 def minutes(passes: str, width: int = 240) -> str:
-    """A replica's last hour from its fleet row, a minute a slot: green if its passes were ok,
-    red if one failed, amber while it backed off without a pass."""
+    """Green a minute its passes were ok, red if one failed, amber while it backed off."""
     slots = max(len(passes), 1)
     bars = []
     for n, mark in enumerate(passes):
-        kind = _MARKS.get(mark)
-        if kind is not None:
+        if (kind := _MARKS.get(mark)) is not None:
             left, right = n * width // slots, (n + 1) * width // slots
             bars.append(_bar(kind, left, max(right - left - 1, 1)))
     ok, failed = passes.count("o"), passes.count("f")
@@ -60,7 +51,6 @@ def _bar(kind: str, left: int, width: int) -> str:
 
 
 def _svg(width: int, summary: str, shapes: Iterable[str]) -> str:
-    """The strip with its shapes, titled and captioned with `summary` (escaped)."""
     label = html.escape(summary, quote=True)
     return (
         f'<svg class="strip" width="{width}" height="20" viewBox="0 0 {width} 20" role="img">'
