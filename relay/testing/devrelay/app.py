@@ -51,16 +51,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-async def lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 def request_of(scope: Scope) -> tuple[str, str, dict[str, str]]:
     """The method, the raw path (percent-encoding as sent, no query) and the headers (names
     lowercased, repeated ones joined with ", ")."""
@@ -86,22 +76,15 @@ async def read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-async def respond(
-    send: Send, status: int, payload: dict[str, Any], extra: Mapping[str, str]
-) -> None:
-    body = compact(payload)
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in extra.items()]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
 class DevRelay(RelayState):
     """The relay state and the ASGI app that serves it (an instance is the app)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await lifespan(receive, send)
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
             return
         if scope["type"] != "http":
             return
@@ -122,7 +105,12 @@ class DevRelay(RelayState):
         extra = {"date": formatdate(self._clock(), usegmt=True)}
         if fault is not None:
             extra.update((name.lower(), value) for name, value in fault.headers.items())
-        await respond(send, status, payload, extra)
+        content = compact(payload)
+        fields = [("content-type", "application/json"), ("content-length", str(len(content)))]
+        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in fields]
+        raw += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in extra.items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": content})
 
     def _take_fault(self, route: str | None) -> Fault | None:
         for fault in self._faults:
@@ -149,8 +137,6 @@ class DevRelay(RelayState):
         if method == "GET" and path == "/admin/state":
             return 200, self.state()
         return NOT_FOUND
-
-    # ── pairing ──
 
     def _publisher_redeem(self, body: bytes) -> Reply:
         text = body_text(body)
@@ -266,8 +252,6 @@ class DevRelay(RelayState):
             return 400, {"error": "invalid_user"}
         token = self.mint_invitation(user_id)
         return 201, {"invitation": token, "expiresAt": self._invitations[token].expires_at}
-
-    # ── the signed publisher routes: `PUT /v1/publishers/{publisher}/profiles/{profile}/…` ──
 
     def _publisher_put(self, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         parts = path_parts(path)
