@@ -50,16 +50,16 @@ def any_claimable(outbox: Outbox, claims: Claims, owner: str, now_ms: int) -> bo
     return any(claimable(claims, view, owner, now_ms) for view in outbox.values())
 
 
-def claim(outbox: Outbox, claims: Claims, claim: Claim) -> list[DeletedView]:
+def claim(outbox: Outbox, claims: Claims, request: Claim) -> list[DeletedView]:
     """Lease queued entries, oldest `through` first: free ones, expired ones and the owner's.
 
     A claim whose entry was acknowledged since is forgotten here.
     """
     for view_id in claims.keys() - {view.id for view in outbox.values()}:
         del claims[view_id]
-    owner, now_ms = claim.owner, claim.now_ms
-    free = [v for v in pending(outbox) if claimable(claims, v, owner, now_ms)][: claim.limit]
-    claims.update((view.id, (owner, claim.until)) for view in free)
+    owner, now_ms = request.owner, request.now_ms
+    free = [v for v in pending(outbox) if claimable(claims, v, owner, now_ms)][: request.limit]
+    claims.update((view.id, (owner, request.until)) for view in free)
     return free
 
 
