@@ -76,6 +76,11 @@ async def read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
+def _redeemed(user_id: str, publisher_id: str, profile_id: str, **more: object) -> Reply:
+    body = {"ok": True, "protocolVersion": 2, "userId": user_id, "publisherId": publisher_id}
+    return 201, {**body, "profileId": profile_id, **more}
+
+
 class DevRelay(RelayState):
     """The relay state and the ASGI app that serves it (an instance is the app)."""
 
@@ -183,15 +188,9 @@ class DevRelay(RelayState):
             grant.clear()
             grant.owner_user_id, grant.profile_id = user_id, profile_id
         invite.consumed_at = now
-        return 201, {
-            "ok": True,
-            "protocolVersion": 2,
-            "userId": user_id,
-            "publisherId": publisher_id,
-            "profileId": grant.profile_id,
-            "profileIdPreserved": preserved,
-            "keyId": key_id,
-        }
+        return _redeemed(
+            user_id, publisher_id, grant.profile_id, profileIdPreserved=preserved, keyId=key_id
+        )
 
     def _profile_redeem(self, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         text = body_text(body)
@@ -225,13 +224,7 @@ class DevRelay(RelayState):
                 grant.clear()
             grant.owner_user_id, grant.profile_id = auth.owner_user_id, profile_id
         invite.consumed_at = now
-        return 201, {
-            "ok": True,
-            "protocolVersion": 2,
-            "userId": invite.user_id,
-            "publisherId": publisher_id,
-            "profileId": profile_id,
-        }
+        return _redeemed(invite.user_id, publisher_id, profile_id)
 
     def _redeemable(self, token: str, now: int) -> tuple[Invitation | None, str]:
         invite = self._invitations.get(token)
