@@ -113,11 +113,7 @@ class RulebookBackend:
     async def save_key(self, key_id: str, pem: str) -> str:
         # One reference per key id, as on SQL: saving a key id again replaces its key.
         ref = self.documents.key_ref(key_id)
-
-        def work(s: Session) -> None:
-            s.get(KEYS)[ref] = pem
-
-        await self._edit(work)
+        await self._edit(lambda s: s.get(KEYS).update({ref: pem}))
         return ref
 
     async def load_key(self, ref: str) -> str | None:
