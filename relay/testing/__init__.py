@@ -8,8 +8,10 @@ real HTTP on loopback with `serve`. `MemoryHost` is a web app in memory that dri
 from __future__ import annotations
 
 from relay.testing.clock import Clock
-from relay.testing.devrelay import ROUTES, DevRelay, RecordedRequest, route_of
+from relay.testing.devrelay.app import DevRelay
 from relay.testing.devrelay.records import Completion, KeyInfo, SessionRow, StartedEvent, ViewedAck
+from relay.testing.devrelay.state import RecordedRequest
+from relay.testing.devrelay.validation import ROUTES, route_of
 from relay.testing.memory import MemoryHost, MemorySession
 from relay.testing.server import run, serve
 

@@ -23,7 +23,7 @@ class MemorySession:
 
 
 class MemoryHost(Host):
-    """Profiles, sessions and runs in dicts; drive it with the methods above `Host`'s."""
+    """Profiles, sessions and runs in dicts; drive it with the methods that are not `Host`'s."""
 
     def __init__(
         self, profiles: Iterable[str] = ("default",), clock: Callable[[], float] = time.time
@@ -33,8 +33,6 @@ class MemoryHost(Host):
         self.runs: dict[str, ActiveRun] = {}
         self.agent_rows: dict[str, list[AgentSessionRow]] = {}
         self._clock = clock
-
-    # ── driving it ────────────────────────────────────────────────────────────
 
     def create_session(
         self,
@@ -85,8 +83,6 @@ class MemoryHost(Host):
     ) -> None:
         row = AgentSessionRow(session_id, started_at, lineage_root_id)
         self.agent_rows.setdefault(profile, []).append(row)
-
-    # ── Host ──────────────────────────────────────────────────────────────────
 
     def canonical_profile(self, profile: str) -> str:
         name = profile.strip()

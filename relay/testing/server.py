@@ -37,11 +37,9 @@ def uvicorn_module() -> Any:
 def _loopback(host: str) -> str:
     if host == "localhost":
         return "127.0.0.1"
-    try:
+    with contextlib.suppress(ValueError):
         if ipaddress.ip_address(host).is_loopback:
             return host
-    except ValueError:
-        pass
     raise InvalidInputError(f"the dev relay serves loopback addresses only, not {host!r}")
 
 

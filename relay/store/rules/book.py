@@ -1,8 +1,6 @@
 """`RulebookBackend`: the `Backend` of the memory and JSON stores, once, over their `Documents`.
 
-Each hook is one session of the documents (one lock): it reads the documents it touches, applies
-the rules of `relay.store.rules` and leaves; the session writes back what changed. The hooks follow
-the sections of `Backend`.
+Each hook is one session of the documents (one lock), in the order of `Backend`'s sections.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from relay.store.backend import (
 )
 from relay.store.fleet import FleetMember
 from relay.store.rules import backlog as backlogs
-from relay.store.rules import fleet, ledger, outbox, passes, presence, revisions
+from relay.store.rules import fleet, ledger, outbox, presence, revisions
 from relay.store.rules import runs as run_rules
 from relay.store.rules.documents import (
     CLAIMS,
@@ -83,8 +81,6 @@ class RulebookBackend:
     async def _read(self, work: Callable[[Session], R]) -> R:
         return await self._edit(work, write=False)
 
-    # ── registration and keys ─────────────────────────────────────────────────
-
     async def load_config(self) -> records.RelayConfig | None:
         return await self._read(lambda s: s.get(CONFIG).read())
 
@@ -117,20 +113,13 @@ class RulebookBackend:
     async def save_key(self, key_id: str, pem: str) -> str:
         # One reference per key id, as on SQL: saving a key id again replaces its key.
         ref = self.documents.key_ref(key_id)
-
-        def work(s: Session) -> None:
-            s.get(KEYS)[ref] = pem
-
-        await self._edit(work)
+        await self._edit(lambda s: s.get(KEYS).update({ref: pem}))
         return ref
 
     async def load_key(self, ref: str) -> str | None:
         def work(s: Session) -> str | None:
-            name = self.documents.key_named(ref)
-            keys = s.get(KEYS)
-            if name is None or name not in keys:
-                return None
-            return _text(ref, keys[name])
+            name, keys = self.documents.key_named(ref), s.get(KEYS)
+            return None if name is None or name not in keys else _text(ref, keys[name])
 
         return await self._read(work)
 
@@ -175,13 +164,7 @@ class RulebookBackend:
         await self._edit(lambda s: s.get(IDENTITIES).forget(profile))
 
     async def identities(self) -> dict[str, str]:
-        def work(s: Session) -> dict[str, str]:
-            identities = s.get(IDENTITIES)
-            return readable(identities, identities.known())
-
-        return await self._read(work)
-
-    # ── revisions ─────────────────────────────────────────────────────────────
+        return await self._read(lambda s: readable(ids := s.get(IDENTITIES), ids.known()))
 
     async def allocate_revisions(self, count: int, now_ms: int) -> int | None:
         def work(s: Session) -> int | None:
@@ -194,8 +177,6 @@ class RulebookBackend:
 
     async def revision_floor(self) -> int:
         return await self._read(lambda s: s.get(FLOOR))
-
-    # ── started ledger ────────────────────────────────────────────────────────
 
     async def track_started(self, profile_ids: tuple[str, ...], now_ms: int) -> None:
         await self._edit(lambda s: ledger.track(s.get(STARTED), profile_ids, now_ms))
@@ -212,20 +193,13 @@ class RulebookBackend:
         return await self._edit(lambda s: ledger.advance(s.get(STARTED), request))
 
     async def started_ledger(self) -> list[records.StartedScope]:
-        return await self._read(lambda s: ledger.scopes(s.get(STARTED)))
-
-    # ── deleted outbox ────────────────────────────────────────────────────────
+        return await self._read(lambda s: [scope for _, scope in sorted(s.get(STARTED).items())])
 
     async def enqueue_deleted(self, deletion: Deletion) -> records.DeletedView:
-        return await self._edit(
-            lambda s: outbox.enqueue(s.get(DELETED), deletion.new, deletion.session_live)
-        )
+        return await self._edit(lambda s: outbox.enqueue(s.get(DELETED), deletion))
 
     async def bind_deleted(self, binding: Binding) -> int:
-        b = binding
-        return await self._edit(
-            lambda s: outbox.bind(s.get(DELETED), b.profile, b.identity, b.scope)
-        )
+        return await self._edit(lambda s: outbox.bind(s.get(DELETED), binding))
 
     async def pending_deleted(self) -> list[records.DeletedView]:
         return await self._read(lambda s: outbox.pending(s.get(DELETED)))
@@ -234,31 +208,21 @@ class RulebookBackend:
         return await self._read(lambda s: backlogs.count(s.get(STARTED), s.get(DELETED)))
 
     async def claim_deleted(self, claim: Claim) -> list[records.DeletedView]:
-        c = claim
-
-        def work(s: Session) -> list[records.DeletedView]:
-            return outbox.claim(s.get(DELETED), s.get(CLAIMS), c.owner, c.now_ms, c.until, c.limit)
-
-        return await self._edit(work)
+        return await self._edit(lambda s: outbox.claim(s.get(DELETED), s.get(CLAIMS), claim))
 
     async def ack_deleted(self, view_id: str, through: int) -> bool:
         return await self._edit(lambda s: outbox.ack(s.get(DELETED), view_id, through))
 
-    # ── presence ──────────────────────────────────────────────────────────────
-
     async def apply_presence(self, update: PresenceUpdate) -> bool:
-        u = update
-        return await self._edit(
-            lambda s: presence.apply(s.get(PRESENCE), u.lease, u.fence_ms, u.max_tabs)
-        )
+        return await self._edit(lambda s: presence.apply(s.get(PRESENCE), update))
 
     async def presence_active(self, profile: str, now_ms: int) -> bool:
-        return await self._read(lambda s: presence.active(s.get(PRESENCE), profile, now_ms))
+        return await self._read(
+            lambda s: profile in presence.active_profiles(s.get(PRESENCE), now_ms)
+        )
 
     async def presence_leases(self) -> list[records.PresenceLease]:
         return await self._read(lambda s: presence.newest_first(s.get(PRESENCE)))
-
-    # ── runs and passes ───────────────────────────────────────────────────────
 
     async def keep_alive(self, claim: Claim) -> int | None:
         def work(s: Session) -> int | None:
@@ -283,23 +247,18 @@ class RulebookBackend:
         await self._edit(work)
 
     async def run_states(self) -> list[records.RunState]:
-        def work(s: Session) -> list[records.RunState]:
-            runs = s.get(RUNS)
-            return [runs[sid] for sid in sorted(runs)]
-
-        return await self._read(work)
+        return await self._read(lambda s: [run for _, run in sorted(s.get(RUNS).items())])
 
     async def pass_view(self, query: ViewQuery) -> ViewReading:
         def work(s: Session) -> ViewReading:
-            reading = passes.read(
-                query.owner,
-                query.now_ms,
-                s.get(STARTED),
-                s.get(DELETED),
-                s.get(CLAIMS),
-                s.get(PRESENCE),
+            owner, now_ms, started = query.owner, query.now_ms, s.get(STARTED)
+            reading = ViewReading(
+                deleted=outbox.any_claimable(s.get(DELETED), s.get(CLAIMS), owner, now_ms),
+                active=presence.active_profiles(s.get(PRESENCE), now_ms),
+                unsent=ledger.with_claimable(started, owner, now_ms),
+                tracked=set(started),
+                generation=_shown(s.get(CONFIG)) or None,
             )
-            reading.generation = _shown(s.get(CONFIG)) or None
             # Unreadable, as if none were stored: the pass asks `profile_identity`, which says why.
             with contextlib.suppress(CorruptStateError):
                 reading.identities = readable(s.get(IDENTITIES), query.profiles)
@@ -309,24 +268,25 @@ class RulebookBackend:
 
     async def pass_write(self, sync: RunSync) -> tuple[list[records.RunState], int] | None:
         def work(s: Session) -> tuple[list[records.RunState], int] | None:
-            written = passes.write(s.get(RUNS), s.get(FORGOTTEN), s.get(FLOOR), sync)
-            if written is not None:
-                s.put(FLOOR, written[1])
-                if sync.member is not None:
-                    s.get(FLEET)[sync.owner] = sync.member.document()
-            return written
+            runs, forgotten, floor = s.get(RUNS).copy(), s.get(FORGOTTEN).copy(), s.get(FLOOR)
+            rows = run_rules.sync(runs, forgotten, sync)
+            last = revisions.allocate(floor, len(rows), sync.now_ms) if rows else floor
+            if last is None:
+                return None  # past 2^53-1: the runs stay as they were
+            s.put(RUNS, runs)
+            s.put(FORGOTTEN, forgotten)
+            s.put(FLOOR, last)
+            if sync.member is not None:
+                s.get(FLEET)[sync.owner] = sync.member.document()
+            return rows, last
 
         return await self._edit(work)
-
-    # ── fleet ─────────────────────────────────────────────────────────────────
 
     async def record_member(self, member: FleetMember) -> None:
         await self._edit(lambda s: fleet.record(s.get(FLEET), member))
 
     async def fleet(self) -> list[FleetMember]:
         return await self._read(lambda s: fleet.members(s.get(FLEET)))
-
-    # ── transfer ──────────────────────────────────────────────────────────────
 
     async def merge_state(self, batch: records.StateBatch) -> None:
         def work(s: Session) -> None:
@@ -354,6 +314,5 @@ def _text(ref: str, pem: str | None) -> str:
 
 
 def _shown(stored: StoredRegistration) -> int:
-    """The generation `load_config` shows: 0 while no registration is stored (a forgotten one
-    keeps its generation, so the next one's rises past it)."""
+    """The generation `load_config` shows: 0 while no registration is stored."""
     return stored.generation if stored.config is not None or stored.problem is not None else 0

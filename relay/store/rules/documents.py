@@ -1,9 +1,7 @@
 """`Documents`: where the rulebook keeps its documents (memory, or JSON files), and what each is.
 
-A document is one aggregate's state as a plain value (`relay.store.rules`). A hook of the rulebook
-opens one session (one lock), reads the documents it needs, edits their values and leaves; the
-session then writes back what changed, all of it or none. Keys and identities are kept where each
-layout keeps them, so their documents are small objects of the layout, behind the Protocols here.
+A document is one aggregate's state as a plain value (`relay.store.rules`). Keys and identities
+are kept where each layout keeps them, so their documents are small objects of the layout.
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ class Identities(Protocol):
 
     def get(self, profile: str) -> str | None:
         """The stored identity; raises when it cannot be read."""
-        ...
 
     def set(self, profile: str, identity: str) -> None: ...
 
@@ -57,11 +54,9 @@ class Identities(Protocol):
 
     def holds(self, profile: str) -> bool:
         """Whether the layout has a place for this profile's identity now."""
-        ...
 
     def known(self) -> Iterable[str]:
         """The profiles whose identities are listed (not all need be stored)."""
-        ...
 
 
 class IdentityTable(dict[str, str]):
@@ -126,18 +121,14 @@ class Documents(Protocol):
     def session(self, *, write: bool) -> contextlib.AbstractContextManager[Session]:
         """The documents, locked (shared when not `write`); on a clean exit, what changed is
         written. Raising inside changes nothing."""
-        ...
 
     async def run(self, work: Callable[[], R]) -> R:
         """Run `work` (which opens sessions) where blocking is fine, mapping I/O errors."""
-        ...
 
     def key_ref(self, key_id: str) -> str:
         """The reference a saved key of `key_id` gets: what the registration names."""
-        ...
 
     def key_named(self, ref: str) -> str | None:
         """The reference under which `KEYS` holds the key `ref` names, if any can."""
-        ...
 
     async def close(self) -> None: ...

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from relay.protocol import STARTED_WINDOW_MS
-from relay.store.backend import Claim, StartedClaim
+from relay.store.backend import StartedClaim
 from relay.store.records import StartedEntry, StartedScope
 
 Ledger = dict[str, StartedScope]  # by profile_id
@@ -48,53 +48,34 @@ def with_claimable(ledger: Ledger, owner: str, now_ms: int) -> set[str]:
     }
 
 
-def claim_scopes(ledger: Ledger, profile_ids: Iterable[str], claim: Claim) -> list[StartedEntry]:
-    """Lease the scopes' unsent entries (free ones, expired ones and the owner's): scope by scope
-    in the order listed, each oldest first."""
-    owner, now_ms = claim.owner, claim.now_ms
+def advance(ledger: Ledger, request: StartedClaim) -> list[StartedEntry]:
+    """`StartedClaim`: a sent entry is no longer claimed; a claim takes `claimable` entries."""
+    sent, claim = set(request.sent), request.claim
+    marked = {
+        (profile_id, e.session_id): replace(e, sent=True, claimed_by=None, claimed_until=None)
+        for profile_id in {profile_id for profile_id, _ in sent} & ledger.keys()
+        for e in ledger[profile_id].entries
+        if (profile_id, e.session_id) in sent
+    }
+    _put(ledger, marked)
     free = [
         e
-        for profile_id in profile_ids
+        for profile_id in request.scopes
         if (scope := ledger.get(profile_id)) is not None
         for e in scope.entries
-        if claimable(e, owner, now_ms)
+        if claimable(e, claim.owner, claim.now_ms)
     ][: claim.limit]
-    claimed = [replace(e, claimed_by=owner, claimed_until=claim.until) for e in free]
-    by_scope: dict[str, dict[str, StartedEntry]] = {}
-    for e in claimed:
-        by_scope.setdefault(e.profile_id, {})[e.session_id] = e
-    for profile_id, claims in by_scope.items():
-        scope = ledger[profile_id]
-        entries = tuple(claims.get(e.session_id, e) for e in scope.entries)
-        ledger[profile_id] = replace(scope, entries=entries)
+    claimed = [replace(e, claimed_by=claim.owner, claimed_until=claim.until) for e in free]
+    _put(ledger, {(e.profile_id, e.session_id): e for e in claimed})
     return claimed
 
 
-def mark_sent(ledger: Ledger, profile_id: str, session_ids: Iterable[str]) -> None:
-    """These sessions' starts were announced: sent, and no longer claimed."""
-    if (scope := ledger.get(profile_id)) is None:
-        return
-    marked = set(session_ids)
-    entries = tuple(
-        replace(e, sent=True, claimed_by=None, claimed_until=None) if e.session_id in marked else e
-        for e in scope.entries
-    )
-    ledger[profile_id] = replace(scope, entries=entries)
-
-
-def advance(ledger: Ledger, request: StartedClaim) -> list[StartedEntry]:
-    """Mark the `sent` (scope, session) pairs, then `claim_scopes`: one announcing step."""
-    by_scope: dict[str, list[str]] = {}
-    for profile_id, session_id in request.sent:
-        by_scope.setdefault(profile_id, []).append(session_id)
-    for profile_id, session_ids in by_scope.items():
-        mark_sent(ledger, profile_id, session_ids)
-    return claim_scopes(ledger, request.scopes, request.claim)
-
-
-def scopes(ledger: Ledger) -> list[StartedScope]:
-    """Every scope, ordered by its id."""
-    return [ledger[profile_id] for profile_id in sorted(ledger)]
+def _put(ledger: Ledger, changed: dict[tuple[str, str], StartedEntry]) -> None:
+    """Each changed entry, by (scope, session), in place of its scope's entry."""
+    for profile_id in {profile_id for profile_id, _ in changed}:
+        scope = ledger[profile_id]
+        entries = tuple(changed.get((profile_id, e.session_id), e) for e in scope.entries)
+        ledger[profile_id] = replace(scope, entries=entries)
 
 
 def unsent(ledger: Ledger) -> Iterator[StartedEntry]:

@@ -5,31 +5,32 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from relay.store.records import DeletedScope, DeletedView
+from relay.store.backend import Binding, Claim, Deletion
+from relay.store.records import DeletedView
 
 Outbox = dict[tuple[str, str], DeletedView]  # by (session_id, profile), in the order queued
 Claims = dict[str, tuple[str, int]]  # view id -> (owner, until)
 
 
-def enqueue(outbox: Outbox, new: DeletedView, session_live: bool) -> DeletedView:
-    """Queue `new` once; a queued entry keeps its id, and its `through` rises only while the
-    session still has data (to cover its newer runs)."""
+def enqueue(outbox: Outbox, deletion: Deletion) -> DeletedView:
+    """A queued entry keeps its id; its `through` rises to cover the session's newer runs."""
+    new = deletion.new
     key = (new.session_id, new.profile)
     queued = outbox.setdefault(key, new)
-    if session_live and new.through > queued.through:
+    if deletion.session_live and new.through > queued.through:
         queued = outbox[key] = replace(queued, through=new.through)
     return queued
 
 
-def bind(outbox: Outbox, profile: str, identity: str, scope: DeletedScope) -> int:
-    """Bind the profile's unbound entries (no identity, or this one) to a relay scope."""
+def bind(outbox: Outbox, binding: Binding) -> int:
+    profile, identity = binding.profile, binding.identity
     unbound = [
         key
         for key, view in outbox.items()
         if view.profile == profile and view.scope is None and view.identity in (None, identity)
     ]
     for key in unbound:
-        outbox[key] = replace(outbox[key], identity=identity, scope=scope)
+        outbox[key] = replace(outbox[key], identity=identity, scope=binding.scope)
     return len(unbound)
 
 
@@ -49,17 +50,16 @@ def any_claimable(outbox: Outbox, claims: Claims, owner: str, now_ms: int) -> bo
     return any(claimable(claims, view, owner, now_ms) for view in outbox.values())
 
 
-def claim(
-    outbox: Outbox, claims: Claims, owner: str, now_ms: int, until: int, limit: int | None
-) -> list[DeletedView]:
+def claim(outbox: Outbox, claims: Claims, request: Claim) -> list[DeletedView]:
     """Lease queued entries, oldest `through` first: free ones, expired ones and the owner's.
 
     A claim whose entry was acknowledged since is forgotten here.
     """
     for view_id in claims.keys() - {view.id for view in outbox.values()}:
         del claims[view_id]
-    free = [view for view in pending(outbox) if claimable(claims, view, owner, now_ms)][:limit]
-    claims.update((view.id, (owner, until)) for view in free)
+    owner, now_ms = request.owner, request.now_ms
+    free = [v for v in pending(outbox) if claimable(claims, v, owner, now_ms)][: request.limit]
+    claims.update((view.id, (owner, request.until)) for view in free)
     return free
 
 

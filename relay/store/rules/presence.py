@@ -4,35 +4,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from relay.store.backend import PresenceUpdate
 from relay.store.records import PresenceLease
 
 Leases = dict[tuple[str, str], PresenceLease]  # by (profile, tab_id)
 
 
-def apply(leases: Leases, new: PresenceLease, fence_ms: int, max_tabs: int) -> bool:
-    """Store `new` unless its sequence is not above the stored one; True if stored.
-
-    First, entries whose lease ended more than `fence_ms` ago are forgotten (even when the update
-    is then refused); past `max_tabs` the least recently updated others are evicted.
-    """
-    key = (new.profile, new.tab_id)
-    for old in [k for k, v in leases.items() if v.expires_at + fence_ms <= new.updated_at]:
+def apply(leases: Leases, update: PresenceUpdate) -> bool:
+    """True if stored. The fenced entries are forgotten even when the update is then refused."""
+    new, key = update.lease, (update.lease.profile, update.lease.tab_id)
+    fenced = [k for k, v in leases.items() if v.expires_at + update.fence_ms <= new.updated_at]
+    for old in fenced:
         del leases[old]
     stored = leases.get(key)
     if stored is not None and stored.seq >= new.seq:
         return False
     leases[key] = new
-    excess = len(leases) - max_tabs
+    excess = len(leases) - update.max_tabs
     if excess > 0:
         others = sorted((k for k in leases if k != key), key=lambda k: (leases[k].updated_at, k))
         for evicted in others[:excess]:
             del leases[evicted]
     return True
-
-
-def active(leases: Leases, profile: str, now_ms: int) -> bool:
-    """Whether any tab of the profile holds an active, unexpired lease."""
-    return any(v.profile == profile and v.active and v.expires_at > now_ms for v in leases.values())
 
 
 def active_profiles(leases: Leases, now_ms: int) -> set[str]:

@@ -1,8 +1,4 @@
-"""The rules of the run-state table, on a plain dict of rows: for the stores that are not SQL.
-
-The SQL store states the same rules as statements (`relay.store.sql.runs`); the contract suite
-holds every backend to them.
-"""
+"""The rules of the run-state table, on a plain dict of rows (`relay.store.sql.runs` in SQL)."""
 
 from __future__ import annotations
 

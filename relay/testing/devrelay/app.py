@@ -51,16 +51,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 
-async def lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
-
-
 def request_of(scope: Scope) -> tuple[str, str, dict[str, str]]:
     """The method, the raw path (percent-encoding as sent, no query) and the headers (names
     lowercased, repeated ones joined with ", ")."""
@@ -86,14 +76,9 @@ async def read_body(receive: Receive) -> bytes | None:
             return b"".join(chunks)
 
 
-async def respond(
-    send: Send, status: int, payload: dict[str, Any], extra: Mapping[str, str]
-) -> None:
-    body = compact(payload)
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    headers += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in extra.items()]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+def _redeemed(user_id: str, publisher_id: str, profile_id: str, **more: object) -> Reply:
+    body = {"ok": True, "protocolVersion": 2, "userId": user_id, "publisherId": publisher_id}
+    return 201, {**body, "profileId": profile_id, **more}
 
 
 class DevRelay(RelayState):
@@ -101,7 +86,10 @@ class DevRelay(RelayState):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            await lifespan(receive, send)
+            while (message := await receive())["type"] != "lifespan.shutdown":
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
             return
         if scope["type"] != "http":
             return
@@ -122,7 +110,12 @@ class DevRelay(RelayState):
         extra = {"date": formatdate(self._clock(), usegmt=True)}
         if fault is not None:
             extra.update((name.lower(), value) for name, value in fault.headers.items())
-        await respond(send, status, payload, extra)
+        content = compact(payload)
+        fields = [("content-type", "application/json"), ("content-length", str(len(content)))]
+        raw = [(name.encode("latin-1"), value.encode("latin-1")) for name, value in fields]
+        raw += [(name.encode("latin-1"), value.encode("latin-1")) for name, value in extra.items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": content})
 
     def _take_fault(self, route: str | None) -> Fault | None:
         for fault in self._faults:
@@ -149,8 +142,6 @@ class DevRelay(RelayState):
         if method == "GET" and path == "/admin/state":
             return 200, self.state()
         return NOT_FOUND
-
-    # ── pairing ──
 
     def _publisher_redeem(self, body: bytes) -> Reply:
         text = body_text(body)
@@ -197,15 +188,9 @@ class DevRelay(RelayState):
             grant.clear()
             grant.owner_user_id, grant.profile_id = user_id, profile_id
         invite.consumed_at = now
-        return 201, {
-            "ok": True,
-            "protocolVersion": 2,
-            "userId": user_id,
-            "publisherId": publisher_id,
-            "profileId": grant.profile_id,
-            "profileIdPreserved": preserved,
-            "keyId": key_id,
-        }
+        return _redeemed(
+            user_id, publisher_id, grant.profile_id, profileIdPreserved=preserved, keyId=key_id
+        )
 
     def _profile_redeem(self, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         text = body_text(body)
@@ -239,13 +224,7 @@ class DevRelay(RelayState):
                 grant.clear()
             grant.owner_user_id, grant.profile_id = auth.owner_user_id, profile_id
         invite.consumed_at = now
-        return 201, {
-            "ok": True,
-            "protocolVersion": 2,
-            "userId": invite.user_id,
-            "publisherId": publisher_id,
-            "profileId": profile_id,
-        }
+        return _redeemed(invite.user_id, publisher_id, profile_id)
 
     def _redeemable(self, token: str, now: int) -> tuple[Invitation | None, str]:
         invite = self._invitations.get(token)
@@ -266,8 +245,6 @@ class DevRelay(RelayState):
             return 400, {"error": "invalid_user"}
         token = self.mint_invitation(user_id)
         return 201, {"invitation": token, "expiresAt": self._invitations[token].expires_at}
-
-    # ── the signed publisher routes: `PUT /v1/publishers/{publisher}/profiles/{profile}/…` ──
 
     def _publisher_put(self, path: str, headers: Mapping[str, str], body: bytes) -> Reply:
         parts = path_parts(path)

@@ -9,6 +9,7 @@ the row until the app or a `viewed` acknowledgement clears it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -19,14 +20,9 @@ LEASE_MS = 3 * 60_000
 TERMINAL_MS = 15 * 60_000
 
 
-def camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
 def wire(record: Any) -> dict[str, Any]:
     """A record dataclass as camelCase JSON, the way the relay names its fields."""
-    return {camel(name): value for name, value in asdict(record).items()}
+    return {re.sub("_(.)", lambda m: m[1].upper(), k): v for k, v in asdict(record).items()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

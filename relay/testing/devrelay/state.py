@@ -125,8 +125,6 @@ class RelayState:
         if self.keep_requests is not None and len(self.requests) > self.keep_requests:
             del self.requests[: len(self.requests) - self.keep_requests]
 
-    # ── set-up and fault injection ──
-
     def mint_invitation(self, user_id: str = DEFAULT_USER) -> str:
         """A one-time invitation of `user_id`, valid ten minutes, to register or to enroll."""
         if not isinstance(user_id, str) or not user_id:
@@ -164,8 +162,6 @@ class RelayState:
         if times < 1 or delay < 0:
             raise InvalidInputError("times must be >= 1 and delay >= 0")
         self._faults.append(Fault(route, SLOW, times, delay, {}))
-
-    # ── inspection ──
 
     def rows(
         self, publisher_id: str, profile_id: str, *, include_expired: bool = False
@@ -238,8 +234,6 @@ class RelayState:
             for grant in self._grants.values()
             if (grant.publisher_id, grant.profile_id) == (publisher_id, profile_id)
         ]
-
-    # ── signed requests (§2.3): who signed one, and whether that publisher may write ──
 
     def _authenticate(
         self, method: str, path: str, headers: Mapping[str, str], text: str, publisher_id: str

@@ -113,9 +113,6 @@ def b64url_decode(value: str) -> bytes:
         raise ValueError("invalid base64url") from exc
 
 
-# ── paths ────────────────────────────────────────────────────────────────────
-
-
 def path_parts(path: str) -> list[str]:
     """Non-empty segments, each `decodeURIComponent`-ed; [] if any cannot be decoded."""
     parts = []
@@ -149,12 +146,6 @@ def route_of(method: str, path: str) -> str | None:
     return None
 
 
-def safe_path(value: str) -> bool:
-    return value.startswith("/") and not value.startswith("//") and len(value) <= 512
-
-
-# ── origins: `new URL(x).origin` for http(s) ─────────────────────────────────
-
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
 _C0_OR_SPACE = "".join(chr(c) for c in range(0x21))
 _FORBIDDEN_HOST = re.compile(r"[\x00-\x20#%/:<>?@\[\\\]^|\x7f]")
@@ -177,8 +168,8 @@ def canonical_origin(value: str) -> str | None:
     userinfo, at, hostport = authority.rpartition("@")
     if at and userinfo not in ("", ":"):
         return None  # credentials; an empty user and password are no credentials
-    if not _empty_tail(tail):
-        return None
+    if not re.fullmatch(r"/?\??#?", tail):
+        return None  # a path other than `/`, or a query or fragment that is not empty
     if hostport.startswith("["):
         close = hostport.find("]")
         host = _ipv6(hostport[1:close]) if close > 0 else None
@@ -197,13 +188,6 @@ def canonical_origin(value: str) -> str | None:
         port_text = str(int(port_text))
     suffix = "" if port_text in ("", _DEFAULT_PORTS[scheme]) else ":" + port_text
     return f"{scheme}://{host}{suffix}"
-
-
-def _empty_tail(tail: str) -> bool:
-    """Path `/` (or none), and an empty query and fragment if present at all."""
-    before_fragment, _, fragment = tail.partition("#")
-    path, _, query = before_fragment.partition("?")
-    return path in ("", "/") and not query and not fragment
 
 
 def _domain(raw: str) -> str | None:
@@ -258,23 +242,12 @@ def _ipv6(text: str) -> str | None:
         packed = ipaddress.IPv6Address(text).packed
     except ValueError:
         return None
-    pieces = [int.from_bytes(packed[i : i + 2], "big") for i in range(0, 16, 2)]
-    # Compress the first longest run of two or more zero pieces, as the URL serialiser does.
-    best, best_len, start = -1, 1, None
-    for index, piece in enumerate([*pieces, 1]):
-        if piece == 0 and start is None:
-            start = index
-        elif piece != 0 and start is not None:
-            if index - start > best_len:
-                best, best_len = start, index - start
-            start = None
-    hexes = [f"{piece:x}" for piece in pieces]
-    if best < 0:
-        return "[" + ":".join(hexes) + "]"
-    return "[" + ":".join(hexes[:best]) + "::" + ":".join(hexes[best + best_len :]) + "]"
-
-
-# ── bodies ───────────────────────────────────────────────────────────────────
+    text = ":".join(f"{int.from_bytes(packed[i : i + 2], 'big'):x}" for i in range(0, 16, 2))
+    # The first longest run of two or more zero pieces becomes "::", as the URL serialiser does.
+    runs = re.finditer(r"(?:^|:)0(?::0)+(?::|$)", text)
+    if best := max(runs, key=lambda run: run[0].count("0"), default=None):
+        text = text[: best.start()] + "::" + text[best.end() :]
+    return f"[{text}]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,7 +292,8 @@ def parse_state(value: object) -> StateInput | None:
         or phase not in PHASES
         or updated_at is None
         or deep_link is None
-        or not safe_path(deep_link)
+        or not deep_link.startswith("/")
+        or deep_link.startswith("//")
     ):
         return None
     return StateInput(
