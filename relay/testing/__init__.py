@@ -10,12 +10,14 @@ from __future__ import annotations
 from relay.testing.clock import Clock
 from relay.testing.devrelay.app import DevRelay
 from relay.testing.devrelay.records import Completion, KeyInfo, SessionRow, StartedEvent, ViewedAck
-from relay.testing.devrelay.state import RecordedRequest
+from relay.testing.devrelay.state import DEFAULT_USER, INVITATION_TTL_MS, RecordedRequest
 from relay.testing.devrelay.validation import ROUTES, route_of
 from relay.testing.memory import MemoryHost, MemorySession
 from relay.testing.server import run, serve
 
 __all__ = [
+    "DEFAULT_USER",
+    "INVITATION_TTL_MS",
     "ROUTES",
     "Clock",
     "Completion",

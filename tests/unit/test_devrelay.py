@@ -773,11 +773,14 @@ async def test_serve_refuses_non_loopback_addresses() -> None:
 
 
 def test_public_names_are_exported() -> None:
-    """Every name in `relay_testing.__all__` resolves, and the dev relay's records are in it."""
+    """Every name in `relay_testing.__all__` resolves; the dev relay's records and the constants
+    docs/pairing.md names are in it."""
     for name in relay_testing.__all__:
         assert getattr(relay_testing, name) is not None
     records = {"DevRelay", "RecordedRequest", "SessionRow", "StartedEvent", "ViewedAck"}
     assert records | {"serve", "run"} <= set(relay_testing.__all__)
+    assert relay_testing.INVITATION_TTL_MS == 10 * 60_000  # "after ten minutes"
+    assert relay_testing.DEFAULT_USER == "usr_dev"
 
 
 # ── bounded memory ───────────────────────────────────────────────────────────
