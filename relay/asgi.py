@@ -46,8 +46,6 @@ __all__ = [
 
 # The web app's auth: a `Caller`, or None (401), or raise `Refused(message, status)`.
 Identify: TypeAlias = Callable[[Request], Awaitable[Caller | None]]
-# What a client may send; each route takes one of them (`relay.routes.Route.method`).
-_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # A service, or a function that returns it once the app has started (None before: 503).
 ServiceSource: TypeAlias = RelayService | Callable[[], RelayService | None]
 
@@ -71,7 +69,7 @@ def routes(
             _Endpoint(route, service, identify, max_body, operator).handle,
             # Every method reaches the endpoint, which answers any but the route's own 405 as
             # the shared table says (Starlette's own would be plain text, and answer HEAD).
-            methods=list(_METHODS),
+            methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
         )
         for route in table.ROUTES
     ]
@@ -106,13 +104,11 @@ class _Endpoint:
         headers = {"content-type": request.headers.get("content-type", "")}
         if (declared := request.headers.get("content-length")) is not None:
             headers["content-length"] = declared
-
+        asked = table.Asked(service is not None, headers, self.max_body, self.operator)
         perform = table.performer(
             service, lambda: self.identify(request), lambda n: _read(request, n)
         )
-        asked = table.Asked(service is not None, headers, self.max_body, self.operator)
-        flow = self.route.flow(asked)
-        return _response(await table.drive_async(flow, perform))
+        return _response(await table.drive_async(self.route.flow(asked), perform))
 
 
 def _response(reply: table.Reply) -> Response:

@@ -1,10 +1,9 @@
-"""The exceptions of `relay`, one tree.
+"""The exceptions of `relay`, one tree; each class's docstring is its default message.
 
     RelayError                      root: catch this to catch everything raised here
     ├── InvalidInputError           an argument is out of its domain; nothing was stored
-    ├── MissingExtraError           an optional dependency is not installed: names the extra
-    │                               to install (also an `ImportError`)
     │   └── TransferConflictError   an import's target holds other relay state (use --force)
+    ├── MissingExtraError           an optional dependency is missing: names the extra to install
     ├── SessionNotFoundError        the web app has no such session (also a `LookupError`)
     ├── StoreError                  relay state could not be read or written
     │   ├── CorruptStateError       a stored value exists but is invalid; it was left as it was
@@ -15,12 +14,9 @@
     │   └── StoreUnavailableError   the database cannot be reached, or stayed busy
     ├── RelayPairingError           pairing failed: the `message` and `status` to answer with
     ├── relay.routes.Refused        the web app's `identify` refused a request: its 4xx status
-    │                               (also as `relay.asgi.Refused` and `relay.wsgi.Refused`)
     ├── ServiceNotStartedError      a `RelayService` was used before `await service.start()`
-    ├── ServiceStoppedError         a blocking call to `relay.threaded` came after, or was cut
-    │                               short by, its `stop()`
-    ├── CallTimeoutError            a blocking call to `relay.threaded` did not finish in time;
-    │                               it was cancelled (also a `TimeoutError`)
+    ├── ServiceStoppedError         a call to `relay.threaded` came after, or was cut by, `stop()`
+    ├── CallTimeoutError            a call to `relay.threaded` timed out and was cancelled
     └── RelayRequestError           a request to the relay did not succeed
         ├── RelayHttpError          the relay answered non-2xx; `retryable` for 3xx, 408, 425, 429,
         │                           5xx and a 401 that the relay's clock explains
@@ -28,7 +24,8 @@
         │   └── RelayTimeoutError   no answer within the timeout
         └── RelayResponseError      an answer that could not be read (too large, not JSON)
 
-Each class's docstring is its default message.
+`MissingExtraError` is also an `ImportError`, `CallTimeoutError` a `TimeoutError`, and `Refused`
+is `relay.asgi.Refused` and `relay.wsgi.Refused` too.
 """
 
 from __future__ import annotations

@@ -14,9 +14,6 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from relay.errors import RelayError, StoreUnavailableError
-from relay.publishing.clock import StoreClock
-from relay.publishing.loop import LoopHealth
-from relay.publishing.options import PublisherOptions
 from relay.publishing.storewatch import StoreWatch
 from relay.store import StoreTarget, open_store, resolve
 from relay.store.contract import Handle, Registration, Revisions
@@ -86,38 +83,6 @@ class Health:
         """Reachable store at head, registered, and a publisher that runs (not stopped for good)."""
         store = StoreHealth(self.store_reachable, self.schema_at_head, self.registered)
         return store.ready and self.publishing and not self.stopped
-
-
-def service_health(
-    found: StoreHealth,
-    loop: LoopHealth | None,
-    clock: StoreClock,
-    watch: StoreWatch,
-    options: PublisherOptions,
-    *,
-    now: float,
-) -> Health:
-    """A service's `Health`: its store probe's answers, its publisher's loop (None: none), its
-    time base and its watch of the store; `now` is the service's clock."""
-    last = loop.last_success if loop else None
-    age = loop.pass_age_s if loop else None
-    silent_s = watch.silent_s()
-    # A pass that has run a lease is failing: its rows' trust window has shut.
-    hung = age is not None and age >= options.lease_s
-    return Health(
-        store_reachable=found.reachable,
-        schema_at_head=found.schema_at_head,
-        registered=found.registered,
-        publishing=loop is not None and not loop.stopped,
-        last_success=last,
-        last_success_age_s=None if last is None else max(now - last, 0.0),
-        consecutive_failures=(loop.failures if loop else 0) + int(hung),
-        backoff_until=loop.backoff_until if loop else None,
-        stopped=loop.stopped if loop else False,
-        clock_offset_s=clock.offset_s,
-        pass_age_s=None if age is None else round(age, 3),
-        store_silent_s=None if silent_s is None else round(silent_s, 3),
-    )
 
 
 class Probed(Handle, Registration, Revisions, Protocol):

@@ -28,7 +28,6 @@ try:
 except ImportError:  # the optional extra is not installed: every measurement is skipped
     _api = _globals = None  # type: ignore[assignment]
 
-METER_NAME = "talaria-relay"
 T = TypeVar("T")
 C = TypeVar("C")
 
@@ -49,7 +48,7 @@ class Instruments:
 
     @classmethod
     def of(cls, provider: Any) -> Instruments:
-        meter = provider.get_meter(METER_NAME)
+        meter = provider.get_meter("talaria-relay")
 
         def make(kind: str, name: str, unit: str) -> Any:
             return getattr(meter, f"create_{kind}")(name, unit, _DESCRIPTIONS[name])
@@ -96,19 +95,14 @@ def use(provider: Any) -> None:
     _CHOSEN.use(provider)
 
 
-def status(error: BaseException | None) -> str:
-    """A request's `status` attribute: the HTTP status, else the kind of transport failure."""
-    if error is None:
-        return "200"
-    code = getattr(error, "status", None)
-    return str(code) if isinstance(code, int) else type(error).__name__
-
-
 def count(instrument: str, error: BaseException | None) -> None:
-    """One request to the relay: `outcome=sent|failed` and its `status`."""
+    """One request to the relay: `outcome=sent|failed` and its `status`, the HTTP status, else
+    the kind of transport failure."""
     if (found := current()) is not None:
+        code = 200 if error is None else getattr(error, "status", None)
+        status = str(code) if isinstance(code, int) else type(error).__name__
         outcome = "sent" if error is None else "failed"
-        getattr(found, instrument).add(1, {"outcome": outcome, "status": status(error)})
+        getattr(found, instrument).add(1, {"outcome": outcome, "status": status})
 
 
 def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Awaitable[T]]:

@@ -71,7 +71,8 @@ class _Asked:
 
 @dataclass(frozen=True, slots=True)
 class Pairing:
-    """The pairing state machine; `trusted` is the one relay origin this server pairs with."""
+    """The pairing state machine; `trusted` is the one relay origin (no trailing slash) this
+    server pairs with and publishes to."""
 
     store: Registration
     host: Host
@@ -109,7 +110,7 @@ class Pairing:
             publisher_id = validated_origin(publisher_id)
         except RelayError as error:
             raise RelayPairingError(str(error), 400) from error
-        if relay_url != self.trusted_origin:
+        if relay_url != self.trusted:
             raise RelayPairingError("Untrusted Talaria Relay origin", 400)
         if not 1 <= len(invitation) <= 256 or not 1 <= len(label) <= 80:
             raise RelayPairingError("Invalid relay pairing fields", 400)
@@ -153,7 +154,7 @@ class Pairing:
         stored = (await self.store.identities()).get(canonical)
         # A recreated profile (new identity) gets a new relay scope.
         reuse = known is not None and stored is not None and known.identity == stored
-        profile_id = known.profile_id if known and reuse else _new_id("prf")
+        profile_id = known.profile_id if known and reuse else f"prf_{uuid.uuid4().hex}"
         key = load_key(await self.store.load_key(existing.key_ref))
         request = compact(
             {"invitation": asked.invitation, "publisherId": publisher_id, "profileId": profile_id}
@@ -199,7 +200,7 @@ class Pairing:
 
     async def _register(self, asked: _Asked) -> dict[str, Any]:
         key = Ed25519PrivateKey.generate()
-        profile_id = _new_id("prf")
+        profile_id = f"prf_{uuid.uuid4().hex}"
         public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         request = compact(
             {
@@ -293,8 +294,6 @@ class Pairing:
             return identity, None
         return identity, DeletedScope(config.url, config.publisher_id, grant.profile_id)
 
-    # ── origins ───────────────────────────────────────────────────────────────
-
     def _relay_origin(self, raw: str) -> str:
         """The relay origin as given: https, or http to a loopback host when allowed."""
         try:
@@ -309,21 +308,9 @@ class Pairing:
                 "allow_insecure_loopback=True (the command line's --allow-insecure-loopback)"
             ) from None
 
-    @property
-    def trusted_origin(self) -> str:
-        """The one relay origin this server pairs with and publishes to."""
-        return self.trusted.strip().rstrip("/")
-
 
 def _is_loopback(origin: str) -> bool:
     host = urlsplit(origin).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    with contextlib.suppress(ValueError):
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    return False

@@ -149,20 +149,16 @@ def capped_title(title: str | None) -> str:
     long title of leading spaces would become one. A lone surrogate, which has no UTF-8 form and
     so could not be sent, becomes U+FFFD.
     """
-    text = _well_formed(title or "").strip(JS_WHITESPACE) or "Untitled"
+    text = title or ""
+    if not text.isascii():  # each lone surrogate becomes U+FFFD (and split pairs join)
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    text = text.strip(JS_WHITESPACE) or "Untitled"
     units = 0
     for index, char in enumerate(text):
         units += 2 if ord(char) > 0xFFFF else 1
         if units > MAX_TITLE:
             return text[:index]
     return text
-
-
-def _well_formed(text: str) -> str:
-    """`text` with each lone surrogate replaced by U+FFFD (and split pairs joined)."""
-    if text.isascii():
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def compact(value: Any) -> bytes:

@@ -76,9 +76,6 @@ class Answer(Exception):
         self.message = message
 
 
-# ── effects a route yields; a face performs them ──────────────────────────────
-
-
 @dataclass(frozen=True, slots=True)
 class WhoCalls:
     """Ask the app's `identify` hook who calls: a `Caller` or None."""
@@ -162,9 +159,6 @@ def encode(payload: dict[str, Any]) -> bytes:
     return json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
 
 
-# ── the routes ────────────────────────────────────────────────────────────────
-
-
 def _guarded(action: Callable[[object, Caller], Call]) -> Callable[[Asked], Flow]:
     """A route that needs a started service, a caller and a JSON body, with its errors mapped:
     the service's answer, or `{"ok": true}` for a call that answers nothing."""
@@ -196,10 +190,6 @@ def _caller(started: bool) -> Generator[Effect, Any, Caller]:
 def _pair(body: object, caller: Caller) -> Call:
     # A non-object body is the service's own 400 ("Invalid pairing request").
     return Call("pair", (body, caller.profile), {"operator": caller.operator})
-
-
-def _presence(body: object, caller: Caller) -> Call:
-    return Call("update_presence", (body, caller.profile))
 
 
 def _viewed(body: object, caller: Caller) -> Call:
@@ -257,7 +247,7 @@ def _secured(status: int, payload: dict[str, Any]) -> Reply:
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/relay/pair", _guarded(_pair)),
-    Route("POST", "/presence", _guarded(_presence)),
+    Route("POST", "/presence", _guarded(lambda b, c: Call("update_presence", (b, c.profile)))),
     Route("POST", "/viewed", _guarded(_viewed)),
     Route("GET", "/relay/health", _health),
     Route("GET", "/relay/operator", _operator(html=True), secured=True),
@@ -313,9 +303,6 @@ def _read_json(headers: Mapping[str, str], limit: int) -> Generator[Effect, Any,
 
 def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
-
-
-# ── drivers: one per face ─────────────────────────────────────────────────────
 
 
 def rendered(reply: Reply) -> tuple[int, Document]:

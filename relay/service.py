@@ -29,7 +29,7 @@ from relay.errors import (
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from relay.health import Health, StoreProbe, service_health
+from relay.health import Health, StoreProbe
 from relay.host import Host
 from relay.logfields import fields, of_error
 from relay.operator.facts import Gatherer, Own
@@ -47,7 +47,6 @@ from relay.store.records import OWNER_LIMIT
 from relay.unpairing import unpair
 
 logger = logging.getLogger("relay.service")
-RELAY_URL_ENV = "TALARIA_RELAY_URL"
 
 
 class ServiceOptions(TypedDict, total=False):
@@ -113,10 +112,11 @@ class RelayService:
         self._publisher: RelayPublisher | None = None
         self._candidate: RelayPublisher | None = None
         self._clients: dict[str, RelayClient] = {}
+        trusted = relay_url or os.environ.get("TALARIA_RELAY_URL") or DEFAULT_RELAY_URL
         self._pairing = Pairing(
             store,
             host,
-            trusted=relay_url or os.environ.get(RELAY_URL_ENV) or DEFAULT_RELAY_URL,
+            trusted=trusted.strip().rstrip("/"),
             allow_insecure_loopback=allow_insecure_loopback,
             client=self._client,
             configure=self._configure,
@@ -158,8 +158,25 @@ class RelayService:
         """
         found = await self._probe()
         loop = self._publisher.health() if self._publisher is not None else None
-        clock, watch = self.store_clock, self.store_watch
-        return service_health(found, loop, clock, watch, self.publishing, now=self._clock())
+        last = loop.last_success if loop else None
+        age = loop.pass_age_s if loop else None
+        silent_s = self.store_watch.silent_s()
+        # A pass that has run a lease is failing: its rows' trust window has shut.
+        hung = age is not None and age >= self.publishing.lease_s
+        return Health(
+            store_reachable=found.reachable,
+            schema_at_head=found.schema_at_head,
+            registered=found.registered,
+            publishing=loop is not None and not loop.stopped,
+            last_success=last,
+            last_success_age_s=None if last is None else max(self._clock() - last, 0.0),
+            consecutive_failures=(loop.failures if loop else 0) + int(hung),
+            backoff_until=loop.backoff_until if loop else None,
+            stopped=loop.stopped if loop else False,
+            clock_offset_s=self.store_clock.offset_s,
+            pass_age_s=None if age is None else round(age, 3),
+            store_silent_s=None if silent_s is None else round(silent_s, 3),
+        )
 
     async def start(self) -> bool:
         """Resume from stored state; an invalid stored registration disables the publisher.
@@ -188,10 +205,9 @@ class RelayService:
                 return None
             # A registration with another relay (the trusted one changed, or the store came from
             # elsewhere) would send signed session data where this server was not told to.
-            if config.url != self._pairing.trusted_origin:
+            if config.url != self._pairing.trusted:
                 raise InvalidInputError(
-                    f"registered with {config.url}, not the trusted relay "
-                    f"{self._pairing.trusted_origin}"
+                    f"registered with {config.url}, not the trusted relay {self._pairing.trusted}"
                 )
             return await self._publisher_for(config)
         except StoreUnavailableError:
@@ -315,7 +331,7 @@ class RelayService:
         theirs until they restart. Allowed before `start()`.
         """
         checks.flag("if_relay_changed", if_relay_changed)
-        keep = self._pairing.trusted_origin if if_relay_changed else None
+        keep = self._pairing.trusted if if_relay_changed else None
         if keep is not None:
             # An unreadable registration is forgotten below, whatever relay it named.
             with contextlib.suppress(CorruptStateError):
@@ -338,8 +354,6 @@ class RelayService:
         may enroll a profile once it is registered."""
         self._require_started("pair")
         return await self._pairing.pair(body, profile, operator=operator)
-
-    # ── swaps ─────────────────────────────────────────────────────────────────
 
     async def _configure(self, config: RelayConfig, profile_id: str, identity: str) -> None:
         """Validate the new registration with a real publish before swapping publishers."""

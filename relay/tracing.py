@@ -22,15 +22,12 @@ try:
 except ImportError:  # the optional extra is not installed: no span is made
     _api = None  # type: ignore[assignment]
 
-TRACER_NAME = "talaria-relay"
-
-
 _CHOSEN: Chosen[Any] = Chosen(
     None if _api is None else _api.get_tracer_provider,
     (_api, "_TRACER_PROVIDER"),
     "OTEL_PYTHON_TRACER_PROVIDER",
     ("NoOpTracerProvider", "ProxyTracerProvider"),
-    lambda provider: provider.get_tracer(TRACER_NAME),
+    lambda provider: provider.get_tracer("talaria-relay"),
 )
 # A bound method as the module's function: a pass pays one call to ask.
 current = _CHOSEN.current

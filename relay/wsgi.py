@@ -85,8 +85,7 @@ class Router:
             return None
         if method != route.method:
             return route.wrong_method()
-        source = self.service
-        service = source if isinstance(source, ThreadedRelayService) else source()
+        service = self.service if isinstance(self.service, ThreadedRelayService) else self.service()
         asked = table.Asked(service is not None, headers, self.max_body, self.operator)
         return table.drive(route.flow(asked), table.performer(service, who, read))
 
@@ -106,8 +105,12 @@ class Router:
                 return self.fallback(environ, start_response)
             reply = 404, {"error": "Not found"}
         status, document = table.rendered(reply)
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:  # a 4xx of the app's own (`Refused(…, 499)`) has none of its own
+            phrase = "Client Error" if 400 <= status < 500 else "Error"
         head = [("Content-Type", document.media_type), ("Content-Length", str(len(document.body)))]
-        start_response(f"{status} {_phrase(status)}", [*head, *document.headers])
+        start_response(f"{status} {phrase}", [*head, *document.headers])
         return [document.body]
 
 
@@ -135,14 +138,6 @@ def middleware(
     return Router(
         service, identify, prefix=prefix, max_body=max_body, fallback=wrapped, operator=operator
     )
-
-
-def _phrase(status: int) -> str:
-    """The reason phrase; a 4xx of the app's own (`Refused(…, 499)`) has none of its own."""
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Client Error" if 400 <= status < 500 else "Error"
 
 
 def _read(environ: WSGIEnvironment, limit: int) -> bytes:
