@@ -248,25 +248,20 @@ def _http_error(response: httpx.Response, now: float, code: str | None) -> Relay
     status = response.status_code
     relay_now = _http_date(response.headers.get("Date"))
     retry_after = None
-    # RFC 9110 and RFC 6585 give Retry-After to these two; elsewhere it is not a promise.
+    # RFC 9110 and RFC 6585 give Retry-After (delta-seconds or an HTTP-date) to these two;
+    # elsewhere it is not a promise.
     if status in (429, 503) and "Retry-After" in response.headers:
-        reference = now if relay_now is None else relay_now
-        retry_after = _retry_after(response.headers["Retry-After"], reference)
+        value = response.headers["Retry-After"].strip()
+        if value.isascii() and value.isdigit():
+            retry_after = min(float(value), 1e10)  # any number of digits: a wait, never infinity
+        elif (when := _http_date(value)) is not None:
+            retry_after = max(when - (now if relay_now is None else relay_now), 0.0)
     skew = None
     # The relay checks the timestamp before the key: a 401 with our clock outside its window is
     # a clock problem (fixed on this server, then retried), not a refused key.
     if status == 401 and relay_now is not None and abs(now - relay_now) > SIGNATURE_WINDOW_S:
         skew = now - relay_now
     return RelayHttpError(status, code, retry_after=retry_after, clock_skew=skew)
-
-
-def _retry_after(value: str, now: float) -> float | None:
-    """The seconds to wait that `Retry-After` asks for (delta-seconds or an HTTP-date), or None."""
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return min(float(value), 1e10)  # any number of digits: a wait, never infinity
-    when = _http_date(value)
-    return None if when is None else max(when - now, 0.0)
 
 
 def _http_date(value: str | None) -> float | None:
@@ -286,14 +281,9 @@ def describe(exc: Exception) -> str:
     # says what happened ("Connection reset by peer"); failing that, the class name does.
     if (refused := nothing_listening(exc)) is not None:
         return refused
-    if (unknown := unknown_host(exc, _host(exc))) is not None:
+    host = None  # the host an httpx request went to (never its credentials), when it has one
+    with contextlib.suppress(RuntimeError):  # httpx: an error raised before its request was set
+        host = str(exc.request.url.host) if isinstance(exc, httpx.RequestError) else None
+    if (unknown := unknown_host(exc, host)) is not None:
         return unknown
     return next((str(cause) for cause in chain(exc) if str(cause)), type(exc).__name__)
-
-
-def _host(exc: Exception) -> str | None:
-    """The host an httpx request went to (never its credentials), when `exc` has one."""
-    try:
-        return str(exc.request.url.host) if isinstance(exc, httpx.RequestError) else None
-    except RuntimeError:  # httpx: an error raised before its request was set
-        return None

@@ -22,7 +22,6 @@ def fields(
     status: int | None = None,
     failure: str | None = None,
     retry_in: float | None = None,
-    owner: str | None = None,
     kind: str | None = None,
     clock_offset_s: float | None = None,
 ) -> dict[str, Value]:
@@ -33,7 +32,6 @@ def fields(
         "relay_status": status,
         "relay_failure": failure,
         "relay_retry_in": None if retry_in is None else round(retry_in, 3),
-        "relay_owner": owner,
         "relay_kind": kind,
         "relay_clock_offset_s": None if clock_offset_s is None else round(clock_offset_s, 3),
     }

@@ -53,7 +53,6 @@ DISABLED_PROFILE_HELP = "pairing.md#when-a-profile-is-disabled"
 SAVE_ATTEMPTS = 5
 
 INVALID_RESPONSE = "Talaria Relay returned an invalid response"
-
 # (config, profile_id, identity): validate a saved registration with a real publish, then swap.
 Configure = Callable[[RelayConfig, str, str], Awaitable[None]]
 
@@ -83,16 +82,11 @@ class Pairing:
     configure: Configure
 
     async def pair(self, body: object, profile: str, *, operator: bool) -> dict[str, Any]:
-        """Register the server, or enroll another profile.
-
-        `operator` is whether the caller may register the server (the web app's own check of its
-        signed-in user); it has no default, so a handler that forgets it fails at once instead of
-        letting any user register.
+        """Register the server, or enroll another profile (`operator`: `RelayService.pair`).
 
         Nothing is locked while the relay is asked: saves are compare-and-set on the stored
         registration, so enrollments racing here or on other replicas keep every mapping, and of
-        registrations racing only one wins.
-        """
+        registrations racing only one wins."""
         if type(profile) is not str:
             raise InvalidInputError("profile must be a string")
         checks.flag("operator", operator)

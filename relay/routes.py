@@ -332,32 +332,29 @@ def performer(
 
 def drive(flow: Flow, perform: Callable[[Effect], Any]) -> Reply:
     """Run `flow`, performing each effect with a blocking `perform`."""
-    step = _resume(flow, None, None)
-    while not isinstance(step, tuple):
-        try:
-            value, error = perform(step), None
-        except Exception as raised:  # thrown back in: the flow maps what it knows
-            value, error = None, raised
-        step = _resume(flow, value, error)
-    return step
+    value, error = None, None
+    try:
+        while True:
+            step = flow.send(value) if error is None else flow.throw(error)
+            try:
+                value, error = perform(step), None
+            except Exception as raised:  # thrown back in: the flow maps what it knows
+                value, error = None, raised
+    except StopIteration as stop:
+        reply: Reply = stop.value
+        return reply
 
 
 async def drive_async(flow: Flow, perform: Callable[[Effect], Awaitable[Any]]) -> Reply:
     """Run `flow`, awaiting each effect's `perform`."""
-    step = _resume(flow, None, None)
-    while not isinstance(step, tuple):
-        try:
-            value, error = await perform(step), None
-        except Exception as raised:  # thrown back in: the flow maps what it knows
-            value, error = None, raised
-        step = _resume(flow, value, error)
-    return step
-
-
-def _resume(flow: Flow, value: Any, error: Exception | None) -> Effect | Reply:
-    """The flow's next effect, or its reply once it returns."""
+    value, error = None, None
     try:
-        return flow.send(value) if error is None else flow.throw(error)
+        while True:
+            step = flow.send(value) if error is None else flow.throw(error)
+            try:
+                value, error = await perform(step), None
+            except Exception as raised:  # thrown back in: the flow maps what it knows
+                value, error = None, raised
     except StopIteration as stop:
         reply: Reply = stop.value
         return reply

@@ -140,22 +140,13 @@ class RelayService:
 
     def own(self) -> Own:
         """What this replica knows of itself, for the operator page (`Own`)."""
-        watch = self.store_watch
-        return Own(
-            self.owner,
-            self.store_clock.offset_s,
-            self._publisher,
-            store_silent=watch.silent,
-            store_silent_s=watch.silent_s(),
-        )
+        watch, offset_s = self.store_watch, self.store_clock.offset_s
+        return Own(self.owner, offset_s, self._publisher, watch.silent, watch.silent_s())
 
     async def health(self) -> Health:
-        """The store's answers (two cheap reads, waited for `PROBE_WITHIN_S` at most: past it,
-        what the service knows) and the publisher's loop; never calls the relay. Answers within
-        a second whatever the network does.
-
-        Never raises for a service not started yet: it is then not ready (`publishing` False).
-        """
+        """The store's answers (waited for `PROBE_WITHIN_S` at most; past it, what the service
+        knows) and the publisher's loop; never calls the relay. Never raises for a service not
+        started yet: it is then not ready (`publishing` False)."""
         found = await self._probe()
         loop = self._publisher.health() if self._publisher is not None else None
         last = loop.last_success if loop else None
@@ -179,12 +170,9 @@ class RelayService:
         )
 
     async def start(self) -> bool:
-        """Resume from stored state; an invalid stored registration disables the publisher.
-
-        True when a publisher runs; False when there is no usable registration (the service is
-        started all the same: `pair` then registers). A store that cannot be reached raises
-        `StoreUnavailableError` and leaves the service not started, to start again later.
-        """
+        """Resume from stored state: True when a publisher runs; False when there is no usable
+        registration (the service is started all the same: `pair` then registers). A store that
+        cannot be reached raises `StoreUnavailableError` and leaves the service not started."""
         if self._publisher is None and (candidate := await self._stored_publisher()) is not None:
             await self._adopt(candidate, None)
         self._started = True
@@ -350,8 +338,8 @@ class RelayService:
     async def pair(self, body: object, profile: str, *, operator: bool) -> dict[str, Any]:
         """`POST /api/talaria/relay/pair`: register the server, or enroll another profile.
 
-        `operator` (required): whether the signed-in caller may register this server; any user
-        may enroll a profile once it is registered."""
+        `operator`: whether the signed-in caller may register this server (no default, so a
+        handler that forgets it fails at once); any user may enroll a profile once registered."""
         self._require_started("pair")
         return await self._pairing.pair(body, profile, operator=operator)
 
