@@ -20,7 +20,7 @@ from functools import wraps
 from typing import Any, TypeVar
 
 from relay import tracing
-from relay.otel import Chosen
+from relay.tracing import Chosen
 
 try:
     from opentelemetry import metrics as _api

@@ -144,20 +144,16 @@ def _read(environ: WSGIEnvironment, limit: int) -> bytes:
     """The body, read no further than `limit` bytes (the flow checked a declared length)."""
     stream = environ["wsgi.input"]
     declared = environ.get("CONTENT_LENGTH")
-    if declared:
-        size = int(declared)
-        body = bytearray()
-        while len(body) < size:
-            chunk = stream.read(min(size - len(body), _CHUNK))
-            if not chunk:
-                raise table.Answer(400, "Request body incomplete")
-            body += chunk
-        return bytes(body)
-    if not environ.get("wsgi.input_terminated"):
+    if not declared and not environ.get("wsgi.input_terminated"):
         return b""  # no length and no end-of-input promise: PEP 3333 says read nothing
+    size = int(declared) if declared else limit + 1  # chunked: read to the end, or past `limit`
     body = bytearray()
-    while chunk := stream.read(_CHUNK):
+    while len(body) < size:
+        if not (chunk := stream.read(min(size - len(body), _CHUNK))):
+            if declared:
+                raise table.Answer(400, "Request body incomplete")
+            break
         body += chunk
-        if len(body) > limit:  # chunked
-            raise table.Answer(413, "Request body too large")
+    if len(body) > limit:
+        raise table.Answer(413, "Request body too large")
     return bytes(body)
