@@ -59,9 +59,7 @@ def routes(
     operator: Operator | None = None,
 ) -> list[Route]:
     """The routes under `prefix` (`""` to mount them): add them to a Starlette or FastAPI app.
-
-    `operator(caller)` says who may read the operator page; without it nobody may.
-    """
+    `operator(caller)` says who may read the operator page; without it nobody may."""
     table.check_options(prefix, max_body)
     return [
         Route(

@@ -11,12 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from relay.errors import RelayError, StoreUnavailableError
 from relay.publishing.storewatch import StoreWatch
-from relay.store import StoreTarget, open_store, resolve
-from relay.store.contract import Handle, Registration, Revisions
+from relay.store import RelayStore, StoreTarget, open_store, resolve
 from relay.store.migrations import HEAD, Standing, standing
 from relay.store.url import command
 
@@ -85,11 +84,7 @@ class Health:
         return store.ready and self.publishing and not self.stopped
 
 
-class Probed(Handle, Registration, Revisions, Protocol):
-    """What a health check reads."""
-
-
-async def store_health(store: Probed) -> StoreHealth:
+async def store_health(store: RelayStore) -> StoreHealth:
     """Two cheap reads (the revision floor, the registration) and the schema revision if SQL."""
     try:
         await store.revision_floor()
@@ -115,7 +110,7 @@ class StoreProbe:
     outcome noted by the watch; past the bound, the last answer, reachable unless the store is
     silent (`StoreWatch.silent`)."""
 
-    def __init__(self, store: Probed, watch: StoreWatch) -> None:
+    def __init__(self, store: RelayStore, watch: StoreWatch) -> None:
         self._store = store
         self._watch = watch
         self._task: asyncio.Task[StoreHealth] | None = None

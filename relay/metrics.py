@@ -107,10 +107,7 @@ def count(instrument: str, error: BaseException | None) -> None:
 
 def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Awaitable[T]]:
     """`method` of a store, timed into `relay.store.transaction.duration` and traced as a span
-    (`relay.tracing`) while an SDK is in.
-
-    Without one the wrapper hands back the method's own coroutine: no extra frame or allocation.
-    """
+    while an SDK is in; without one, the method's own coroutine: no extra frame or allocation."""
 
     async def measured(
         found: Instruments | None, tracer: Any, store: Any, *args: Any, **kwargs: Any
@@ -152,10 +149,8 @@ def timed_methods(protocol: type, *, skip: tuple[str, ...]) -> Callable[[type[C]
 
 
 class Gauge:
-    """A level one publisher contributes to an up-down counter: it adds the change, not the value.
-
-    Summed over publishers the counter is the process's level; `clear()` takes this one's out.
-    """
+    """A level one publisher contributes to an up-down counter, as changes: summed over
+    publishers the counter is the process's level; `clear()` takes this one's out."""
 
     def __init__(self, instrument: str) -> None:
         self._instrument = instrument

@@ -58,10 +58,8 @@ PHASES = TERMINAL_PHASES | {
 
 
 def validated_origin(raw: str, https_only: bool = False) -> str:
-    """`raw` trimmed of spaces and trailing slashes if it is a bare http(s) origin.
-
-    The value is not lowercased: the saved string is compared with later input as typed.
-    """
+    """`raw` trimmed of spaces and trailing slashes if it is a bare http(s) origin; not
+    lowercased: the saved string is compared with later input as typed."""
     value = raw.strip().rstrip("/")
     error = InvalidInputError(f"value must be an {'HTTPS' if https_only else 'HTTP(S)'} origin")
     # Spaces, controls, format characters and lone surrogates: `urlsplit` keeps them in the host
@@ -143,14 +141,11 @@ def session_path(publisher_id: str, profile_id: str, session_id: str, action: st
 
 def capped_title(title: str | None) -> str:
     """The title as the relay takes it: trimmed as JavaScript trims, "Untitled" if that leaves
-    nothing, cut to 120 UTF-16 code units without splitting a surrogate pair.
-
-    Trimmed first, since the relay trims what it gets and refuses a blank title: cut first, a
-    long title of leading spaces would become one. A lone surrogate, which has no UTF-8 form and
-    so could not be sent, becomes U+FFFD.
-    """
+    nothing, cut to 120 UTF-16 code units without splitting a surrogate pair. Trimmed first,
+    since the relay trims what it gets and refuses a blank title: cut first, a long title of
+    leading spaces would become one. A lone surrogate (no UTF-8 form) becomes U+FFFD."""
     text = title or ""
-    if not text.isascii():  # each lone surrogate becomes U+FFFD (and split pairs join)
+    if not text.isascii():
         text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     text = text.strip(JS_WHITESPACE) or "Untitled"
     units = 0

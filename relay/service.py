@@ -313,11 +313,10 @@ class RelayService:
         """Forget the stored registration and its key, so this server can pair again (with
         this relay or another; the relay keeps its side). Whether one was forgotten.
 
-        With `if_relay_changed`, only a registration with another relay than this service's
-        trusted one is forgotten: a quick start whose dev relay is new each run calls it before
-        `start()`. A publisher this service runs stops first; other replicas on the store keep
-        theirs until they restart. Allowed before `start()`.
-        """
+        With `if_relay_changed`, only a registration with another relay than the trusted one is
+        forgotten (a quick start whose dev relay is new each run calls it before `start()`). A
+        publisher this service runs stops first; other replicas keep theirs until they restart.
+        Allowed before `start()`."""
         checks.flag("if_relay_changed", if_relay_changed)
         keep = self._pairing.trusted if if_relay_changed else None
         if keep is not None:

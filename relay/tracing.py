@@ -142,9 +142,7 @@ def store_span(tracer: Any, method: str, backend: str) -> Iterator[Any]:
 @contextlib.contextmanager
 def http_span(method: str, url: str) -> Iterator[Any]:
     """An HTTP client span (semantic conventions: `{method}`, kind CLIENT); None without an SDK.
-
-    The caller sets `http.response.status_code` and, on a failure, `failed(span, error, kind)`.
-    """
+    The caller sets `http.response.status_code` and, on a failure, `failed(span, error, kind)`."""
     tracer = current()
     if tracer is None:
         yield None

@@ -53,7 +53,6 @@ _CHUNK = 16 * 1024
 @dataclass(frozen=True, slots=True)
 class Router:
     """The relay routes under `prefix`; a WSGI app that hands other paths to `fallback`.
-
     `operator(caller)` says who may read the operator page; without it nobody may."""
 
     service: ServiceSource
