@@ -16,7 +16,6 @@ importing this module needs it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TypeAlias
 
 try:
@@ -61,10 +60,27 @@ def routes(
     """The routes under `prefix` (`""` to mount them): add them to a Starlette or FastAPI app.
     `operator(caller)` says who may read the operator page; without it nobody may."""
     table.check_options(prefix, max_body)
+
+    def endpoint(route: table.Route) -> Callable[[Request], Awaitable[Response]]:
+        """One route of the shared table, its effects performed with Starlette and the service."""
+
+        async def handle(request: Request) -> Response:
+            if request.method != route.method:
+                return _response(route.wrong_method())
+            found = service if isinstance(service, RelayService) else service()
+            headers = {"content-type": request.headers.get("content-type", "")}
+            if (declared := request.headers.get("content-length")) is not None:
+                headers["content-length"] = declared
+            asked = table.Asked(found is not None, headers, max_body, operator)
+            perform = table.performer(found, lambda: identify(request), lambda n: _read(request, n))
+            return _response(await table.drive_async(route.flow(asked), perform))
+
+        return handle
+
     return [
         Route(
             f"{prefix}{route.path}",
-            _Endpoint(route, service, identify, max_body, operator).handle,
+            endpoint(route),
             # Every method reaches the endpoint, which answers any but the route's own 405 as
             # the shared table says (Starlette's own would be plain text, and answer HEAD).
             methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
@@ -83,30 +99,6 @@ def app(
     """The routes as an app of their own, to mount at `/api/talaria` (or any prefix)."""
     found = routes(service, identify, prefix="", max_body=max_body, operator=operator)
     return Starlette(routes=found)
-
-
-@dataclass(frozen=True, slots=True)
-class _Endpoint:
-    """One route of the shared table, its effects performed with Starlette and the async service."""
-
-    route: table.Route
-    source: ServiceSource
-    identify: Identify
-    max_body: int
-    operator: Operator | None
-
-    async def handle(self, request: Request) -> Response:
-        if request.method != self.route.method:
-            return _response(self.route.wrong_method())
-        service = self.source if isinstance(self.source, RelayService) else self.source()
-        headers = {"content-type": request.headers.get("content-type", "")}
-        if (declared := request.headers.get("content-length")) is not None:
-            headers["content-length"] = declared
-        asked = table.Asked(service is not None, headers, self.max_body, self.operator)
-        perform = table.performer(
-            service, lambda: self.identify(request), lambda n: _read(request, n)
-        )
-        return _response(await table.drive_async(self.route.flow(asked), perform))
 
 
 def _response(reply: table.Reply) -> Response:

@@ -193,17 +193,15 @@ class RelayClient:
 
 async def _read_capped(response: httpx.Response, cap: int) -> bytes:
     """The body, or `RelayResponseError` as soon as more than `cap` bytes have arrived."""
-    chunks: list[bytes] = []
-    size = 0
+    body = bytearray()
     try:
         async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > cap:
+            body += chunk
+            if len(body) > cap:
                 raise RelayResponseError  # the caller closes the response, which stops the stream
-            chunks.append(chunk)
     except httpx.DecodingError:  # a Content-Encoding that does not decode
         raise RelayResponseError from None
-    return b"".join(chunks)
+    return bytes(body)
 
 
 async def _drain(response: httpx.Response, deadline: float | None) -> None:

@@ -2,12 +2,10 @@
 
 `opentelemetry-api` is optional (`pip install 'talaria-relay[metrics]'`): without it, or while
 the global meter provider is still the API's default, `current()` is None and every caller skips
-its measurement, so the store's hot path pays one function call and no allocation. Instruments
-are made once per provider, from a `Meter` named `talaria-relay`; the global provider is looked
-up at use time, so an SDK installed after the store opened is picked up. `use(provider)` names a
-provider explicitly (the tests do: the global one can be set only once per process).
-
-The names and attributes are documented in docs/operating.md ("Metrics").
+its measurement, so the store's hot path pays one function call and no allocation. The provider
+is looked up at use time (`tracing.Chosen`), so an SDK installed after the store opened is picked
+up; `use(provider)` names one explicitly (the tests do: the global one can be set only once per
+process). The names and attributes are documented in docs/operating.md ("Metrics").
 """
 
 from __future__ import annotations

@@ -150,13 +150,10 @@ class Pairing:
         reuse = known is not None and stored is not None and known.identity == stored
         profile_id = known.profile_id if known and reuse else f"prf_{uuid.uuid4().hex}"
         key = load_key(await self.store.load_key(existing.key_ref))
-        request = compact(
-            {"invitation": asked.invitation, "publisherId": publisher_id, "profileId": profile_id}
-        )
         payload = await self._redeem(
             existing.url,
             PROFILE_REDEEM,
-            request,
+            {"invitation": asked.invitation, "publisherId": publisher_id, "profileId": profile_id},
             "Talaria Relay rejected the profile enrollment",
             key=key,
             key_id=existing.key_id,
@@ -196,15 +193,13 @@ class Pairing:
         key = Ed25519PrivateKey.generate()
         profile_id = f"prf_{uuid.uuid4().hex}"
         public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        request = compact(
-            {
-                "invitation": asked.invitation,
-                "publisherId": asked.publisher_id,
-                "profileId": profile_id,
-                "label": asked.label,
-                "publicKey": b64url(public),
-            }
-        )
+        request = {
+            "invitation": asked.invitation,
+            "publisherId": asked.publisher_id,
+            "profileId": profile_id,
+            "label": asked.label,
+            "publicKey": b64url(public),
+        }
         payload = await self._redeem(
             asked.relay_url, PUBLISHER_REDEEM, request, "Talaria Relay rejected server registration"
         )
@@ -246,7 +241,7 @@ class Pairing:
         self,
         relay_url: str,
         path: str,
-        body: bytes,
+        body: dict[str, str],
         rejected: str,
         *,
         key: Ed25519PrivateKey | None = None,
@@ -254,7 +249,7 @@ class Pairing:
     ) -> dict[str, Any]:
         """The relay's answer to a redeem, in protocol 2, or the `RelayPairingError` to answer."""
         try:
-            payload = await self.client(relay_url).post(path, body, key=key, key_id=key_id)
+            payload = await self.client(relay_url).post(path, compact(body), key=key, key_id=key_id)
         except RelayHttpError as error:
             status = 409 if 400 <= error.status < 500 else 502
             raise RelayPairingError(f"{rejected} (HTTP {error.status})", status) from error

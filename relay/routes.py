@@ -73,7 +73,6 @@ class Answer(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-        self.message = message
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,7 +235,7 @@ def _operator(html: bool) -> Callable[[Asked], Flow]:
 
 def _error_body(error: Answer | RelayError) -> tuple[int, dict[str, Any]]:
     if isinstance(error, Answer):
-        return error.status, {"error": error.message}
+        return error.status, {"error": str(error)}
     status, message = status_of(error)
     return status, {"error": message}
 

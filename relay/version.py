@@ -1,4 +1,4 @@
-"""This release's version; a leaf, so the store records it without importing `relay` itself."""
+"""This release's version; a leaf module, so the store can import it without a cycle."""
 
 from importlib.metadata import PackageNotFoundError, version
 

@@ -9,10 +9,8 @@
     flask_app.wsgi_app = middleware(flask_app.wsgi_app, relay, identify)   # Flask, Django, …
     # or: DispatcherMiddleware(flask_app.wsgi_app, {"/api/talaria": app(relay, identify)})
 
-The routes, statuses, body limit, content-type rule and `{"error": …}` bodies are those of
-`relay.asgi`: both serve the one table in `relay.routes`. A server without WSGI
-(`http.server`) calls `Router.dispatch` from its handler. No dependency beyond the standard
-library.
+The routes are those of `relay.asgi`: both serve the one table in `relay.routes`. A server
+without WSGI (`http.server`) calls `Router.dispatch` from its handler. Standard library only.
 """
 
 from __future__ import annotations
