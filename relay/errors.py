@@ -117,11 +117,10 @@ class RelayRequestError(RelayError):
 class RelayHttpError(RelayRequestError):
     """Talaria relay returned an error status."""
 
-    # `code`: the relay's error code from its JSON body (`{"error": "invalid_pairing"}`), if any.
-    # `retry_after`: the seconds the relay asked to wait (`Retry-After`), or None. `clock_skew`:
-    # set only on a 401 whose `Date` puts this server's clock outside the relay's signature
-    # window: our clock minus the relay's, in seconds. A redirect (never followed) and such a 401
-    # say nothing against the request itself, so they are retried like a 5xx, not refused for good.
+    # `code`: the relay's `{"error": …}` code, if any; `retry_after`: the seconds its `Retry-After`
+    # asked for, or None; `clock_skew`: on a 401 whose `Date` puts our clock outside the signature
+    # window, our clock minus the relay's. A redirect (never followed) and such a 401 say nothing
+    # against the request itself, so they are retried like a 5xx, not refused for good.
     def __init__(
         self,
         status: int,

@@ -1,9 +1,8 @@
 """What a deployment asks of a relay: `RelayService.health()` in process, `check` from outside.
 
-`Health` is what a running service knows: the store's answers plus its publisher's loop, within
-`PROBE_WITHIN_S` of a bounded probe (`StoreProbe`) whatever the network does. The
-`talaria-relay check` probe runs in another process and sees only the store (`StoreHealth`);
-neither ever calls the relay, so a probe cannot add load to it or fail because of it.
+`Health` is what a running service knows (its store probe, `StoreProbe`, and its publisher's
+loop); `talaria-relay check` runs in another process and sees only the store (`StoreHealth`).
+Neither ever calls the relay, so a probe cannot add load to it or fail because of it.
 """
 
 from __future__ import annotations

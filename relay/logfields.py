@@ -42,8 +42,7 @@ def fields(
 def of_error(
     event: str, error: BaseException, *, kind: str | None = None, retry_in: float | None = None
 ) -> dict[str, Value]:
-    """The fields of a line about `error`: its class, its HTTP status and profile when it has
-    them (`RelayHttpError.status`, the profile a request was for)."""
+    """The fields of a line about `error`: its class, and its HTTP status and profile if any."""
     status = getattr(error, "status", None)
     profile = getattr(error, "profile", None)
     return fields(

@@ -94,8 +94,7 @@ def use(provider: Any) -> None:
 
 
 def count(instrument: str, error: BaseException | None) -> None:
-    """One request to the relay: `outcome=sent|failed` and its `status`, the HTTP status, else
-    the kind of transport failure."""
+    """One request to the relay: `outcome=sent|failed`, `status` (HTTP, else the failure's kind)."""
     if (found := current()) is not None:
         code = 200 if error is None else getattr(error, "status", None)
         status = str(code) if isinstance(code, int) else type(error).__name__

@@ -70,8 +70,7 @@ class _Asked:
 
 @dataclass(frozen=True, slots=True)
 class Pairing:
-    """The pairing state machine; `trusted` is the one relay origin (no trailing slash) this
-    server pairs with and publishes to."""
+    """The pairing state machine; `trusted`: the one relay origin this server pairs with."""
 
     store: Registration
     host: Host

@@ -4,12 +4,9 @@ Each route is a generator that says what it needs as effects it yields (who call
 service call) and returns `(status, json body)`. A face performs the effects its own way (awaiting
 them, or calling the blocking facade) and throws their errors back in, so statuses, limits, the
 content-type rule and the `{"error": …}` bodies are decided here alone (the manual's table of
-them: docs/web-hosts.md, "The browser routes").
-
-The operator routes answer only a caller that `identify` names and the app's `operator`
-predicate accepts; without a predicate nobody is an operator (the 403 says so). Their answers
-(refusals included, 405 too) carry `relay.operator.page.HEADERS`: a strict CSP, nosniff,
-no-store, no referrer. Any method but a route's own is 405 with a JSON body, HEAD included.
+them: docs/web-hosts.md, "The browser routes"). The operator routes answer only a caller that
+the app's `operator` predicate accepts (without one, nobody), and every answer of theirs carries
+`relay.operator.page.HEADERS`: a strict CSP, nosniff, no-store, no referrer.
 """
 
 from __future__ import annotations
@@ -109,7 +106,6 @@ Effect: TypeAlias = WhoCalls | ReadBody | Call
 Reply: TypeAlias = tuple[int, dict[str, Any] | Document]
 # The app's operator predicate: whether an identified caller may read the operator page.
 Operator: TypeAlias = Callable[[Caller], bool]
-# The 403 of an app that gave `routes(...)` no `operator=` predicate: nobody is an operator then.
 NO_PREDICATE = (
     "No operator may read this page: the app gave the relay routes no operator= predicate "
     "(pass operator=lambda caller: ... to routes(), app() or middleware())"
@@ -119,8 +115,7 @@ Flow: TypeAlias = Generator[Effect, Any, Reply]
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """One request as a face hands it to a flow: whether the service has started, its headers
-    (lowercase names), the body cap, and the app's operator predicate (None: nobody is one)."""
+    """One request as a face hands it to a flow; `headers` have lowercase names."""
 
     started: bool
     headers: Mapping[str, str]
@@ -139,8 +134,7 @@ class Route:
     secured: bool = False
 
     def wrong_method(self) -> Reply:
-        """The answer to any other method, HEAD included: 405 naming the one it takes (`Allow`),
-        with a JSON body like every other refusal."""
+        """Any other method's answer, HEAD's too: 405 with `Allow` and a JSON body, as refusals."""
         headers = (("Allow", self.method), *(page.HEADERS if self.secured else ()))
         return 405, Document(encode({"error": "Method not allowed"}), "application/json", headers)
 
@@ -234,9 +228,7 @@ def _operator(html: bool) -> Callable[[Asked], Flow]:
 
 
 def _error_body(error: Answer | RelayError) -> tuple[int, dict[str, Any]]:
-    if isinstance(error, Answer):
-        return error.status, {"error": str(error)}
-    status, message = status_of(error)
+    status, message = (error.status, str(error)) if isinstance(error, Answer) else status_of(error)
     return status, {"error": message}
 
 
@@ -282,7 +274,7 @@ def status_of(error: RelayError) -> tuple[int, str]:
 
 
 def _read_json(headers: Mapping[str, str], limit: int) -> Generator[Effect, Any, object]:
-    """The body as JSON, read no further than `limit` bytes; `headers` have lowercase names."""
+    """The body as JSON, read no further than `limit` bytes."""
     media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
     if media_type != "application/json":
         raise Answer(415, "Content-Type must be application/json")

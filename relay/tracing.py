@@ -91,8 +91,7 @@ def use(provider: Any) -> None:
 def annotate(
     attributes: Mapping[str, str | int | float | bool], error: Exception | None = None
 ) -> None:
-    """Add attributes to the span in progress (a pass's profiles, states, outcome), if one is;
-    with `error`, mark it failed by it."""
+    """Add attributes to the span in progress, if one is; with `error`, mark it failed by it."""
     if _api is None or current() is None:
         return
     span = _api.get_current_span()
