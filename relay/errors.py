@@ -7,8 +7,7 @@
     ├── SessionNotFoundError        the web app has no such session (also a `LookupError`)
     ├── StoreError                  relay state could not be read or written
     │   ├── CorruptStateError       a stored value exists but is invalid; it was left as it was
-    │   ├── KeyPassphraseError      a stored key is encrypted and no passphrase, or a wrong one,
-    │   │                           was given to open it; nothing changed
+    │   ├── KeyPassphraseError      a stored key's passphrase is missing or wrong; nothing changed
     │   ├── SchemaError             the database is not at the migration head
     │   ├── StaleConfigError        the registration changed since it was read; nothing was saved
     │   └── StoreUnavailableError   the database cannot be reached, or stayed busy

@@ -148,13 +148,12 @@ class Pairing:
         # A recreated profile (new identity) gets a new relay scope.
         reuse = known is not None and stored is not None and known.identity == stored
         profile_id = known.profile_id if known and reuse else f"prf_{uuid.uuid4().hex}"
-        key = load_key(await self.store.load_key(existing.key_ref))
         payload = await self._redeem(
             existing.url,
             PROFILE_REDEEM,
             {"invitation": asked.invitation, "publisherId": publisher_id, "profileId": profile_id},
             "Talaria Relay rejected the profile enrollment",
-            key=key,
+            key=load_key(await self.store.load_key(existing.key_ref)),
             key_id=existing.key_id,
         )
         if payload.get("publisherId") != publisher_id or payload.get("profileId") != profile_id:

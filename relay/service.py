@@ -204,12 +204,11 @@ class RelayService:
             # A missing passphrase is this process's (the message says so), not the registration's.
             passphrase = isinstance(error, KeyPassphraseError)
             why = error if passphrase else f"invalid configuration ({error})"
-            # An unreadable key or registration is expected; anything else is a bug: its traceback.
-            bug = None if isinstance(error, RelayError | ValueError) else error
             self._report.error(
                 f"[relay] Talaria relay publisher disabled: {why}",
                 of_error("publisher_disabled", error),
-                error=bug,
+                # An unreadable key or registration is expected; anything else is a bug: its trace.
+                error=None if isinstance(error, RelayError | ValueError) else error,
             )
         return None
 

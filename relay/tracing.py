@@ -147,12 +147,11 @@ def http_span(method: str, url: str) -> Iterator[Any]:
         return
     assert _api is not None
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     attributes: dict[str, str | int] = {
         "http.request.method": method,
         "url.full": url,
         "server.address": parts.hostname or "",
-        "server.port": port,
+        "server.port": parts.port or (443 if parts.scheme == "https" else 80),
     }
     with tracer.start_as_current_span(
         method,

@@ -64,8 +64,7 @@ class Router:
 
     def __post_init__(self) -> None:
         table.check_options(self.prefix, self.max_body)
-        paths = {f"{self.prefix}{route.path}": route for route in table.ROUTES}
-        object.__setattr__(self, "_paths", paths)
+        object.__setattr__(self, "_paths", {self.prefix + r.path: r for r in table.ROUTES})
 
     def dispatch(
         self,
