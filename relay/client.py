@@ -246,8 +246,7 @@ def _http_error(response: httpx.Response, now: float, code: str | None) -> Relay
     status = response.status_code
     relay_now = _http_date(response.headers.get("Date"))
     retry_after = None
-    # RFC 9110 and RFC 6585 give Retry-After (delta-seconds or an HTTP-date) to these two;
-    # elsewhere it is not a promise.
+    # RFC 9110 and RFC 6585 give Retry-After to these two; elsewhere it is not a promise.
     if status in (429, 503) and "Retry-After" in response.headers:
         value = response.headers["Retry-After"].strip()
         if value.isascii() and value.isdigit():

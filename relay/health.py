@@ -54,13 +54,12 @@ class Health:
     in this process); `backoff_until` is set while the publisher waits after a failure;
     `stopped` after a permanent HTTP answer, until a new pairing or a restart; `publishing`
     while a publisher runs in this service (False before `start()`, before pairing, after a
-    stored registration was found unusable, and once stopped).
-    `clock_offset_s` is this server's wall clock minus the store's, as last measured (None: a
-    store on this host's clock, or none measured yet); replicas compare leases on the store's.
-    `pass_age_s` is how long the pass in progress has run (None: none runs); one that has run a
-    lease counts among the `consecutive_failures`. `store_silent_s` is how long the store has
-    left this replica without an answer (None: its last call answered; a few milliseconds while
-    a call is in flight); past the store's bounded wait the store is not reachable.
+    stored registration was found unusable, and once stopped). `clock_offset_s` is this server's
+    wall clock minus the store's, as last measured (None: a store on this host's clock, or none
+    measured yet). `pass_age_s` is how long the pass in progress has run (None: none runs); one
+    that has run a lease counts among the `consecutive_failures`. `store_silent_s` is how long
+    the store has left this replica without an answer (None: its last call answered; a few
+    milliseconds while a call is in flight); past the store's bounded wait it is not reachable.
     """
 
     store_reachable: bool

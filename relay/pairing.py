@@ -82,7 +82,6 @@ class Pairing:
 
     async def pair(self, body: object, profile: str, *, operator: bool) -> dict[str, Any]:
         """Register the server, or enroll another profile (`operator`: `RelayService.pair`).
-
         Nothing is locked while the relay is asked: saves are compare-and-set on the stored
         registration, so enrollments racing here or on other replicas keep every mapping, and of
         registrations racing only one wins."""

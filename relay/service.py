@@ -81,10 +81,9 @@ class RelayService:
     ) -> None:
         """`owner` names this replica in the store (a fresh id by default; a name gets a suffix
         unique to this process, see `incarnation`); `publishing` is how its publishers pace
-        themselves (`PublisherOptions`: `lease_s`, how long its claims and runs outlive it;
-        `heartbeat_s`, how often it republishes when idle). Replicas compare leases on the
-        store's clock (Postgres's; docs/clock.md); `store_time=False` keeps `clock` as the time
-        base instead: for a test that moves `clock` by hand (`relay.testing.Clock`)."""
+        themselves (`PublisherOptions`). Replicas compare leases on the store's clock (Postgres's;
+        docs/clock.md); `store_time=False` keeps `clock` as the time base instead: for a test that
+        moves `clock` by hand (`relay.testing.Clock`)."""
         self.store = store
         self.host = host
         self._http = http
