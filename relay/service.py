@@ -343,8 +343,7 @@ class RelayService:
     async def _configure(self, config: RelayConfig, profile_id: str, identity: str) -> None:
         """Validate the new registration with a real publish before swapping publishers."""
         candidate = await self._publisher_for(config)
-        previous = self._publisher
-        self._candidate = candidate
+        previous, self._candidate = self._publisher, candidate
         if previous is not None:
             candidate.inherit(previous)
         try:
