@@ -26,8 +26,8 @@ def fields(
     clock_offset_s: float | None = None,
 ) -> dict[str, Value]:
     """The `extra` of one line: its event, and each fact that has a value."""
-    found: dict[str, Value] = {"relay_event": event}
     named: dict[str, Value | None] = {
+        "relay_event": event,
         "relay_profile": profile,
         "relay_status": status,
         "relay_failure": failure,
@@ -35,8 +35,7 @@ def fields(
         "relay_kind": kind,
         "relay_clock_offset_s": None if clock_offset_s is None else round(clock_offset_s, 3),
     }
-    found.update({name: value for name, value in named.items() if value is not None})
-    return found
+    return {name: value for name, value in named.items() if value is not None}
 
 
 def of_error(
