@@ -53,6 +53,7 @@ DISABLED_PROFILE_HELP = "pairing.md#when-a-profile-is-disabled"
 SAVE_ATTEMPTS = 5
 
 INVALID_RESPONSE = "Talaria Relay returned an invalid response"
+
 # (config, profile_id, identity): validate a saved registration with a real publish, then swap.
 Configure = Callable[[RelayConfig, str, str], Awaitable[None]]
 
