@@ -1,12 +1,6 @@
-"""The browser-facing routes of the Talaria Web server, ready to mount in Starlette or FastAPI.
-
-    from relay.asgi import Caller, routes
-
-    async def identify(request: Request) -> Caller | None:   # the web app's own auth
-        user = await my_session(request)
-        return None if user is None else Caller(user.profile, operator=user.is_owner)
-
-    app.router.routes.extend(routes(service, identify))   # or: app.mount("/api/talaria", app(…))
+"""The browser-facing routes of the Talaria Web server, ready to mount in Starlette or FastAPI:
+`app.router.routes.extend(routes(service, identify))`, or `app.mount("/api/talaria", app(…))`,
+where `identify(request)` is the web app's own auth: a `Caller`, or None (docs/web-hosts.md).
 
 The routes themselves (statuses, limits, `{"error": …}` bodies; never a 500 for what a client
 sends) are `relay.routes`, which `relay.wsgi` serves too. Starlette is an optional extra: only

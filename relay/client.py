@@ -265,12 +265,11 @@ def _http_date(value: str | None) -> float | None:
     """An HTTP-date (`Date`, `Retry-After`) as Unix seconds; None when absent or malformed."""
     if not value:
         return None
-    try:
+    with contextlib.suppress(TypeError, ValueError, IndexError, OverflowError):
         parsed = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    # `-0000` parses as naive; HTTP-dates are always GMT.
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+        # `-0000` parses as naive; HTTP-dates are always GMT.
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    return None
 
 
 def describe(exc: Exception) -> str:

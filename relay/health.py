@@ -193,9 +193,8 @@ class Probe:
 
     def line(self) -> str:
         """One line for a terminal: ready or not, and why; a database ahead of this code says so."""
-        ahead = (
-            f" (the database {self.schema.summary()})" if self.schema and self.schema.ahead else ""
-        )
+        schema = self.schema
+        ahead = f" (the database {schema.summary()})" if schema and schema.ahead else ""
         if self.problem is None:
             return f"{self.target.display} is ready{ahead}"
         return f"{self.target.display} is not ready: {self.problem}"

@@ -1,9 +1,8 @@
 """The facts of a `[relay]` line as `extra` fields, so a JSON formatter emits them as fields.
 
-The message text stays what it always was (people and old log filters read it); the same facts go
-on the `LogRecord` as attributes named `relay_…`, which cannot collide with `logging`'s own or
-with the web app's. A field without a value is left out. docs/observability.md lists each field
-and each event.
+The message text stays what it always was (people and old log filters read it); the facts go on
+the `LogRecord` as `relay_…` attributes, apart from `logging`'s and the web app's, each left out
+without a value. docs/observability.md lists each field and each event.
 """
 
 from __future__ import annotations

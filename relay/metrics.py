@@ -1,11 +1,9 @@
 """Metrics through the OpenTelemetry API: nothing is recorded until the app installs an SDK.
 
-`opentelemetry-api` is optional (`pip install 'talaria-relay[metrics]'`): without it, or while
-the global meter provider is still the API's default, `current()` is None and every caller skips
-its measurement, so the store's hot path pays one function call and no allocation. The provider
-is looked up at use time (`tracing.Chosen`), so an SDK installed after the store opened is picked
-up; `use(provider)` names one explicitly (the tests do: the global one can be set only once per
-process). The names and attributes are documented in docs/operating.md ("Metrics").
+`opentelemetry-api` is optional (`pip install 'talaria-relay[metrics]'`); without an SDK
+`current()` is None and every caller skips its measurement: the store's hot path pays one call
+and no allocation. The provider is looked up at use time (`tracing.Chosen`), so an SDK installed
+after the store opened is picked up. Names and attributes: docs/operating.md ("Metrics").
 """
 
 from __future__ import annotations

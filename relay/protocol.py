@@ -123,9 +123,8 @@ def encode_component(value: str) -> str:
 
 def publisher_path(publisher_id: str, profile_id: str, *rest: str) -> str:
     """`/v1/publishers/{pub}/profiles/{prf}/...` with each id encoded as one path segment."""
-    parts = ["v1", "publishers", encode_component(publisher_id), "profiles"]
-    parts += [encode_component(profile_id), *rest]
-    return "/" + "/".join(parts)
+    publisher, profile = encode_component(publisher_id), encode_component(profile_id)
+    return "/".join(("/v1/publishers", publisher, "profiles", profile, *rest))
 
 
 def snapshot_path(publisher_id: str, profile_id: str) -> str:

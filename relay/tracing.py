@@ -3,9 +3,8 @@
 A publishing pass is a span (`relay.pass`: profiles, states, outcome); its store calls
 (`relay.store <method>`) and its requests to the relay (HTTP client spans, named by the method as
 the HTTP semantic conventions say) are its children. As with `relay.metrics`, the provider is
-looked up at use time (`Chosen`): while it is the API's default, or the optional
-`opentelemetry-api` is missing, no span object is made at all. The names and attributes are
-documented in docs/observability.md.
+looked up at use time (`Chosen`); without an SDK no span object is made at all. Names and
+attributes: docs/observability.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""The browser-facing routes as WSGI, over `relay.threaded.ThreadedRelayService`.
-
-    from relay.wsgi import Caller, middleware
-
-    def identify(environ) -> Caller | None:        # the web app's own auth
-        user = my_session(environ)
-        return None if user is None else Caller(user.profile, operator=user.is_owner)
-
-    flask_app.wsgi_app = middleware(flask_app.wsgi_app, relay, identify)   # Flask, Django, …
-    # or: DispatcherMiddleware(flask_app.wsgi_app, {"/api/talaria": app(relay, identify)})
+"""The browser-facing routes as WSGI, over `relay.threaded.ThreadedRelayService`:
+`flask_app.wsgi_app = middleware(flask_app.wsgi_app, relay, identify)` (Flask, Django, …), or
+`app(relay, identify)` under a dispatcher, where `identify(environ)` is the web app's own auth:
+a `Caller`, or None (docs/web-hosts.md).
 
 The routes are those of `relay.asgi`: both serve the one table in `relay.routes`. A server
 without WSGI (`http.server`) calls `Router.dispatch` from its handler. Standard library only.
