@@ -44,9 +44,8 @@ UNREACHABLE = "Could not reach Talaria Relay"
 # An error answer is read this far for its reason; it is a code, not a document.
 ERROR_BODY_CAP = 4096
 # A successful PUT's answer is read (and dropped) only so that its connection can carry the next
-# request instead of a new TCP and TLS handshake; past this size or time it is not worth it and
-# the connection is closed, as when nothing is read. The relay's answer is a few bytes sent with
-# its head: even 100 ms away it arrives in the same round trip as the status.
+# request instead of a new TCP and TLS handshake; past this size or time the connection is closed.
+# The relay's answer is a few bytes sent with its head: even 100 ms away, in the status's trip.
 DRAIN_CAP = 64 * 1024
 DRAIN_S = 0.5
 
