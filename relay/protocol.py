@@ -7,6 +7,7 @@ the order Talaria Web writes them, so a body equals the shared contract fixtures
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -91,18 +92,14 @@ _BRACKETED_NETLOC = re.compile(r"\[[^\]]*\](:[0-9]*)?")
 def _is_host(host: str, *, bracketed: bool) -> bool:
     """Whether a URL parser reads `host` (lowercased by `urlsplit`) as the host it is."""
     if bracketed:  # an IPv6 literal; `urlsplit` lets a zone id or an IPvFuture form through
-        try:
-            address = ipaddress.IPv6Address(host)
-        except ValueError:
-            return False
-        return address.scope_id is None  # a zone id (`%eth0`) is no host a browser reads
-    if not _NOT_IN_HOSTS.isdisjoint(host):
+        with contextlib.suppress(ValueError):
+            # A zone id (`%eth0`) is no host a browser reads.
+            return ipaddress.IPv6Address(host).scope_id is None
         return False
-    try:
+    with contextlib.suppress(UnicodeError):
         host.encode("idna")  # a name that has no ASCII form names no host
-    except UnicodeError:
-        return False
-    return True
+        return _NOT_IN_HOSTS.isdisjoint(host)
+    return False
 
 
 def b64url(data: bytes) -> str:

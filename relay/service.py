@@ -2,8 +2,8 @@
 
 A port of Talaria Web 1.20's `RelayService`. The web app builds one with its store and `Host`,
 awaits `start()`, and calls `changed()` whenever its session list changes. Used before `start()`,
-every method but `health()` and `stop()` raises `ServiceNotStartedError`: a call that would
-otherwise be dropped without a word (upstream's silence cost a newcomer an hour).
+every method but `health()`, `unpair()` and `stop()` raises `ServiceNotStartedError`: a call
+that would otherwise be dropped without a word (upstream's silence cost a newcomer an hour).
 """
 
 from __future__ import annotations
