@@ -229,10 +229,9 @@ async def _drain(response: httpx.Response, deadline: float | None) -> None:
 
 async def _error_code(response: httpx.Response) -> str | None:
     """The relay's reason, `{"error": "<code>"}`: a short token, or None for anything else."""
-    try:
+    body = None
+    with contextlib.suppress(RelayResponseError, ValueError, httpx.HTTPError):
         body = json.loads(await _read_capped(response, ERROR_BODY_CAP))
-    except (RelayResponseError, ValueError, httpx.HTTPError):
-        return None
     code = body.get("error") if isinstance(body, dict) else None
     # Only a plain token is shown: the body is the relay's, and it ends up in logs and terminals.
     if isinstance(code, str) and 0 < len(code) <= 64 and code.replace("_", "").isalnum():

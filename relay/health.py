@@ -88,10 +88,9 @@ async def store_health(store: RelayStore) -> StoreHealth:
         await store.revision_floor()
     except RelayError:
         return UNKNOWN
-    try:
+    registered = False  # unreadable registration: the publisher would not start either
+    with contextlib.suppress(RelayError):
         registered = await store.load_config() is not None
-    except RelayError:
-        registered = False  # unreadable registration: the publisher would not start either
     at_head = None
     if store.backend_name in ("sqlite", "postgres"):  # only SQL stores have a schema
         try:
@@ -109,8 +108,7 @@ class StoreProbe:
     silent (`StoreWatch.silent`)."""
 
     def __init__(self, store: RelayStore, watch: StoreWatch) -> None:
-        self._store = store
-        self._watch = watch
+        self._store, self._watch = store, watch
         self._task: asyncio.Task[StoreHealth] | None = None
         self._last = StoreHealth(reachable=True, schema_at_head=None, registered=False)
 

@@ -120,8 +120,7 @@ def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Await
 
     @wraps(method)
     def wrapper(store: Any, *args: Any, **kwargs: Any) -> Awaitable[T]:
-        found = current()
-        tracer = tracing.current()
+        found, tracer = current(), tracing.current()
         if found is None and tracer is None:
             return method(store, *args, **kwargs)
         return measured(found, tracer, store, *args, **kwargs)

@@ -265,18 +265,14 @@ class Pairing:
         """What a deletion of `profile`'s session binds to, as far as can be read now: the
         profile's identity and its relay scope (`config`: the running one, else the stored)."""
         if config is None:
-            try:
+            with contextlib.suppress(RelayError):  # unreadable: keep the deletion, bind it later
                 config = await self.store.load_config()
-            except RelayError:
-                config = None  # keep the deletion; it binds once a registration is readable
         grant = config.profiles.get(profile) if config else None
         identity = grant.identity if grant else None
         if identity is None:
-            try:
+            with contextlib.suppress(RelayError):  # bind when this profile becomes available
                 if await self.host.profile_available(profile):
                     identity = await self.store.profile_identity(profile)
-            except RelayError:
-                identity = None  # bind when this profile becomes available
         if config is None or grant is None:
             return identity, None
         return identity, DeletedScope(config.url, config.publisher_id, grant.profile_id)

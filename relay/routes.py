@@ -275,8 +275,7 @@ def status_of(error: RelayError) -> tuple[int, str]:
 
 def _read_json(headers: Mapping[str, str], limit: int) -> Generator[Effect, Any, object]:
     """The body as JSON, read no further than `limit` bytes."""
-    media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media_type != "application/json":
+    if headers.get("content-type", "").partition(";")[0].strip().lower() != "application/json":
         raise Answer(415, "Content-Type must be application/json")
     declared = headers.get("content-length")
     if declared is not None:

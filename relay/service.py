@@ -148,8 +148,7 @@ class RelayService:
         started yet: it is then not ready (`publishing` False)."""
         found = await self._probe()
         loop = self._publisher.health() if self._publisher is not None else None
-        last = loop.last_success if loop else None
-        age = loop.pass_age_s if loop else None
+        last, age = (loop.last_success, loop.pass_age_s) if loop else (None, None)
         silent_s = self.store_watch.silent_s()
         # A pass that has run a lease is failing: its rows' trust window has shut.
         hung = age is not None and age >= self.publishing.lease_s
