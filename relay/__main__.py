@@ -1,7 +1,5 @@
 """`python -m relay` is `talaria-relay`."""
 
-import sys
-
 from relay.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

@@ -1,12 +1,6 @@
-"""The browser-facing routes of the Talaria Web server, ready to mount in Starlette or FastAPI.
-
-    from relay.asgi import Caller, routes
-
-    async def identify(request: Request) -> Caller | None:   # the web app's own auth
-        user = await my_session(request)
-        return None if user is None else Caller(user.profile, operator=user.is_owner)
-
-    app.router.routes.extend(routes(service, identify))   # or: app.mount("/api/talaria", app(…))
+"""The browser-facing routes of the Talaria Web server, ready to mount in Starlette or FastAPI:
+`app.router.routes.extend(routes(service, identify))`, or `app.mount("/api/talaria", app(…))`,
+where `identify(request)` is the web app's own auth: a `Caller`, or None (docs/web-hosts.md).
 
 The routes themselves (statuses, limits, `{"error": …}` bodies; never a 500 for what a client
 sends) are `relay.routes`, which `relay.wsgi` serves too. Starlette is an optional extra: only
@@ -16,7 +10,6 @@ importing this module needs it.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TypeAlias
 
 try:
@@ -46,8 +39,6 @@ __all__ = [
 
 # The web app's auth: a `Caller`, or None (401), or raise `Refused(message, status)`.
 Identify: TypeAlias = Callable[[Request], Awaitable[Caller | None]]
-# What a client may send; each route takes one of them (`relay.routes.Route.method`).
-_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # A service, or a function that returns it once the app has started (None before: 503).
 ServiceSource: TypeAlias = RelayService | Callable[[], RelayService | None]
 
@@ -61,17 +52,32 @@ def routes(
     operator: Operator | None = None,
 ) -> list[Route]:
     """The routes under `prefix` (`""` to mount them): add them to a Starlette or FastAPI app.
-
-    `operator(caller)` says who may read the operator page; without it nobody may.
-    """
+    `operator(caller)` says who may read the operator page; without it nobody may."""
     table.check_options(prefix, max_body)
+
+    def endpoint(route: table.Route) -> Callable[[Request], Awaitable[Response]]:
+        """One route of the shared table, its effects performed with Starlette and the service."""
+
+        async def handle(request: Request) -> Response:
+            if request.method != route.method:
+                return _response(route.wrong_method())
+            found = service if isinstance(service, RelayService) else service()
+            headers = {"content-type": request.headers.get("content-type", "")}
+            if (declared := request.headers.get("content-length")) is not None:
+                headers["content-length"] = declared
+            asked = table.Asked(found is not None, headers, max_body, operator)
+            perform = table.performer(found, lambda: identify(request), lambda n: _read(request, n))
+            return _response(await table.drive_async(route.flow(asked), perform))
+
+        return handle
+
     return [
         Route(
             f"{prefix}{route.path}",
-            _Endpoint(route, service, identify, max_body, operator).handle,
+            endpoint(route),
             # Every method reaches the endpoint, which answers any but the route's own 405 as
             # the shared table says (Starlette's own would be plain text, and answer HEAD).
-            methods=list(_METHODS),
+            methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
         )
         for route in table.ROUTES
     ]
@@ -87,32 +93,6 @@ def app(
     """The routes as an app of their own, to mount at `/api/talaria` (or any prefix)."""
     found = routes(service, identify, prefix="", max_body=max_body, operator=operator)
     return Starlette(routes=found)
-
-
-@dataclass(frozen=True, slots=True)
-class _Endpoint:
-    """One route of the shared table, its effects performed with Starlette and the async service."""
-
-    route: table.Route
-    source: ServiceSource
-    identify: Identify
-    max_body: int
-    operator: Operator | None
-
-    async def handle(self, request: Request) -> Response:
-        if request.method != self.route.method:
-            return _response(self.route.wrong_method())
-        service = self.source if isinstance(self.source, RelayService) else self.source()
-        headers = {"content-type": request.headers.get("content-type", "")}
-        if (declared := request.headers.get("content-length")) is not None:
-            headers["content-length"] = declared
-
-        perform = table.performer(
-            service, lambda: self.identify(request), lambda n: _read(request, n)
-        )
-        asked = table.Asked(service is not None, headers, self.max_body, self.operator)
-        flow = self.route.flow(asked)
-        return _response(await table.drive_async(flow, perform))
 
 
 def _response(reply: table.Reply) -> Response:

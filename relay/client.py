@@ -44,9 +44,8 @@ UNREACHABLE = "Could not reach Talaria Relay"
 # An error answer is read this far for its reason; it is a code, not a document.
 ERROR_BODY_CAP = 4096
 # A successful PUT's answer is read (and dropped) only so that its connection can carry the next
-# request instead of a new TCP and TLS handshake; past this size or time it is not worth it and
-# the connection is closed, as when nothing is read. The relay's answer is a few bytes sent with
-# its head: even 100 ms away it arrives in the same round trip as the status.
+# request instead of a new TCP and TLS handshake; past this size or time the connection is closed.
+# The relay's answer is a few bytes sent with its head: even 100 ms away, in the status's trip.
 DRAIN_CAP = 64 * 1024
 DRAIN_S = 0.5
 
@@ -193,17 +192,15 @@ class RelayClient:
 
 async def _read_capped(response: httpx.Response, cap: int) -> bytes:
     """The body, or `RelayResponseError` as soon as more than `cap` bytes have arrived."""
-    chunks: list[bytes] = []
-    size = 0
+    body = bytearray()
     try:
         async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > cap:
+            body += chunk
+            if len(body) > cap:
                 raise RelayResponseError  # the caller closes the response, which stops the stream
-            chunks.append(chunk)
     except httpx.DecodingError:  # a Content-Encoding that does not decode
         raise RelayResponseError from None
-    return b"".join(chunks)
+    return bytes(body)
 
 
 async def _drain(response: httpx.Response, deadline: float | None) -> None:
@@ -232,10 +229,9 @@ async def _drain(response: httpx.Response, deadline: float | None) -> None:
 
 async def _error_code(response: httpx.Response) -> str | None:
     """The relay's reason, `{"error": "<code>"}`: a short token, or None for anything else."""
-    try:
+    body = None
+    with contextlib.suppress(RelayResponseError, ValueError, httpx.HTTPError):
         body = json.loads(await _read_capped(response, ERROR_BODY_CAP))
-    except (RelayResponseError, ValueError, httpx.HTTPError):
-        return None
     code = body.get("error") if isinstance(body, dict) else None
     # Only a plain token is shown: the body is the relay's, and it ends up in logs and terminals.
     if isinstance(code, str) and 0 < len(code) <= 64 and code.replace("_", "").isalnum():
@@ -250,8 +246,11 @@ def _http_error(response: httpx.Response, now: float, code: str | None) -> Relay
     retry_after = None
     # RFC 9110 and RFC 6585 give Retry-After to these two; elsewhere it is not a promise.
     if status in (429, 503) and "Retry-After" in response.headers:
-        reference = now if relay_now is None else relay_now
-        retry_after = _retry_after(response.headers["Retry-After"], reference)
+        value = response.headers["Retry-After"].strip()
+        if value.isascii() and value.isdigit():
+            retry_after = min(float(value), 1e10)  # any number of digits: a wait, never infinity
+        elif (when := _http_date(value)) is not None:
+            retry_after = max(when - (now if relay_now is None else relay_now), 0.0)
     skew = None
     # The relay checks the timestamp before the key: a 401 with our clock outside its window is
     # a clock problem (fixed on this server, then retried), not a refused key.
@@ -260,25 +259,15 @@ def _http_error(response: httpx.Response, now: float, code: str | None) -> Relay
     return RelayHttpError(status, code, retry_after=retry_after, clock_skew=skew)
 
 
-def _retry_after(value: str, now: float) -> float | None:
-    """The seconds to wait that `Retry-After` asks for (delta-seconds or an HTTP-date), or None."""
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return min(float(value), 1e10)  # any number of digits: a wait, never infinity
-    when = _http_date(value)
-    return None if when is None else max(when - now, 0.0)
-
-
 def _http_date(value: str | None) -> float | None:
     """An HTTP-date (`Date`, `Retry-After`) as Unix seconds; None when absent or malformed."""
     if not value:
         return None
-    try:
+    with contextlib.suppress(TypeError, ValueError, IndexError, OverflowError):
         parsed = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    # `-0000` parses as naive; HTTP-dates are always GMT.
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+        # `-0000` parses as naive; HTTP-dates are always GMT.
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+    return None
 
 
 def describe(exc: Exception) -> str:
@@ -286,14 +275,9 @@ def describe(exc: Exception) -> str:
     # says what happened ("Connection reset by peer"); failing that, the class name does.
     if (refused := nothing_listening(exc)) is not None:
         return refused
-    if (unknown := unknown_host(exc, _host(exc))) is not None:
+    host = None  # the host an httpx request went to (never its credentials), when it has one
+    with contextlib.suppress(RuntimeError):  # httpx: an error raised before its request was set
+        host = str(exc.request.url.host) if isinstance(exc, httpx.RequestError) else None
+    if (unknown := unknown_host(exc, host)) is not None:
         return unknown
     return next((str(cause) for cause in chain(exc) if str(cause)), type(exc).__name__)
-
-
-def _host(exc: Exception) -> str | None:
-    """The host an httpx request went to (never its credentials), when `exc` has one."""
-    try:
-        return str(exc.request.url.host) if isinstance(exc, httpx.RequestError) else None
-    except RuntimeError:  # httpx: an error raised before its request was set
-        return None

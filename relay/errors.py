@@ -1,26 +1,21 @@
-"""The exceptions of `relay`, one tree.
+"""The exceptions of `relay`, one tree; each class's docstring is its default message.
 
     RelayError                      root: catch this to catch everything raised here
     ├── InvalidInputError           an argument is out of its domain; nothing was stored
-    ├── MissingExtraError           an optional dependency is not installed: names the extra
-    │                               to install (also an `ImportError`)
     │   └── TransferConflictError   an import's target holds other relay state (use --force)
+    ├── MissingExtraError           an optional dependency is missing: names the extra to install
     ├── SessionNotFoundError        the web app has no such session (also a `LookupError`)
     ├── StoreError                  relay state could not be read or written
     │   ├── CorruptStateError       a stored value exists but is invalid; it was left as it was
-    │   ├── KeyPassphraseError      a stored key is encrypted and no passphrase, or a wrong one,
-    │   │                           was given to open it; nothing changed
+    │   ├── KeyPassphraseError      a stored key's passphrase is missing or wrong; nothing changed
     │   ├── SchemaError             the database is not at the migration head
     │   ├── StaleConfigError        the registration changed since it was read; nothing was saved
     │   └── StoreUnavailableError   the database cannot be reached, or stayed busy
     ├── RelayPairingError           pairing failed: the `message` and `status` to answer with
     ├── relay.routes.Refused        the web app's `identify` refused a request: its 4xx status
-    │                               (also as `relay.asgi.Refused` and `relay.wsgi.Refused`)
     ├── ServiceNotStartedError      a `RelayService` was used before `await service.start()`
-    ├── ServiceStoppedError         a blocking call to `relay.threaded` came after, or was cut
-    │                               short by, its `stop()`
-    ├── CallTimeoutError            a blocking call to `relay.threaded` did not finish in time;
-    │                               it was cancelled (also a `TimeoutError`)
+    ├── ServiceStoppedError         a call to `relay.threaded` came after, or was cut by, `stop()`
+    ├── CallTimeoutError            a call to `relay.threaded` timed out and was cancelled
     └── RelayRequestError           a request to the relay did not succeed
         ├── RelayHttpError          the relay answered non-2xx; `retryable` for 3xx, 408, 425, 429,
         │                           5xx and a 401 that the relay's clock explains
@@ -28,7 +23,8 @@
         │   └── RelayTimeoutError   no answer within the timeout
         └── RelayResponseError      an answer that could not be read (too large, not JSON)
 
-Each class's docstring is its default message.
+`MissingExtraError` is also an `ImportError`, `CallTimeoutError` a `TimeoutError`, and `Refused`
+is `relay.asgi.Refused` and `relay.wsgi.Refused` too.
 """
 
 from __future__ import annotations
@@ -120,11 +116,10 @@ class RelayRequestError(RelayError):
 class RelayHttpError(RelayRequestError):
     """Talaria relay returned an error status."""
 
-    # `code`: the relay's error code from its JSON body (`{"error": "invalid_pairing"}`), if any.
-    # `retry_after`: the seconds the relay asked to wait (`Retry-After`), or None. `clock_skew`:
-    # set only on a 401 whose `Date` puts this server's clock outside the relay's signature
-    # window: our clock minus the relay's, in seconds. A redirect (never followed) and such a 401
-    # say nothing against the request itself, so they are retried like a 5xx, not refused for good.
+    # `code`: the relay's `{"error": …}` code, if any; `retry_after`: the seconds its `Retry-After`
+    # asked for, or None; `clock_skew`: on a 401 whose `Date` puts our clock outside the signature
+    # window, our clock minus the relay's. A redirect (never followed) and such a 401 say nothing
+    # against the request itself, so they are retried like a 5xx, not refused for good.
     def __init__(
         self,
         status: int,

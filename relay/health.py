@@ -1,9 +1,8 @@
 """What a deployment asks of a relay: `RelayService.health()` in process, `check` from outside.
 
-`Health` is what a running service knows: the store's answers plus its publisher's loop, within
-`PROBE_WITHIN_S` of a bounded probe (`StoreProbe`) whatever the network does. The
-`talaria-relay check` probe runs in another process and sees only the store (`StoreHealth`);
-neither ever calls the relay, so a probe cannot add load to it or fail because of it.
+`Health` is what a running service knows (its store probe, `StoreProbe`, and its publisher's
+loop); `talaria-relay check` runs in another process and sees only the store (`StoreHealth`).
+Neither ever calls the relay, so a probe cannot add load to it or fail because of it.
 """
 
 from __future__ import annotations
@@ -11,15 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from relay.errors import RelayError, StoreUnavailableError
-from relay.publishing.clock import StoreClock
-from relay.publishing.loop import LoopHealth
-from relay.publishing.options import PublisherOptions
 from relay.publishing.storewatch import StoreWatch
-from relay.store import StoreTarget, open_store, resolve
-from relay.store.contract import Handle, Registration, Revisions
+from relay.store import RelayStore, StoreTarget, open_store, resolve
 from relay.store.migrations import HEAD, Standing, standing
 from relay.store.url import command
 
@@ -59,13 +54,12 @@ class Health:
     in this process); `backoff_until` is set while the publisher waits after a failure;
     `stopped` after a permanent HTTP answer, until a new pairing or a restart; `publishing`
     while a publisher runs in this service (False before `start()`, before pairing, after a
-    stored registration was found unusable, and once stopped).
-    `clock_offset_s` is this server's wall clock minus the store's, as last measured (None: a
-    store on this host's clock, or none measured yet); replicas compare leases on the store's.
-    `pass_age_s` is how long the pass in progress has run (None: none runs); one that has run a
-    lease counts among the `consecutive_failures`. `store_silent_s` is how long the store has
-    left this replica without an answer (None: its last call answered; a few milliseconds while
-    a call is in flight); past the store's bounded wait the store is not reachable.
+    stored registration was found unusable, and once stopped). `clock_offset_s` is this server's
+    wall clock minus the store's, as last measured (None: a store on this host's clock, or none
+    measured yet). `pass_age_s` is how long the pass in progress has run (None: none runs); one
+    that has run a lease counts among the `consecutive_failures`. `store_silent_s` is how long
+    the store has left this replica without an answer (None: its last call answered; a few
+    milliseconds while a call is in flight); past the store's bounded wait it is not reachable.
     """
 
     store_reachable: bool
@@ -88,52 +82,15 @@ class Health:
         return store.ready and self.publishing and not self.stopped
 
 
-def service_health(
-    found: StoreHealth,
-    loop: LoopHealth | None,
-    clock: StoreClock,
-    watch: StoreWatch,
-    options: PublisherOptions,
-    *,
-    now: float,
-) -> Health:
-    """A service's `Health`: its store probe's answers, its publisher's loop (None: none), its
-    time base and its watch of the store; `now` is the service's clock."""
-    last = loop.last_success if loop else None
-    age = loop.pass_age_s if loop else None
-    silent_s = watch.silent_s()
-    # A pass that has run a lease is failing: its rows' trust window has shut.
-    hung = age is not None and age >= options.lease_s
-    return Health(
-        store_reachable=found.reachable,
-        schema_at_head=found.schema_at_head,
-        registered=found.registered,
-        publishing=loop is not None and not loop.stopped,
-        last_success=last,
-        last_success_age_s=None if last is None else max(now - last, 0.0),
-        consecutive_failures=(loop.failures if loop else 0) + int(hung),
-        backoff_until=loop.backoff_until if loop else None,
-        stopped=loop.stopped if loop else False,
-        clock_offset_s=clock.offset_s,
-        pass_age_s=None if age is None else round(age, 3),
-        store_silent_s=None if silent_s is None else round(silent_s, 3),
-    )
-
-
-class Probed(Handle, Registration, Revisions, Protocol):
-    """What a health check reads."""
-
-
-async def store_health(store: Probed) -> StoreHealth:
+async def store_health(store: RelayStore) -> StoreHealth:
     """Two cheap reads (the revision floor, the registration) and the schema revision if SQL."""
     try:
         await store.revision_floor()
     except RelayError:
         return UNKNOWN
-    try:
+    registered = False  # unreadable registration: the publisher would not start either
+    with contextlib.suppress(RelayError):
         registered = await store.load_config() is not None
-    except RelayError:
-        registered = False  # unreadable registration: the publisher would not start either
     at_head = None
     if store.backend_name in ("sqlite", "postgres"):  # only SQL stores have a schema
         try:
@@ -150,9 +107,8 @@ class StoreProbe:
     outcome noted by the watch; past the bound, the last answer, reachable unless the store is
     silent (`StoreWatch.silent`)."""
 
-    def __init__(self, store: Probed, watch: StoreWatch) -> None:
-        self._store = store
-        self._watch = watch
+    def __init__(self, store: RelayStore, watch: StoreWatch) -> None:
+        self._store, self._watch = store, watch
         self._task: asyncio.Task[StoreHealth] | None = None
         self._last = StoreHealth(reachable=True, schema_at_head=None, registered=False)
 
@@ -235,9 +191,8 @@ class Probe:
 
     def line(self) -> str:
         """One line for a terminal: ready or not, and why; a database ahead of this code says so."""
-        ahead = (
-            f" (the database {self.schema.summary()})" if self.schema and self.schema.ahead else ""
-        )
+        schema = self.schema
+        ahead = f" (the database {schema.summary()})" if schema and schema.ahead else ""
         if self.problem is None:
             return f"{self.target.display} is ready{ahead}"
         return f"{self.target.display} is not ready: {self.problem}"

@@ -1,9 +1,8 @@
 """The facts of a `[relay]` line as `extra` fields, so a JSON formatter emits them as fields.
 
-The message text stays what it always was (people and old log filters read it); the same facts go
-on the `LogRecord` as attributes named `relay_…`, which cannot collide with `logging`'s own or
-with the web app's. A field without a value is left out. docs/observability.md lists each field
-and each event.
+The message text stays what it always was (people and old log filters read it); the facts go on
+the `LogRecord` as `relay_…` attributes, apart from `logging`'s and the web app's, each left out
+without a value. docs/observability.md lists each field and each event.
 """
 
 from __future__ import annotations
@@ -22,30 +21,26 @@ def fields(
     status: int | None = None,
     failure: str | None = None,
     retry_in: float | None = None,
-    owner: str | None = None,
     kind: str | None = None,
     clock_offset_s: float | None = None,
 ) -> dict[str, Value]:
     """The `extra` of one line: its event, and each fact that has a value."""
-    found: dict[str, Value] = {"relay_event": event}
     named: dict[str, Value | None] = {
+        "relay_event": event,
         "relay_profile": profile,
         "relay_status": status,
         "relay_failure": failure,
         "relay_retry_in": None if retry_in is None else round(retry_in, 3),
-        "relay_owner": owner,
         "relay_kind": kind,
         "relay_clock_offset_s": None if clock_offset_s is None else round(clock_offset_s, 3),
     }
-    found.update({name: value for name, value in named.items() if value is not None})
-    return found
+    return {name: value for name, value in named.items() if value is not None}
 
 
 def of_error(
     event: str, error: BaseException, *, kind: str | None = None, retry_in: float | None = None
 ) -> dict[str, Value]:
-    """The fields of a line about `error`: its class, its HTTP status and profile when it has
-    them (`RelayHttpError.status`, the profile a request was for)."""
+    """The fields of a line about `error`: its class, and its HTTP status and profile if any."""
     status = getattr(error, "status", None)
     profile = getattr(error, "profile", None)
     return fields(

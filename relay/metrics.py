@@ -1,13 +1,9 @@
 """Metrics through the OpenTelemetry API: nothing is recorded until the app installs an SDK.
 
-`opentelemetry-api` is optional (`pip install 'talaria-relay[metrics]'`): without it, or while
-the global meter provider is still the API's default, `current()` is None and every caller skips
-its measurement, so the store's hot path pays one function call and no allocation. Instruments
-are made once per provider, from a `Meter` named `talaria-relay`; the global provider is looked
-up at use time, so an SDK installed after the store opened is picked up. `use(provider)` names a
-provider explicitly (the tests do: the global one can be set only once per process).
-
-The names and attributes are documented in docs/operating.md ("Metrics").
+`opentelemetry-api` is optional (`pip install 'talaria-relay[metrics]'`); without an SDK
+`current()` is None and every caller skips its measurement: the store's hot path pays one call
+and no allocation. The provider is looked up at use time (`tracing.Chosen`), so an SDK installed
+after the store opened is picked up. Names and attributes: docs/operating.md ("Metrics").
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ from functools import wraps
 from typing import Any, TypeVar
 
 from relay import tracing
-from relay.otel import Chosen
+from relay.tracing import Chosen
 
 try:
     from opentelemetry import metrics as _api
@@ -28,7 +24,6 @@ try:
 except ImportError:  # the optional extra is not installed: every measurement is skipped
     _api = _globals = None  # type: ignore[assignment]
 
-METER_NAME = "talaria-relay"
 T = TypeVar("T")
 C = TypeVar("C")
 
@@ -49,7 +44,7 @@ class Instruments:
 
     @classmethod
     def of(cls, provider: Any) -> Instruments:
-        meter = provider.get_meter(METER_NAME)
+        meter = provider.get_meter("talaria-relay")
 
         def make(kind: str, name: str, unit: str) -> Any:
             return getattr(meter, f"create_{kind}")(name, unit, _DESCRIPTIONS[name])
@@ -96,27 +91,18 @@ def use(provider: Any) -> None:
     _CHOSEN.use(provider)
 
 
-def status(error: BaseException | None) -> str:
-    """A request's `status` attribute: the HTTP status, else the kind of transport failure."""
-    if error is None:
-        return "200"
-    code = getattr(error, "status", None)
-    return str(code) if isinstance(code, int) else type(error).__name__
-
-
 def count(instrument: str, error: BaseException | None) -> None:
-    """One request to the relay: `outcome=sent|failed` and its `status`."""
+    """One request to the relay: `outcome=sent|failed`, `status` (HTTP, else the failure's kind)."""
     if (found := current()) is not None:
+        code = 200 if error is None else getattr(error, "status", None)
+        status = str(code) if isinstance(code, int) else type(error).__name__
         outcome = "sent" if error is None else "failed"
-        getattr(found, instrument).add(1, {"outcome": outcome, "status": status(error)})
+        getattr(found, instrument).add(1, {"outcome": outcome, "status": status})
 
 
 def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Awaitable[T]]:
     """`method` of a store, timed into `relay.store.transaction.duration` and traced as a span
-    (`relay.tracing`) while an SDK is in.
-
-    Without one the wrapper hands back the method's own coroutine: no extra frame or allocation.
-    """
+    while an SDK is in; without one, the method's own coroutine: no extra frame or allocation."""
 
     async def measured(
         found: Instruments | None, tracer: Any, store: Any, *args: Any, **kwargs: Any
@@ -134,8 +120,7 @@ def timed(method: Callable[..., Awaitable[T]], name: str) -> Callable[..., Await
 
     @wraps(method)
     def wrapper(store: Any, *args: Any, **kwargs: Any) -> Awaitable[T]:
-        found = current()
-        tracer = tracing.current()
+        found, tracer = current(), tracing.current()
         if found is None and tracer is None:
             return method(store, *args, **kwargs)
         return measured(found, tracer, store, *args, **kwargs)
@@ -158,10 +143,8 @@ def timed_methods(protocol: type, *, skip: tuple[str, ...]) -> Callable[[type[C]
 
 
 class Gauge:
-    """A level one publisher contributes to an up-down counter: it adds the change, not the value.
-
-    Summed over publishers the counter is the process's level; `clear()` takes this one's out.
-    """
+    """A level one publisher contributes to an up-down counter, as changes: summed over
+    publishers the counter is the process's level; `clear()` takes this one's out."""
 
     def __init__(self, instrument: str) -> None:
         self._instrument = instrument

@@ -71,7 +71,7 @@ class _Asked:
 
 @dataclass(frozen=True, slots=True)
 class Pairing:
-    """The pairing state machine; `trusted` is the one relay origin this server pairs with."""
+    """The pairing state machine; `trusted`: the one relay origin this server pairs with."""
 
     store: Registration
     host: Host
@@ -82,16 +82,10 @@ class Pairing:
     configure: Configure
 
     async def pair(self, body: object, profile: str, *, operator: bool) -> dict[str, Any]:
-        """Register the server, or enroll another profile.
-
-        `operator` is whether the caller may register the server (the web app's own check of its
-        signed-in user); it has no default, so a handler that forgets it fails at once instead of
-        letting any user register.
-
+        """Register the server, or enroll another profile (`operator`: `RelayService.pair`).
         Nothing is locked while the relay is asked: saves are compare-and-set on the stored
         registration, so enrollments racing here or on other replicas keep every mapping, and of
-        registrations racing only one wins.
-        """
+        registrations racing only one wins."""
         if type(profile) is not str:
             raise InvalidInputError("profile must be a string")
         checks.flag("operator", operator)
@@ -109,7 +103,7 @@ class Pairing:
             publisher_id = validated_origin(publisher_id)
         except RelayError as error:
             raise RelayPairingError(str(error), 400) from error
-        if relay_url != self.trusted_origin:
+        if relay_url != self.trusted:
             raise RelayPairingError("Untrusted Talaria Relay origin", 400)
         if not 1 <= len(invitation) <= 256 or not 1 <= len(label) <= 80:
             raise RelayPairingError("Invalid relay pairing fields", 400)
@@ -153,17 +147,13 @@ class Pairing:
         stored = (await self.store.identities()).get(canonical)
         # A recreated profile (new identity) gets a new relay scope.
         reuse = known is not None and stored is not None and known.identity == stored
-        profile_id = known.profile_id if known and reuse else _new_id("prf")
-        key = load_key(await self.store.load_key(existing.key_ref))
-        request = compact(
-            {"invitation": asked.invitation, "publisherId": publisher_id, "profileId": profile_id}
-        )
+        profile_id = known.profile_id if known and reuse else f"prf_{uuid.uuid4().hex}"
         payload = await self._redeem(
             existing.url,
             PROFILE_REDEEM,
-            request,
+            {"invitation": asked.invitation, "publisherId": publisher_id, "profileId": profile_id},
             "Talaria Relay rejected the profile enrollment",
-            key=key,
+            key=load_key(await self.store.load_key(existing.key_ref)),
             key_id=existing.key_id,
         )
         if payload.get("publisherId") != publisher_id or payload.get("profileId") != profile_id:
@@ -199,17 +189,15 @@ class Pairing:
 
     async def _register(self, asked: _Asked) -> dict[str, Any]:
         key = Ed25519PrivateKey.generate()
-        profile_id = _new_id("prf")
+        profile_id = f"prf_{uuid.uuid4().hex}"
         public = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        request = compact(
-            {
-                "invitation": asked.invitation,
-                "publisherId": asked.publisher_id,
-                "profileId": profile_id,
-                "label": asked.label,
-                "publicKey": b64url(public),
-            }
-        )
+        request = {
+            "invitation": asked.invitation,
+            "publisherId": asked.publisher_id,
+            "profileId": profile_id,
+            "label": asked.label,
+            "publicKey": b64url(public),
+        }
         payload = await self._redeem(
             asked.relay_url, PUBLISHER_REDEEM, request, "Talaria Relay rejected server registration"
         )
@@ -251,7 +239,7 @@ class Pairing:
         self,
         relay_url: str,
         path: str,
-        body: bytes,
+        body: dict[str, str],
         rejected: str,
         *,
         key: Ed25519PrivateKey | None = None,
@@ -259,7 +247,7 @@ class Pairing:
     ) -> dict[str, Any]:
         """The relay's answer to a redeem, in protocol 2, or the `RelayPairingError` to answer."""
         try:
-            payload = await self.client(relay_url).post(path, body, key=key, key_id=key_id)
+            payload = await self.client(relay_url).post(path, compact(body), key=key, key_id=key_id)
         except RelayHttpError as error:
             status = 409 if 400 <= error.status < 500 else 502
             raise RelayPairingError(f"{rejected} (HTTP {error.status})", status) from error
@@ -277,23 +265,17 @@ class Pairing:
         """What a deletion of `profile`'s session binds to, as far as can be read now: the
         profile's identity and its relay scope (`config`: the running one, else the stored)."""
         if config is None:
-            try:
+            with contextlib.suppress(RelayError):  # unreadable: keep the deletion, bind it later
                 config = await self.store.load_config()
-            except RelayError:
-                config = None  # keep the deletion; it binds once a registration is readable
         grant = config.profiles.get(profile) if config else None
         identity = grant.identity if grant else None
         if identity is None:
-            try:
+            with contextlib.suppress(RelayError):  # bind when this profile becomes available
                 if await self.host.profile_available(profile):
                     identity = await self.store.profile_identity(profile)
-            except RelayError:
-                identity = None  # bind when this profile becomes available
         if config is None or grant is None:
             return identity, None
         return identity, DeletedScope(config.url, config.publisher_id, grant.profile_id)
-
-    # ── origins ───────────────────────────────────────────────────────────────
 
     def _relay_origin(self, raw: str) -> str:
         """The relay origin as given: https, or http to a loopback host when allowed."""
@@ -309,21 +291,9 @@ class Pairing:
                 "allow_insecure_loopback=True (the command line's --allow-insecure-loopback)"
             ) from None
 
-    @property
-    def trusted_origin(self) -> str:
-        """The one relay origin this server pairs with and publishes to."""
-        return self.trusted.strip().rstrip("/")
-
 
 def _is_loopback(origin: str) -> bool:
     host = urlsplit(origin).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
+    with contextlib.suppress(ValueError):
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    return False

@@ -59,7 +59,7 @@ class Presence:
             tab_id,
             seq,
             active,
-            self._now_ms(),
+            int(self.clock() * 1000),
             lease_ms=PRESENCE_LEASE_MS,
             fence_ms=PRESENCE_FENCE_MS,
             max_tabs=PRESENCE_MAX_TABS,
@@ -72,7 +72,4 @@ class Presence:
         checks.text("profile", profile)
         if view is not None and profile in view.presence:
             return view.presence[profile]
-        return await self.store.presence_active(profile, self._now_ms())
-
-    def _now_ms(self) -> int:
-        return int(self.clock() * 1000)
+        return await self.store.presence_active(profile, int(self.clock() * 1000))

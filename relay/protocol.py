@@ -7,6 +7,7 @@ the order Talaria Web writes them, so a body equals the shared contract fixtures
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -58,10 +59,8 @@ PHASES = TERMINAL_PHASES | {
 
 
 def validated_origin(raw: str, https_only: bool = False) -> str:
-    """`raw` trimmed of spaces and trailing slashes if it is a bare http(s) origin.
-
-    The value is not lowercased: the saved string is compared with later input as typed.
-    """
+    """`raw` trimmed of spaces and trailing slashes if it is a bare http(s) origin; not
+    lowercased: the saved string is compared with later input as typed."""
     value = raw.strip().rstrip("/")
     error = InvalidInputError(f"value must be an {'HTTPS' if https_only else 'HTTP(S)'} origin")
     # Spaces, controls, format characters and lone surrogates: `urlsplit` keeps them in the host
@@ -93,18 +92,14 @@ _BRACKETED_NETLOC = re.compile(r"\[[^\]]*\](:[0-9]*)?")
 def _is_host(host: str, *, bracketed: bool) -> bool:
     """Whether a URL parser reads `host` (lowercased by `urlsplit`) as the host it is."""
     if bracketed:  # an IPv6 literal; `urlsplit` lets a zone id or an IPvFuture form through
-        try:
-            address = ipaddress.IPv6Address(host)
-        except ValueError:
-            return False
-        return address.scope_id is None  # a zone id (`%eth0`) is no host a browser reads
-    if not _NOT_IN_HOSTS.isdisjoint(host):
+        with contextlib.suppress(ValueError):
+            # A zone id (`%eth0`) is no host a browser reads.
+            return ipaddress.IPv6Address(host).scope_id is None
         return False
-    try:
+    with contextlib.suppress(UnicodeError):
         host.encode("idna")  # a name that has no ASCII form names no host
-    except UnicodeError:
-        return False
-    return True
+        return _NOT_IN_HOSTS.isdisjoint(host)
+    return False
 
 
 def b64url(data: bytes) -> str:
@@ -125,9 +120,8 @@ def encode_component(value: str) -> str:
 
 def publisher_path(publisher_id: str, profile_id: str, *rest: str) -> str:
     """`/v1/publishers/{pub}/profiles/{prf}/...` with each id encoded as one path segment."""
-    parts = ["v1", "publishers", encode_component(publisher_id), "profiles"]
-    parts += [encode_component(profile_id), *rest]
-    return "/" + "/".join(parts)
+    publisher, profile = encode_component(publisher_id), encode_component(profile_id)
+    return "/".join(("/v1/publishers", publisher, "profiles", profile, *rest))
 
 
 def snapshot_path(publisher_id: str, profile_id: str) -> str:
@@ -143,26 +137,19 @@ def session_path(publisher_id: str, profile_id: str, session_id: str, action: st
 
 def capped_title(title: str | None) -> str:
     """The title as the relay takes it: trimmed as JavaScript trims, "Untitled" if that leaves
-    nothing, cut to 120 UTF-16 code units without splitting a surrogate pair.
-
-    Trimmed first, since the relay trims what it gets and refuses a blank title: cut first, a
-    long title of leading spaces would become one. A lone surrogate, which has no UTF-8 form and
-    so could not be sent, becomes U+FFFD.
-    """
-    text = _well_formed(title or "").strip(JS_WHITESPACE) or "Untitled"
+    nothing, cut to 120 UTF-16 code units without splitting a surrogate pair. Trimmed first,
+    since the relay trims what it gets and refuses a blank title: cut first, a long title of
+    leading spaces would become one. A lone surrogate (no UTF-8 form) becomes U+FFFD."""
+    text = title or ""
+    if not text.isascii():
+        text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    text = text.strip(JS_WHITESPACE) or "Untitled"
     units = 0
     for index, char in enumerate(text):
         units += 2 if ord(char) > 0xFFFF else 1
         if units > MAX_TITLE:
             return text[:index]
     return text
-
-
-def _well_formed(text: str) -> str:
-    """`text` with each lone surrogate replaced by U+FFFD (and split pairs joined)."""
-    if text.isascii():
-        return text
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def compact(value: Any) -> bytes:

@@ -26,8 +26,7 @@ def chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def nothing_listening(exc: BaseException) -> str | None:
-    """`nothing is listening at HOST:PORT` when `exc` (or what it was raised from) is a refused
-    connection; None otherwise."""
+    """`nothing is listening at HOST:PORT` when `exc`, or its cause, is a refused connection."""
     places: dict[str, None] = {}
     refused = False
     for seen in chain(exc):

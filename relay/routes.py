@@ -4,12 +4,9 @@ Each route is a generator that says what it needs as effects it yields (who call
 service call) and returns `(status, json body)`. A face performs the effects its own way (awaiting
 them, or calling the blocking facade) and throws their errors back in, so statuses, limits, the
 content-type rule and the `{"error": …}` bodies are decided here alone (the manual's table of
-them: docs/web-hosts.md, "The browser routes").
-
-The operator routes answer only a caller that `identify` names and the app's `operator`
-predicate accepts; without a predicate nobody is an operator (the 403 says so). Their answers
-(refusals included, 405 too) carry `relay.operator.page.HEADERS`: a strict CSP, nosniff,
-no-store, no referrer. Any method but a route's own is 405 with a JSON body, HEAD included.
+them: docs/web-hosts.md, "The browser routes"). The operator routes answer only a caller that
+the app's `operator` predicate accepts (without one, nobody), and every answer of theirs carries
+`relay.operator.page.HEADERS`: a strict CSP, nosniff, no-store, no referrer.
 """
 
 from __future__ import annotations
@@ -73,10 +70,6 @@ class Answer(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-        self.message = message
-
-
-# ── effects a route yields; a face performs them ──────────────────────────────
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +106,6 @@ Effect: TypeAlias = WhoCalls | ReadBody | Call
 Reply: TypeAlias = tuple[int, dict[str, Any] | Document]
 # The app's operator predicate: whether an identified caller may read the operator page.
 Operator: TypeAlias = Callable[[Caller], bool]
-# The 403 of an app that gave `routes(...)` no `operator=` predicate: nobody is an operator then.
 NO_PREDICATE = (
     "No operator may read this page: the app gave the relay routes no operator= predicate "
     "(pass operator=lambda caller: ... to routes(), app() or middleware())"
@@ -123,8 +115,7 @@ Flow: TypeAlias = Generator[Effect, Any, Reply]
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """One request as a face hands it to a flow: whether the service has started, its headers
-    (lowercase names), the body cap, and the app's operator predicate (None: nobody is one)."""
+    """One request as a face hands it to a flow; `headers` have lowercase names."""
 
     started: bool
     headers: Mapping[str, str]
@@ -143,8 +134,7 @@ class Route:
     secured: bool = False
 
     def wrong_method(self) -> Reply:
-        """The answer to any other method, HEAD included: 405 naming the one it takes (`Allow`),
-        with a JSON body like every other refusal."""
+        """Any other method's answer, HEAD's too: 405 with `Allow` and a JSON body, as refusals."""
         headers = (("Allow", self.method), *(page.HEADERS if self.secured else ()))
         return 405, Document(encode({"error": "Method not allowed"}), "application/json", headers)
 
@@ -160,9 +150,6 @@ def check_options(prefix: str, max_body: int) -> None:
 def encode(payload: dict[str, Any]) -> bytes:
     """JSON that is always encodable: ASCII escapes, so a lone surrogate echoed back is no 500."""
     return json.dumps(payload, ensure_ascii=True, allow_nan=False).encode("ascii")
-
-
-# ── the routes ────────────────────────────────────────────────────────────────
 
 
 def _guarded(action: Callable[[object, Caller], Call]) -> Callable[[Asked], Flow]:
@@ -196,10 +183,6 @@ def _caller(started: bool) -> Generator[Effect, Any, Caller]:
 def _pair(body: object, caller: Caller) -> Call:
     # A non-object body is the service's own 400 ("Invalid pairing request").
     return Call("pair", (body, caller.profile), {"operator": caller.operator})
-
-
-def _presence(body: object, caller: Caller) -> Call:
-    return Call("update_presence", (body, caller.profile))
 
 
 def _viewed(body: object, caller: Caller) -> Call:
@@ -245,9 +228,7 @@ def _operator(html: bool) -> Callable[[Asked], Flow]:
 
 
 def _error_body(error: Answer | RelayError) -> tuple[int, dict[str, Any]]:
-    if isinstance(error, Answer):
-        return error.status, {"error": error.message}
-    status, message = status_of(error)
+    status, message = (error.status, str(error)) if isinstance(error, Answer) else status_of(error)
     return status, {"error": message}
 
 
@@ -257,7 +238,7 @@ def _secured(status: int, payload: dict[str, Any]) -> Reply:
 
 ROUTES: tuple[Route, ...] = (
     Route("POST", "/relay/pair", _guarded(_pair)),
-    Route("POST", "/presence", _guarded(_presence)),
+    Route("POST", "/presence", _guarded(lambda b, c: Call("update_presence", (b, c.profile)))),
     Route("POST", "/viewed", _guarded(_viewed)),
     Route("GET", "/relay/health", _health),
     Route("GET", "/relay/operator", _operator(html=True), secured=True),
@@ -293,9 +274,8 @@ def status_of(error: RelayError) -> tuple[int, str]:
 
 
 def _read_json(headers: Mapping[str, str], limit: int) -> Generator[Effect, Any, object]:
-    """The body as JSON, read no further than `limit` bytes; `headers` have lowercase names."""
-    media_type = headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media_type != "application/json":
+    """The body as JSON, read no further than `limit` bytes."""
+    if headers.get("content-type", "").partition(";")[0].strip().lower() != "application/json":
         raise Answer(415, "Content-Type must be application/json")
     declared = headers.get("content-length")
     if declared is not None:
@@ -313,9 +293,6 @@ def _read_json(headers: Mapping[str, str], limit: int) -> Generator[Effect, Any,
 
 def _no_constant(name: str) -> object:
     raise ValueError(f"{name} is not JSON")
-
-
-# ── drivers: one per face ─────────────────────────────────────────────────────
 
 
 def rendered(reply: Reply) -> tuple[int, Document]:
@@ -345,32 +322,29 @@ def performer(
 
 def drive(flow: Flow, perform: Callable[[Effect], Any]) -> Reply:
     """Run `flow`, performing each effect with a blocking `perform`."""
-    step = _resume(flow, None, None)
-    while not isinstance(step, tuple):
-        try:
-            value, error = perform(step), None
-        except Exception as raised:  # thrown back in: the flow maps what it knows
-            value, error = None, raised
-        step = _resume(flow, value, error)
-    return step
+    value, error = None, None
+    try:
+        while True:
+            step = flow.send(value) if error is None else flow.throw(error)
+            try:
+                value, error = perform(step), None
+            except Exception as raised:  # thrown back in: the flow maps what it knows
+                value, error = None, raised
+    except StopIteration as stop:
+        reply: Reply = stop.value
+        return reply
 
 
 async def drive_async(flow: Flow, perform: Callable[[Effect], Awaitable[Any]]) -> Reply:
     """Run `flow`, awaiting each effect's `perform`."""
-    step = _resume(flow, None, None)
-    while not isinstance(step, tuple):
-        try:
-            value, error = await perform(step), None
-        except Exception as raised:  # thrown back in: the flow maps what it knows
-            value, error = None, raised
-        step = _resume(flow, value, error)
-    return step
-
-
-def _resume(flow: Flow, value: Any, error: Exception | None) -> Effect | Reply:
-    """The flow's next effect, or its reply once it returns."""
+    value, error = None, None
     try:
-        return flow.send(value) if error is None else flow.throw(error)
+        while True:
+            step = flow.send(value) if error is None else flow.throw(error)
+            try:
+                value, error = await perform(step), None
+            except Exception as raised:  # thrown back in: the flow maps what it knows
+                value, error = None, raised
     except StopIteration as stop:
         reply: Reply = stop.value
         return reply

@@ -2,8 +2,8 @@
 
 A port of Talaria Web 1.20's `RelayService`. The web app builds one with its store and `Host`,
 awaits `start()`, and calls `changed()` whenever its session list changes. Used before `start()`,
-every method but `health()` and `stop()` raises `ServiceNotStartedError`: a call that would
-otherwise be dropped without a word (upstream's silence cost a newcomer an hour).
+every method but `health()`, `unpair()` and `stop()` raises `ServiceNotStartedError`: a call
+that would otherwise be dropped without a word (upstream's silence cost a newcomer an hour).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from relay.errors import (
     SessionNotFoundError,
     StoreUnavailableError,
 )
-from relay.health import Health, StoreProbe, service_health
+from relay.health import Health, StoreProbe
 from relay.host import Host
 from relay.logfields import fields, of_error
 from relay.operator.facts import Gatherer, Own
@@ -47,7 +47,6 @@ from relay.store.records import OWNER_LIMIT
 from relay.unpairing import unpair
 
 logger = logging.getLogger("relay.service")
-RELAY_URL_ENV = "TALARIA_RELAY_URL"
 
 
 class ServiceOptions(TypedDict, total=False):
@@ -82,10 +81,9 @@ class RelayService:
     ) -> None:
         """`owner` names this replica in the store (a fresh id by default; a name gets a suffix
         unique to this process, see `incarnation`); `publishing` is how its publishers pace
-        themselves (`PublisherOptions`: `lease_s`, how long its claims and runs outlive it;
-        `heartbeat_s`, how often it republishes when idle). Replicas compare leases on the
-        store's clock (Postgres's; docs/clock.md); `store_time=False` keeps `clock` as the time
-        base instead: for a test that moves `clock` by hand (`relay.testing.Clock`)."""
+        themselves (`PublisherOptions`). Replicas compare leases on the store's clock (Postgres's;
+        docs/clock.md); `store_time=False` keeps `clock` as the time base instead: for a test that
+        moves `clock` by hand (`relay.testing.Clock`)."""
         self.store = store
         self.host = host
         self._http = http
@@ -113,10 +111,11 @@ class RelayService:
         self._publisher: RelayPublisher | None = None
         self._candidate: RelayPublisher | None = None
         self._clients: dict[str, RelayClient] = {}
+        trusted = relay_url or os.environ.get("TALARIA_RELAY_URL") or DEFAULT_RELAY_URL
         self._pairing = Pairing(
             store,
             host,
-            trusted=relay_url or os.environ.get(RELAY_URL_ENV) or DEFAULT_RELAY_URL,
+            trusted=trusted.strip().rstrip("/"),
             allow_insecure_loopback=allow_insecure_loopback,
             client=self._client,
             configure=self._configure,
@@ -140,34 +139,38 @@ class RelayService:
 
     def own(self) -> Own:
         """What this replica knows of itself, for the operator page (`Own`)."""
-        watch = self.store_watch
-        return Own(
-            self.owner,
-            self.store_clock.offset_s,
-            self._publisher,
-            store_silent=watch.silent,
-            store_silent_s=watch.silent_s(),
-        )
+        watch, offset_s = self.store_watch, self.store_clock.offset_s
+        return Own(self.owner, offset_s, self._publisher, watch.silent, watch.silent_s())
 
     async def health(self) -> Health:
-        """The store's answers (two cheap reads, waited for `PROBE_WITHIN_S` at most: past it,
-        what the service knows) and the publisher's loop; never calls the relay. Answers within
-        a second whatever the network does.
-
-        Never raises for a service not started yet: it is then not ready (`publishing` False).
-        """
+        """The store's answers (waited for `PROBE_WITHIN_S` at most; past it, what the service
+        knows) and the publisher's loop; never calls the relay. Never raises for a service not
+        started yet: it is then not ready (`publishing` False)."""
         found = await self._probe()
         loop = self._publisher.health() if self._publisher is not None else None
-        clock, watch = self.store_clock, self.store_watch
-        return service_health(found, loop, clock, watch, self.publishing, now=self._clock())
+        last, age = (loop.last_success, loop.pass_age_s) if loop else (None, None)
+        silent_s = self.store_watch.silent_s()
+        # A pass that has run a lease is failing: its rows' trust window has shut.
+        hung = age is not None and age >= self.publishing.lease_s
+        return Health(
+            store_reachable=found.reachable,
+            schema_at_head=found.schema_at_head,
+            registered=found.registered,
+            publishing=loop is not None and not loop.stopped,
+            last_success=last,
+            last_success_age_s=None if last is None else max(self._clock() - last, 0.0),
+            consecutive_failures=(loop.failures if loop else 0) + int(hung),
+            backoff_until=loop.backoff_until if loop else None,
+            stopped=loop.stopped if loop else False,
+            clock_offset_s=self.store_clock.offset_s,
+            pass_age_s=None if age is None else round(age, 3),
+            store_silent_s=None if silent_s is None else round(silent_s, 3),
+        )
 
     async def start(self) -> bool:
-        """Resume from stored state; an invalid stored registration disables the publisher.
-
-        True when a publisher runs; False when there is no usable registration (the service is
-        started all the same: `pair` then registers). A store that cannot be reached raises
-        `StoreUnavailableError` and leaves the service not started, to start again later.
-        """
+        """Resume from stored state: True when a publisher runs; False when there is no usable
+        registration (the service is started all the same: `pair` then registers). A store that
+        cannot be reached raises `StoreUnavailableError` and leaves the service not started."""
         if self._publisher is None and (candidate := await self._stored_publisher()) is not None:
             await self._adopt(candidate, None)
         self._started = True
@@ -188,10 +191,9 @@ class RelayService:
                 return None
             # A registration with another relay (the trusted one changed, or the store came from
             # elsewhere) would send signed session data where this server was not told to.
-            if config.url != self._pairing.trusted_origin:
+            if config.url != self._pairing.trusted:
                 raise InvalidInputError(
-                    f"registered with {config.url}, not the trusted relay "
-                    f"{self._pairing.trusted_origin}"
+                    f"registered with {config.url}, not the trusted relay {self._pairing.trusted}"
                 )
             return await self._publisher_for(config)
         except StoreUnavailableError:
@@ -200,12 +202,11 @@ class RelayService:
             # A missing passphrase is this process's (the message says so), not the registration's.
             passphrase = isinstance(error, KeyPassphraseError)
             why = error if passphrase else f"invalid configuration ({error})"
-            # An unreadable key or registration is expected; anything else is a bug: its traceback.
-            bug = None if isinstance(error, RelayError | ValueError) else error
             self._report.error(
                 f"[relay] Talaria relay publisher disabled: {why}",
                 of_error("publisher_disabled", error),
-                error=bug,
+                # An unreadable key or registration is expected; anything else is a bug: its trace.
+                error=None if isinstance(error, RelayError | ValueError) else error,
             )
         return None
 
@@ -309,13 +310,12 @@ class RelayService:
         """Forget the stored registration and its key, so this server can pair again (with
         this relay or another; the relay keeps its side). Whether one was forgotten.
 
-        With `if_relay_changed`, only a registration with another relay than this service's
-        trusted one is forgotten: a quick start whose dev relay is new each run calls it before
-        `start()`. A publisher this service runs stops first; other replicas on the store keep
-        theirs until they restart. Allowed before `start()`.
-        """
+        With `if_relay_changed`, only a registration with another relay than the trusted one is
+        forgotten (a quick start whose dev relay is new each run calls it before `start()`). A
+        publisher this service runs stops first; other replicas keep theirs until they restart.
+        Allowed before `start()`."""
         checks.flag("if_relay_changed", if_relay_changed)
-        keep = self._pairing.trusted_origin if if_relay_changed else None
+        keep = self._pairing.trusted if if_relay_changed else None
         if keep is not None:
             # An unreadable registration is forgotten below, whatever relay it named.
             with contextlib.suppress(CorruptStateError):
@@ -334,18 +334,15 @@ class RelayService:
     async def pair(self, body: object, profile: str, *, operator: bool) -> dict[str, Any]:
         """`POST /api/talaria/relay/pair`: register the server, or enroll another profile.
 
-        `operator` (required): whether the signed-in caller may register this server; any user
-        may enroll a profile once it is registered."""
+        `operator`: whether the signed-in caller may register this server (no default, so a
+        handler that forgets it fails at once); any user may enroll a profile once registered."""
         self._require_started("pair")
         return await self._pairing.pair(body, profile, operator=operator)
-
-    # ── swaps ─────────────────────────────────────────────────────────────────
 
     async def _configure(self, config: RelayConfig, profile_id: str, identity: str) -> None:
         """Validate the new registration with a real publish before swapping publishers."""
         candidate = await self._publisher_for(config)
-        previous = self._publisher
-        self._candidate = candidate
+        previous, self._candidate = self._publisher, candidate
         if previous is not None:
             candidate.inherit(previous)
         try:

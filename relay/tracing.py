@@ -2,27 +2,73 @@
 
 A publishing pass is a span (`relay.pass`: profiles, states, outcome); its store calls
 (`relay.store <method>`) and its requests to the relay (HTTP client spans, named by the method as
-the HTTP semantic conventions say) are its children. As with `relay.metrics`, `opentelemetry-api`
-is optional and the global provider is looked up at use time: while it is still the API's
-default, `current()` is None and no span object is made at all. `use(provider)` names a provider
-explicitly (the tests do). The names and attributes are documented in docs/observability.md.
+the HTTP semantic conventions say) are its children. As with `relay.metrics`, the provider is
+looked up at use time (`Chosen`); without an SDK no span object is made at all. Names and
+attributes: docs/observability.md.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
-from typing import Any
+import os
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit
-
-from relay.otel import Chosen
 
 try:
     from opentelemetry import trace as _api
 except ImportError:  # the optional extra is not installed: no span is made
     _api = None  # type: ignore[assignment]
 
-TRACER_NAME = "talaria-relay"
+T = TypeVar("T")
+_LOOK_UP = object()
+
+
+class Chosen(Generic[T]):
+    """The provider of one signal (metrics, traces), looked up at each use: the one `use()` named,
+    else the API's global one, read from the API's own attribute (`get_*_provider()` reads
+    os.environ on every call) unless the environment names a provider for the API to load, or
+    the API moved it. What `make` makes of a provider is made once."""
+
+    def __init__(
+        self,
+        get_global: Callable[[], Any] | None,
+        where: tuple[object, str],
+        environment: str,
+        no_sdk: tuple[str, ...],
+        make: Callable[[Any], T],
+    ) -> None:
+        """`get_global` is None without the optional extra; `where` holds the API's global;
+        `no_sdk` names the API's default providers (what they hand out records nothing)."""
+        self._get_global = get_global
+        self._holder, self._attribute = where
+        self._from_environment = environment in os.environ
+        self._no_sdk = no_sdk
+        self._make = make
+        self._override: Any = None
+        self._provider: Any = None
+        self._made: T | None = None
+
+    def use(self, provider: Any) -> None:
+        """Use `provider` from now on; None goes back to the global provider."""
+        self._override = provider
+
+    def current(self) -> T | None:
+        """What the provider in use gave, or None while no SDK is installed (record nothing)."""
+        if self._get_global is None:
+            return None
+        provider = self._override
+        if provider is None:
+            provider = getattr(self._holder, self._attribute, _LOOK_UP)
+            if provider is None and not self._from_environment:
+                return None
+            if provider is None or provider is _LOOK_UP:
+                provider = self._get_global()
+        if provider is not self._provider:
+            no_sdk = type(provider).__name__ in self._no_sdk
+            self._made = None if no_sdk else self._make(provider)
+            self._provider = provider
+        return self._made
 
 
 _CHOSEN: Chosen[Any] = Chosen(
@@ -30,7 +76,7 @@ _CHOSEN: Chosen[Any] = Chosen(
     (_api, "_TRACER_PROVIDER"),
     "OTEL_PYTHON_TRACER_PROVIDER",
     ("NoOpTracerProvider", "ProxyTracerProvider"),
-    lambda provider: provider.get_tracer(TRACER_NAME),
+    lambda provider: provider.get_tracer("talaria-relay"),
 )
 # A bound method as the module's function: a pass pays one call to ask.
 current = _CHOSEN.current
@@ -44,8 +90,7 @@ def use(provider: Any) -> None:
 def annotate(
     attributes: Mapping[str, str | int | float | bool], error: Exception | None = None
 ) -> None:
-    """Add attributes to the span in progress (a pass's profiles, states, outcome), if one is;
-    with `error`, mark it failed by it."""
+    """Add attributes to the span in progress, if one is; with `error`, mark it failed by it."""
     if _api is None or current() is None:
         return
     span = _api.get_current_span()
@@ -94,21 +139,18 @@ def store_span(tracer: Any, method: str, backend: str) -> Iterator[Any]:
 @contextlib.contextmanager
 def http_span(method: str, url: str) -> Iterator[Any]:
     """An HTTP client span (semantic conventions: `{method}`, kind CLIENT); None without an SDK.
-
-    The caller sets `http.response.status_code` and, on a failure, `failed(span, error, kind)`.
-    """
+    The caller sets `http.response.status_code` and, on a failure, `failed(span, error, kind)`."""
     tracer = current()
     if tracer is None:
         yield None
         return
     assert _api is not None
     parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     attributes: dict[str, str | int] = {
         "http.request.method": method,
         "url.full": url,
         "server.address": parts.hostname or "",
-        "server.port": port,
+        "server.port": parts.port or (443 if parts.scheme == "https" else 80),
     }
     with tracer.start_as_current_span(
         method,

@@ -20,11 +20,8 @@ ATTEMPTS = 5
 
 async def unpair(store: Registration, *, keep_relay: str | None = None) -> RelayConfig | None:
     """Forget the stored registration and delete its key; the registration forgotten, or None
-    when there was none (or it is with `keep_relay`, an origin, and was kept).
-
-    An unreadable registration is forgotten too (that is one reason to unpair); its key, which
-    it no longer names, is left where it was.
-    """
+    when there was none (or it is with `keep_relay`, an origin, and was kept). An unreadable
+    one is forgotten too (that is one reason to unpair); its key, unnamed now, is left."""
     for _ in range(ATTEMPTS):
         try:
             config = await store.load_config()

@@ -1,8 +1,4 @@
-"""This release's version, read once from the installed distribution.
-
-A leaf: `relay` re-exports it, and the store records it (fleet rows, the compatibility record)
-without importing the package's top.
-"""
+"""This release's version; a leaf module, so the store can import it without a cycle."""
 
 from importlib.metadata import PackageNotFoundError, version
 

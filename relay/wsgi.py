@@ -1,18 +1,10 @@
-"""The browser-facing routes as WSGI, over `relay.threaded.ThreadedRelayService`.
+"""The browser-facing routes as WSGI, over `relay.threaded.ThreadedRelayService`:
+`flask_app.wsgi_app = middleware(flask_app.wsgi_app, relay, identify)` (Flask, Django, …), or
+`app(relay, identify)` under a dispatcher, where `identify(environ)` is the web app's own auth:
+a `Caller`, or None (docs/web-hosts.md).
 
-    from relay.wsgi import Caller, middleware
-
-    def identify(environ) -> Caller | None:        # the web app's own auth
-        user = my_session(environ)
-        return None if user is None else Caller(user.profile, operator=user.is_owner)
-
-    flask_app.wsgi_app = middleware(flask_app.wsgi_app, relay, identify)   # Flask, Django, …
-    # or: DispatcherMiddleware(flask_app.wsgi_app, {"/api/talaria": app(relay, identify)})
-
-The routes, statuses, body limit, content-type rule and `{"error": …}` bodies are those of
-`relay.asgi`: both serve the one table in `relay.routes`. A server without WSGI
-(`http.server`) calls `Router.dispatch` from its handler. No dependency beyond the standard
-library.
+The routes are those of `relay.asgi`: both serve the one table in `relay.routes`. A server
+without WSGI (`http.server`) calls `Router.dispatch` from its handler. Standard library only.
 """
 
 from __future__ import annotations
@@ -53,7 +45,6 @@ _CHUNK = 16 * 1024
 @dataclass(frozen=True, slots=True)
 class Router:
     """The relay routes under `prefix`; a WSGI app that hands other paths to `fallback`.
-
     `operator(caller)` says who may read the operator page; without it nobody may."""
 
     service: ServiceSource
@@ -67,8 +58,7 @@ class Router:
 
     def __post_init__(self) -> None:
         table.check_options(self.prefix, self.max_body)
-        paths = {f"{self.prefix}{route.path}": route for route in table.ROUTES}
-        object.__setattr__(self, "_paths", paths)
+        object.__setattr__(self, "_paths", {self.prefix + r.path: r for r in table.ROUTES})
 
     def dispatch(
         self,
@@ -85,8 +75,7 @@ class Router:
             return None
         if method != route.method:
             return route.wrong_method()
-        source = self.service
-        service = source if isinstance(source, ThreadedRelayService) else source()
+        service = self.service if isinstance(self.service, ThreadedRelayService) else self.service()
         asked = table.Asked(service is not None, headers, self.max_body, self.operator)
         return table.drive(route.flow(asked), table.performer(service, who, read))
 
@@ -106,8 +95,12 @@ class Router:
                 return self.fallback(environ, start_response)
             reply = 404, {"error": "Not found"}
         status, document = table.rendered(reply)
+        try:
+            phrase = HTTPStatus(status).phrase
+        except ValueError:  # a 4xx of the app's own (`Refused(…, 499)`) has none of its own
+            phrase = "Client Error" if 400 <= status < 500 else "Error"
         head = [("Content-Type", document.media_type), ("Content-Length", str(len(document.body)))]
-        start_response(f"{status} {_phrase(status)}", [*head, *document.headers])
+        start_response(f"{status} {phrase}", [*head, *document.headers])
         return [document.body]
 
 
@@ -137,32 +130,20 @@ def middleware(
     )
 
 
-def _phrase(status: int) -> str:
-    """The reason phrase; a 4xx of the app's own (`Refused(…, 499)`) has none of its own."""
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Client Error" if 400 <= status < 500 else "Error"
-
-
 def _read(environ: WSGIEnvironment, limit: int) -> bytes:
     """The body, read no further than `limit` bytes (the flow checked a declared length)."""
     stream = environ["wsgi.input"]
     declared = environ.get("CONTENT_LENGTH")
-    if declared:
-        size = int(declared)
-        body = bytearray()
-        while len(body) < size:
-            chunk = stream.read(min(size - len(body), _CHUNK))
-            if not chunk:
-                raise table.Answer(400, "Request body incomplete")
-            body += chunk
-        return bytes(body)
-    if not environ.get("wsgi.input_terminated"):
+    if not declared and not environ.get("wsgi.input_terminated"):
         return b""  # no length and no end-of-input promise: PEP 3333 says read nothing
+    size = int(declared) if declared else limit + 1  # chunked: read to the end, or past `limit`
     body = bytearray()
-    while chunk := stream.read(_CHUNK):
+    while len(body) < size:
+        if not (chunk := stream.read(min(size - len(body), _CHUNK))):
+            if declared:
+                raise table.Answer(400, "Request body incomplete")
+            break
         body += chunk
-        if len(body) > limit:  # chunked
-            raise table.Answer(413, "Request body too large")
+    if len(body) > limit:
+        raise table.Answer(413, "Request body too large")
     return bytes(body)

@@ -10,7 +10,6 @@ GROUND = {
     "relay.errors",
     "relay.logfields",
     "relay.metrics",
-    "relay.otel",
     "relay.protocol",
     "relay.refused",
     "relay.tracing",
