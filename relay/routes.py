@@ -279,7 +279,8 @@ def _read_json(headers: Mapping[str, str], limit: int) -> Generator[Effect, Any,
         raise Answer(415, "Content-Type must be application/json")
     declared = headers.get("content-length")
     if declared is not None:
-        if not declared.isdigit():  # ASCII digits only: no sign, no spaces, no "١٢"
+        # ASCII digits only: no sign, no spaces, no "١٢" or "²" (`isdigit` alone takes both).
+        if not (declared.isascii() and declared.isdigit()):
             raise Answer(400, "Invalid Content-Length")
         if int(declared) > limit:
             raise Answer(413, "Request body too large")

@@ -165,6 +165,33 @@ def test_a_streamed_body_over_the_cap_is_413(threaded: ThreadedRelayService) -> 
     assert reply == b'{"ok": true, "lease_seconds": 90}'
 
 
+@pytest.mark.parametrize("declared", ["²", "١٢", "+5", " 5", "5 ", "-1", "0x10"])
+def test_a_content_length_of_anything_but_ascii_digits_is_400(
+    threaded: ThreadedRelayService, declared: str
+) -> None:
+    """A Content-Length a WSGI server passes through as it came (latin-1 decoded): not ASCII
+    digits, it is refused as invalid, never a 500."""
+    answers: list[str] = []
+
+    def start_response(
+        status: str, headers: list[tuple[str, str]], exc_info: object = None
+    ) -> Callable[[bytes], object]:
+        answers.append(status)
+        return lambda _: None
+
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/api/talaria/presence",
+        "CONTENT_TYPE": "application/json",
+        "CONTENT_LENGTH": declared,
+        "HTTP_X_PROFILE": "default",
+        "wsgi.input": io.BytesIO(b"{}"),
+    }
+    reply = b"".join(wsgi.Router(threaded, identify_wsgi)(environ, start_response))
+    assert answers == ["400 Bad Request"]
+    assert b"Invalid Content-Length" in reply
+
+
 def test_other_paths_and_methods(client: httpx.Client, threaded: ThreadedRelayService) -> None:
     """A route's other method is 405 with Allow; an unknown path 404 alone, or the wrapped app's."""
     response = client.get("/api/talaria/presence", headers=OWNER)
