@@ -136,63 +136,61 @@ def test_the_page_shows_the_fleet_profiles_and_registration(
         watched.close()
 
 
-@pytest.mark.parametrize("face", ["asgi", "wsgi"])
-def test_refused_without_authorization_through_both_faces(
-    browser: Browser, running: Scene, face: str
-) -> None:
+def test_refused_without_authorization_through_both_faces(browser: Browser, running: Scene) -> None:
     """Nobody gets 401, a member 403, through ASGI and WSGI; the owner reads the page (through
-    WSGI it is `web-2`'s, which is not backing off)."""
-    base = running.asgi_url if face == "asgi" else running.wsgi_url
-    for headers, status in ((None, 401), (MEMBER, 403)):
-        watched = Watched(browser, headers)
+    WSGI it is `web-2`'s, which is not backing off). Every refusal, 405 included, carries the
+    page's strict headers and an `{"error": …}` body."""
+    for face, base in (("asgi", running.asgi_url), ("wsgi", running.wsgi_url)):
+        for headers, status in ((None, 401), (MEMBER, 403)):
+            watched = Watched(browser, headers)
+            try:
+                response = watched.page.goto(base + PAGE)
+                assert response is not None
+                assert response.status == status, face
+                assert response.headers["content-security-policy"].startswith("default-src 'none'")
+                assert "Talaria relay" not in watched.page.content()
+            finally:
+                watched.close()
+        watched = Watched(browser, OWNER)
         try:
             response = watched.page.goto(base + PAGE)
             assert response is not None
-            assert response.status == status
-            assert response.headers["content-security-policy"].startswith("default-src 'none'")
-            assert "Talaria relay" not in watched.page.content()
+            assert response.status == 200, face
+            this_one = watched.page.locator("tr:has-text('(this one)')").inner_text()
+            assert ("web-1/" if face == "asgi" else "web-2/") in this_one
+            assert watched.console == []
         finally:
             watched.close()
-    watched = Watched(browser, OWNER)
-    try:
-        response = watched.page.goto(base + PAGE)
-        assert response is not None
-        assert response.status == 200
-        this_one = watched.page.locator("tr:has-text('(this one)')").inner_text()
-        assert ("web-1/" if face == "asgi" else "web-2/") in this_one
-        assert watched.console == []
-    finally:
-        watched.close()
+        assert_refusals_carry_the_pages_headers(base)
 
 
-@pytest.mark.parametrize("face", ["asgi", "wsgi"])
 def test_a_4096_character_profile_name_keeps_the_page_at_the_viewports_width(
-    browser: Browser, running: Scene, face: str
+    browser: Browser, running: Scene
 ) -> None:
     """A profile named with 4,096 unbreakable characters: the page stays 1,280 px wide (no
-    horizontal scroll), the name shows cut with its length, and the whole of it one click away
-    (`<details>`), wrapped."""
-    watched = Watched(browser, OWNER)
-    try:
-        base = running.asgi_url if face == "asgi" else running.wsgi_url
-        response = watched.page.goto(base + PAGE)
-        assert response is not None
-        assert response.status == 200
-        page = watched.page
-        width = page.evaluate("document.documentElement.scrollWidth")
-        assert width <= 1280, f"the page is {width} px wide"
-        long = page.locator("details.long")
-        assert long.count() == 1
-        assert "(4,096 characters)" in long.inner_text()
-        long.locator("summary").click()
-        assert LONG_PROFILE in long.inner_text()
-        opened = page.evaluate("document.documentElement.scrollWidth")
-        assert opened <= 1280, f"opened, the page is {opened} px wide"
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=ARTIFACTS / f"operator-page-long-name-{face}.png")
-        assert watched.console == []
-    finally:
-        watched.close()
+    horizontal scroll) through either face, the name shows cut with its length, and the whole of
+    it one click away (`<details>`), wrapped."""
+    for face, base in (("asgi", running.asgi_url), ("wsgi", running.wsgi_url)):
+        watched = Watched(browser, OWNER)
+        try:
+            response = watched.page.goto(base + PAGE)
+            assert response is not None
+            assert response.status == 200
+            page = watched.page
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 1280, f"{face}: the page is {width} px wide"
+            long = page.locator("details.long")
+            assert long.count() == 1
+            assert "(4,096 characters)" in long.inner_text()
+            long.locator("summary").click()
+            assert LONG_PROFILE in long.inner_text()
+            opened = page.evaluate("document.documentElement.scrollWidth")
+            assert opened <= 1280, f"{face}: opened, the page is {opened} px wide"
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=ARTIFACTS / f"operator-page-long-name-{face}.png")
+            assert watched.console == []
+        finally:
+            watched.close()
 
 
 def test_another_replicas_backoff_is_shown_while_it_lasts(browser: Browser, running: Scene) -> None:
@@ -226,11 +224,9 @@ def test_another_replicas_backoff_is_shown_while_it_lasts(browser: Browser, runn
         watched.close()
 
 
-@pytest.mark.parametrize("face", ["asgi", "wsgi"])
-def test_every_refusal_carries_the_pages_headers_and_a_json_body(running: Scene, face: str) -> None:
+def assert_refusals_carry_the_pages_headers(base: str) -> None:
     """401, 403 and 405 (POST and HEAD alike: any method but GET, as the manual says), through
-    a real server on each face: each with the strict headers and an `{"error": …}` body."""
-    base = running.asgi_url if face == "asgi" else running.wsgi_url
+    a real server: each with the strict headers and an `{"error": …}` body."""
     with httpx.Client(base_url=base, timeout=30) as client:
         for path in (PAGE, PAGE + ".json"):
             answers = [
