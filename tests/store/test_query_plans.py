@@ -32,6 +32,10 @@ from databases import admin_execute, pg_store_url
 
 from relay.store import DeletedScope, RelayStore, RunState, open_store
 
+# One worker runs the module (`--dist loadgroup`): it loads each of the two 100,000-row databases
+# once, where every worker that drew one of its tests would load its own.
+pytestmark = pytest.mark.xdist_group("query_plans")
+
 N = 100_000
 NOW = 1_800_000_000_000
 HOUR = 3_600_000
