@@ -31,8 +31,11 @@ demo: $(BIN)/.demo-installed
 # makes their clusters and PgBouncers once.
 TEST_WORKERS ?= 4
 
+# Bytecode caches are written whatever the environment says (some sandboxes set
+# PYTHONDONTWRITEBYTECODE): otherwise every child interpreter the suite starts compiles the package
+# from source again, and a second run rewrites every test module's asserts again.
 test: venv
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 lint: venv
 	$(BIN)/ruff check .
