@@ -2,8 +2,8 @@
 migrations plus a test-only expand migration (0098: a new nullable fleet column) and a contract
 one on top (0099).
 
-`python tests/future_release.py SCRIPTS ARGS…` runs `talaria-relay ARGS…` as that release would:
-its scripts are SCRIPTS (made by `scripts(dir)`) and its schema head their newest.
+`tests/future_release.py SCRIPTS ARGS…`, run as a script, runs `talaria-relay ARGS…` as that
+release would: its scripts are SCRIPTS (made by `scripts(dir)`) and its schema head their newest.
 """
 
 from __future__ import annotations
@@ -70,8 +70,8 @@ def scripts(where: Path) -> Path:
 
 
 def command(location: Path, *args: str) -> list[str]:
-    """The argv that runs `talaria-relay ARGS` as the future release."""
-    return [sys.executable, str(Path(__file__).resolve()), str(location), *args]
+    """The script and arguments that run `talaria-relay ARGS` as the future release."""
+    return [str(Path(__file__).resolve()), str(location), *args]
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import forked
 import pytest
 from cli_support import Result, child_env, populate, run
 from databases import execute, own_database
@@ -50,18 +51,15 @@ def bare(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def future(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """`talaria-relay ARGS` as the future release, in a process of its own."""
+    """`talaria-relay ARGS` as the future release, in a process of its own, forked from the fork
+    server (`forked.py`) rather than an interpreter started for it."""
     location = tmp_path / "future-migrations"
     if not location.exists():
         scripts(tmp_path)
-    done = subprocess.run(
-        command(location, *args),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env=child_env(tmp_path),
+    run_it = forked.run(
+        *command(location, *args), env=child_env(tmp_path), cwd=Path.cwd(), within_s=120
     )
+    done = asyncio.run(run_it)
     assert "Traceback" not in done.stdout + done.stderr, done.stderr
     return done
 
