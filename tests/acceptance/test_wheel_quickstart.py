@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# One worker runs the module (`--dist loadgroup`), which builds the wheel and its venv once.
+pytestmark = pytest.mark.xdist_group("wheel")
+
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = re.search(
     r"<!-- example: quickstart -->\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S
