@@ -75,8 +75,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "pgdeploy" in getattr(getattr(item, "module", None), "pytest_plugins", ()):
             item.add_marker(pytest.mark.xdist_group("pgdeploy"))
     # The files whose tests take up to a minute (child processes killed, spawned, or many runs) go
-    # first: xdist handing tests out one at a time (`--maxschedchunk 1`, the Makefile), they start
-    # at once on separate workers instead of one starting last and holding up the end of the run.
+    # first: xdist's `loadgroup` handing a worker a test or two at a time, they start at once on
+    # separate workers instead of one starting last and holding up the end of the run.
     items.sort(key=lambda item: item.path.name not in FIRST)
 
 
