@@ -21,6 +21,19 @@ def accepted_snapshot_since(group: Cluster, mark: int) -> bool:
     return any(r.route == "snapshot" and r.status == 200 for r in group.relay.requests[mark:])
 
 
+async def standing(group: Cluster, mark: int) -> str:
+    """Each replica's health (or that it did not answer within 10 s) and the relay's answers
+    since `mark`."""
+    said = []
+    for replica in group.live():
+        try:
+            said.append(repr(await asyncio.wait_for(replica.call("health"), 10)))
+        except Exception as error:  # a hung or dead replica is what this is for
+            said.append(f"{replica.owner}: {error!r}")
+    answers = [(r.route, r.status) for r in group.relay.requests[mark:]]
+    return f"replicas {said}; the relay answered {answers[-20:]}"
+
+
 def streams(group: Cluster) -> dict[object, object]:
     return {row["sessionId"]: row["streamId"] for row in group.grant_rows()}
 
@@ -57,7 +70,12 @@ async def test_publishing_resumes_after_the_standby_is_promoted(
         await asyncio.sleep(1.0)
         await asyncio.to_thread(failover_pair.standby.promote)
         mark = len(group.relay.requests)
-        resumed = await until(lambda: accepted_snapshot_since(group, mark), 3 * LEASE_S)
+        try:
+            resumed = await until(lambda: accepted_snapshot_since(group, mark), 3 * LEASE_S)
+        except AssertionError as failed:
+            # Seen once in CI, and not again: say where each replica stands, so that the next
+            # time shows whether its passes hang or fail.
+            raise AssertionError(f"{failed}: {await standing(group, mark)}") from None
         print(f"first accepted snapshot {resumed:.1f}s after the promotion")
         assert resumed <= LEASE_S
         done.set()
