@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 from backends import MEMORY, on
@@ -110,44 +110,41 @@ async def test_a_permanent_refusal_names_the_disabled_profile(env: Env, kept: Ke
     assert disabled.relay_status == 403  # type: ignore[attr-defined]
 
 
-async def test_a_failing_host_call_names_its_kind(
-    env: Env, kept: Kept, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A host call the pass survives logs `host_call_failed` with its kind and failure class."""
-
-    async def broken(*_args: object) -> list[str]:
-        raise OSError("disk gone")
-
-    await env.pair()
-    env.host.create_session("s1")
-    env.host.start_run("s1")
-    monkeypatch.setattr(env.host, "session_index", broken)
-    assert await env.publish() is None
-    (failed,) = kept.events("host_call_failed")
-    assert failed.relay_kind == "session_index"  # type: ignore[attr-defined]
-    assert failed.relay_failure == "OSError"  # type: ignore[attr-defined]
+async def _raises(*_args: object) -> list[str]:
+    raise OSError("disk gone")
 
 
-async def test_a_host_answer_that_fails_while_read_is_that_host_calls_failure(
-    env: Env, kept: Kept, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A host answering a lazy sequence that raises as it is read: the pass survives it, and it
-    is logged as that call's failure, as if the call itself had raised."""
+async def _lazy(*_args: object) -> Iterator[object]:
+    """An answer that raises only as it is read."""
 
     def rows() -> Iterator[object]:
         raise OSError("index torn")
         yield  # a generator
 
-    async def lazy(*_args: object) -> Iterator[object]:
-        return rows()
+    return rows()
 
+
+@pytest.mark.parametrize(
+    ("kind", "answer"),
+    [("session_index", _raises), ("agent_sessions", _lazy)],
+    ids=["raises", "lazy"],
+)
+async def test_a_failing_host_call_names_its_kind(
+    env: Env,
+    kept: Kept,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    answer: Callable[..., Awaitable[object]],
+) -> None:
+    """A host call the pass survives logs `host_call_failed` with its kind and failure class,
+    whether the call raises or answers a lazy sequence that raises as it is read."""
     await env.pair()
     env.host.create_session("s1")
     env.host.start_run("s1")
-    monkeypatch.setattr(env.host, "agent_sessions", lazy)
+    monkeypatch.setattr(env.host, kind, answer)
     assert await env.publish() is None
     (failed,) = kept.events("host_call_failed")
-    assert failed.relay_kind == "agent_sessions"  # type: ignore[attr-defined]
+    assert failed.relay_kind == kind  # type: ignore[attr-defined]
     assert failed.relay_failure == "OSError"  # type: ignore[attr-defined]
 
 

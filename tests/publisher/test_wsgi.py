@@ -134,33 +134,38 @@ async def test_wsgi_and_asgi_answer_alike(dev: RelayThread, client: httpx.Client
             assert got.headers["content-type"] == "application/json"
 
 
+class Statuses(list[str]):
+    """A WSGI `start_response` that keeps each status it is given."""
+
+    def __call__(
+        self, status: str, headers: list[tuple[str, str]], exc_info: object = None
+    ) -> Callable[[bytes], object]:
+        self.append(status)
+        return lambda _: None
+
+
+def presence_environ(body: bytes, **extra: Any) -> dict[str, Any]:
+    """A presence POST as a WSGI server hands it over, its body ended by the server."""
+    return {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": "/api/talaria/presence",
+        "CONTENT_TYPE": "application/json",
+        "HTTP_X_PROFILE": "default",
+        "wsgi.input": io.BytesIO(body),
+        "wsgi.input_terminated": True,
+        **extra,
+    }
+
+
 def test_a_streamed_body_over_the_cap_is_413(threaded: ThreadedRelayService) -> None:
     """Without a Content-Length (a chunked body the server ends), reading stops past the cap."""
     router = wsgi.Router(threaded, identify_wsgi)
-    answers: list[str] = []
-
-    def start_response(
-        status: str, headers: list[tuple[str, str]], exc_info: object = None
-    ) -> Callable[[bytes], object]:
-        answers.append(status)
-        return lambda _: None
-
-    def environ(body: bytes, **extra: Any) -> dict[str, Any]:
-        return {
-            "REQUEST_METHOD": "POST",
-            "PATH_INFO": "/api/talaria/presence",
-            "CONTENT_TYPE": "application/json",
-            "HTTP_X_PROFILE": "default",
-            "wsgi.input": io.BytesIO(body),
-            "wsgi.input_terminated": True,
-            **extra,
-        }
-
+    answers = Statuses()
     big = b" " * (MAX_BODY + 1)
-    b"".join(router(environ(big), start_response))
+    b"".join(router(presence_environ(big), answers))
     beat = b'{"tab_id": "tab-00001", "active": true, "seq": 1}'
-    reply = b"".join(router(environ(beat), start_response))
-    b"".join(router(environ(beat[:10], CONTENT_LENGTH=str(len(beat))), start_response))
+    reply = b"".join(router(presence_environ(beat), answers))
+    b"".join(router(presence_environ(beat[:10], CONTENT_LENGTH=str(len(beat))), answers))
     assert answers == ["413 Request Entity Too Large", "200 OK", "400 Bad Request"]
     assert reply == b'{"ok": true, "lease_seconds": 90}'
 
@@ -171,23 +176,9 @@ def test_a_content_length_of_anything_but_ascii_digits_is_400(
 ) -> None:
     """A Content-Length a WSGI server passes through as it came (latin-1 decoded): not ASCII
     digits, it is refused as invalid, never a 500."""
-    answers: list[str] = []
-
-    def start_response(
-        status: str, headers: list[tuple[str, str]], exc_info: object = None
-    ) -> Callable[[bytes], object]:
-        answers.append(status)
-        return lambda _: None
-
-    environ = {
-        "REQUEST_METHOD": "POST",
-        "PATH_INFO": "/api/talaria/presence",
-        "CONTENT_TYPE": "application/json",
-        "CONTENT_LENGTH": declared,
-        "HTTP_X_PROFILE": "default",
-        "wsgi.input": io.BytesIO(b"{}"),
-    }
-    reply = b"".join(wsgi.Router(threaded, identify_wsgi)(environ, start_response))
+    answers = Statuses()
+    environ = presence_environ(b"{}", CONTENT_LENGTH=declared)
+    reply = b"".join(wsgi.Router(threaded, identify_wsgi)(environ, answers))
     assert answers == ["400 Bad Request"]
     assert b"Invalid Content-Length" in reply
 
