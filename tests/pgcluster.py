@@ -210,8 +210,12 @@ def new_cluster(hosts: Sequence[str] = ("127.0.0.1",), *, port: int | None = Non
 
 
 def start_standby(primary: PgCluster, standby: PgCluster) -> None:
-    """Make the unstarted `standby` a streaming copy of `primary` (`pg_basebackup -R` through a
-    slot of its own) and start it."""
+    """Make the unstarted `standby` a synchronous streaming copy of `primary` (`pg_basebackup -R`
+    through a slot of its own) and start it.
+
+    Synchronous, so that every commit the primary acknowledged is on the standby when it is
+    promoted: an asynchronous standby may lack the last seconds of a loaded primary (a pairing
+    lost so was once a run's failed failover test), which is Postgres's choice, not the relay's."""
     for entry in standby.data.iterdir():  # the directory itself stays, owned by postgres
         if entry.is_dir():
             shutil.rmtree(entry)
@@ -221,6 +225,14 @@ def start_standby(primary: PgCluster, standby: PgCluster) -> None:
     into = ("-D", str(standby.data), "-R", "-X", "stream", "-C", "-S", standby.name)
     sh(*as_postgres("pg_basebackup", *source, *into))
     standby.start()
+    # After the base backup, so the standby, once promoted, waits for no standby of its own.
+    primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+    primary.sql("SELECT pg_reload_conf()")
+    deadline = time.monotonic() + READY_S
+    while primary.sql("SELECT sync_state FROM pg_stat_replication").strip() != "sync":
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"standby {standby.name} not synchronous after {READY_S}s")
+        time.sleep(0.05)
 
 
 def drop_all(clusters: Sequence[PgCluster]) -> None:

@@ -41,9 +41,9 @@ def streams(group: Cluster) -> dict[object, object]:
 async def test_publishing_resumes_after_the_standby_is_promoted(
     failover_pair: FailoverPair,
 ) -> None:
-    """The primary stopped `-m immediate` and its standby promoted while a turn starts every
-    100 ms: both replicas find the new primary through the URL's other host, publishing resumes
-    within the lease, each session's row ends on its newest turn and nothing is stale."""
+    """The primary stopped `-m immediate` and its synchronous standby promoted while a turn starts
+    every 100 ms: both replicas find the new primary through the URL's other host, publishing
+    resumes within the lease, each session's row ends on its newest turn and nothing is stale."""
     database = await migrated_database(failover_pair.primary)
     url = failover_pair.url(database, port_per_host=True)
     async with cluster(url, 2, lease_s=LEASE_S, heartbeat_s=1.0) as group:
@@ -73,8 +73,8 @@ async def test_publishing_resumes_after_the_standby_is_promoted(
         try:
             resumed = await until(lambda: accepted_snapshot_since(group, mark), 3 * LEASE_S)
         except AssertionError as failed:
-            # Seen once in CI, and not again: say where each replica stands, so that the next
-            # time shows whether its passes hang or fail.
+            # Say where each replica stands: whether its passes hang, fail, or find no
+            # registration (as when the standby was asynchronous and lacked the pairing).
             raise AssertionError(f"{failed}: {await standing(group, mark)}") from None
         print(f"first accepted snapshot {resumed:.1f}s after the promotion")
         assert resumed <= LEASE_S
