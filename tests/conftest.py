@@ -57,6 +57,8 @@ FIRST = {
 }
 
 
+# First: xdist's own hook reads the `xdist_group` marks this adds (naming the test `…@pgdeploy`).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test with its folder's layer; a test file outside the layer folders is an error."""
     for item in items:
