@@ -4,12 +4,14 @@
     pytest -m kills -s tests/store/test_rekey_crash.py      # 50 kills a backend, with the figures
     TALARIA_RELAY_REKEY_KILLS=200 pytest -m kills -s tests/store/test_rekey_crash.py
 
-Each backend's store holds three keys: the one its registration names and two that rotations left
-behind. Round after round the real command moves them on, plain → A → B → plain → …, told the
-current passphrase by TALARIA_RELAY_KEY_PASSPHRASE (or _FILE) and the new one by a variable or a
-file it names, never by an argument. Each round's command is killed once: every other round at a
-moment drawn from its start to a little past its measured length (start-up, the scrypt
-derivations, the write, the exit), the others the instant its write shows (`rekey_command.py`).
+Each backend's store holds two keys: the one its registration names and one a rotation left
+behind (two are enough to catch a move that lands on one and not the other; each costs the
+command and the check their scrypt derivations). Round after round the real command moves them
+on, plain → A → B → plain → …, told the current passphrase by TALARIA_RELAY_KEY_PASSPHRASE (or
+_FILE) and the new one by a variable or a file it names, never by an argument. Each round's
+command is killed once: every other round at a moment drawn from its start to a little past its
+measured length (start-up, the scrypt derivations, the write, the exit), the others the instant
+its write shows (`rekey_command.py`).
 After each kill, from a fresh open of a copy of the store as the kill left it (so that the command
 run again meets the store itself as it was left; Postgres: the store):
 
@@ -66,7 +68,7 @@ from relay.store.keys.keyring import Keyring, Passphrase
 
 SHORT_KILLS = 3  # one of each move: a round runs the command twice at the real scrypt cost
 LONG_KILLS = int(os.environ.get("TALARIA_RELAY_REKEY_KILLS", "50"))
-KEY_IDS = ("key-0", "key-1", "key-2")  # the last is the registration's
+KEY_IDS = ("key-0", "key-1")  # the last is the registration's
 # A drawn kill lands up to 20% past the command's expected length: some find it ended.
 SPREAD = 1.2
 
