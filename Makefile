@@ -27,13 +27,13 @@ $(BIN)/.demo-installed: pyproject.toml
 demo: $(BIN)/.demo-installed
 	$(BIN)/talaria-relay demo
 
-# The suite runs in worker processes (pytest-xdist). Part of the time a test waits (on Postgres,
-# sockets, child processes), so more workers than cores pays, up to 4 on two cores: a fifth gained
-# nothing measurable. `make test TEST_WORKERS=0` runs it in one process.
+# The suite runs in worker processes (pytest-xdist). Many tests wait (on leases, sockets, child
+# processes), so more workers than cores pays: on two cores, 4 workers left the CPU idle 10% of the
+# run (vmstat), 6 left it 2%. `make test TEST_WORKERS=0` runs it in one process.
 # The few tests that take a minute are collected first (tests/conftest.py) and each is handed out
 # alone, so they start at once; the deployed-Postgres tests are one group, run by one worker, which
 # makes their clusters and PgBouncers once.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 6
 
 # Bytecode caches are written whatever the environment says (some sandboxes set
 # PYTHONDONTWRITEBYTECODE): otherwise every child interpreter the suite starts compiles the package
