@@ -3,6 +3,7 @@ package of the test toolchain and the other extras out of reach."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -45,9 +46,11 @@ def test_make_demo_installs_the_devrelay_extra_only(tmp_path: Path) -> None:
     other, then runs the demo; that extra is the dev relay's server and nothing else."""
     make = shutil.which("make")
     assert make is not None, "the README's two commands need make"
+    # A make of its own, as from a shell: not a sub-make of `make test` (which prints its folder).
+    shell = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
     planned = subprocess.run(
         [make, "--dry-run", f"VENV={tmp_path / 'venv'}", "demo"],
-        cwd=ROOT, capture_output=True, text=True, timeout=30, check=True,
+        cwd=ROOT, env=shell, capture_output=True, text=True, timeout=30, check=True,
     ).stdout  # fmt: skip
     installs = [line for line in planned.splitlines() if " install " in line]
     assert [re.findall(r"'\.\[(\w+)\]'", line) for line in installs] == [[], ["devrelay"]], planned

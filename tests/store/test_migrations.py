@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
+import sqlite3
 import subprocess
 import sys
 import zipfile
@@ -125,6 +127,22 @@ async def test_concurrent_upgrades_all_succeed(empty_url: str) -> None:
     run_processes(mp_workers.migrate, 4, empty_url)
     assert await _inspect(empty_url, migrate.current_revision) == migrate.head_revision()
     assert await _inspect(empty_url, _differences) == []
+
+
+@pytest.mark.sqlite
+async def test_a_new_sqlite_file_another_connection_writes_is_waited_for(tmp_path: Path) -> None:
+    """A new file another connection is writing in rollback mode (a second process creating it,
+    or a host's own writer): `upgrade` waits for its commit, within the busy timeout, and turns
+    the file to WAL then (SQLite answers the switch busy at once, without its busy handler)."""
+    path = tmp_path / "shared.db"
+    host = sqlite3.connect(path, isolation_level=None)
+    host.execute("BEGIN IMMEDIATE")
+    host.execute("CREATE TABLE host_table (id INTEGER PRIMARY KEY)")
+    asyncio.get_running_loop().call_later(0.5, host.execute, "COMMIT")
+    await migrate.upgrade(resolve(f"sqlite:///{path}"))
+    host.close()
+    assert await _inspect(f"sqlite:///{path}", migrate.current_revision) == migrate.head_revision()
+    assert sqlite3.connect(path).execute("PRAGMA journal_mode").fetchone() == ("wal",)
 
 
 async def test_offline_sql_takes_the_replica_lock() -> None:

@@ -19,6 +19,7 @@ import os
 import queue
 import sqlite3
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -108,13 +109,29 @@ def connect(path: Path, *, busy_timeout_s: float, read_only: bool = False) -> sq
         if read_only:
             conn.execute("PRAGMA query_only = 1")
         else:
-            conn.execute("PRAGMA journal_mode = WAL")
+            _enter_wal(conn, busy_timeout_s)
             # FULL: a commit survives power loss, not only a killed process.
             conn.execute("PRAGMA synchronous = FULL")
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _enter_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
+    """WAL mode, waiting out the busy timeout: turning a new file to WAL needs its exclusive lock,
+    and SQLite answers SQLITE_BUSY at once, without its busy handler, while another connection
+    writes in rollback mode (a second process creating the same new file, a host's own writer)."""
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+        else:
+            return
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:
