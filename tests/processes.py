@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -26,20 +27,27 @@ def run_processes(target: Callable[..., None], count: int, *args: Any) -> list[A
     for process in processes:
         process.start()
     collected: dict[int, Any] = {}
+    deadline = time.monotonic() + TIMEOUT_S
     try:
         while len(collected) < count:
             try:
-                index, value = results.get(timeout=TIMEOUT_S)
+                index, value = results.get(timeout=0.5)
             except queue.Empty:
                 codes = [p.exitcode for p in processes]
-                raise AssertionError(
-                    f"workers stopped without a result: exit codes {codes}"
-                ) from None
+                # A worker that failed says so now, not after the others' deadline.
+                if any(code not in (None, 0) for code in codes) or time.monotonic() > deadline:
+                    raise AssertionError(
+                        f"workers stopped without a result: exit codes {codes}"
+                    ) from None
+                continue
             collected[index] = value
     finally:
+        # After a failure, the workers still waiting (at the barrier, on a lock) are killed.
+        wait_s = max(0.0, deadline - time.monotonic()) if len(collected) == count else 1.0
         for process in processes:
-            process.join(timeout=TIMEOUT_S)
+            process.join(timeout=wait_s)
             if process.is_alive():
                 process.kill()
+                process.join()
     assert [p.exitcode for p in processes] == [0] * count
     return [collected[index] for index in range(count)]
