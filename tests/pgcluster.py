@@ -214,8 +214,8 @@ def start_standby(primary: PgCluster, standby: PgCluster) -> None:
     through a slot of its own) and start it.
 
     Synchronous, so that every commit the primary acknowledged is on the standby when it is
-    promoted: an asynchronous standby may lack the last seconds of a loaded primary (a pairing
-    lost so was once a run's failed failover test), which is Postgres's choice, not the relay's."""
+    promoted: an asynchronous standby may lack the last moments of a loaded primary, which is
+    Postgres's choice, not the relay's."""
     for entry in standby.data.iterdir():  # the directory itself stays, owned by postgres
         if entry.is_dir():
             shutil.rmtree(entry)

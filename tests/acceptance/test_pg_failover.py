@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 
 import pytest
-from pgcluster import FailoverPair, migrated_database
+from pgcluster import FailoverPair, PgCluster, migrated_database
 from replicas import Cluster, cluster, until
 
 pytest_plugins = ["pgdeploy"]
@@ -21,9 +21,9 @@ def accepted_snapshot_since(group: Cluster, mark: int) -> bool:
     return any(r.route == "snapshot" and r.status == 200 for r in group.relay.requests[mark:])
 
 
-async def standing(group: Cluster, mark: int) -> str:
-    """Each replica's health (or that it did not answer within 10 s) and the relay's answers
-    since `mark`."""
+async def standing(group: Cluster, mark: int, promoted: PgCluster, database: str) -> str:
+    """Each replica's health (or that it did not answer within 10 s), the relay's answers since
+    `mark`, and what the promoted server holds."""
     said = []
     for replica in group.live():
         try:
@@ -31,7 +31,16 @@ async def standing(group: Cluster, mark: int) -> str:
         except Exception as error:  # a hung or dead replica is what this is for
             said.append(f"{replica.owner}: {error!r}")
     answers = [(r.route, r.status) for r in group.relay.requests[mark:]]
-    return f"replicas {said}; the relay answered {answers[-20:]}"
+    holds = await asyncio.to_thread(
+        promoted.sql,
+        "SELECT (SELECT count(*) FROM relay_config WHERE version = 2),"
+        " (SELECT count(*) FROM relay_turns), current_setting('transaction_read_only')",
+        database,
+    )
+    return (
+        f"replicas {said}; the relay answered {answers[-20:]}; the promoted server holds"
+        f" registrations|turns|read-only: {holds}"
+    )
 
 
 def streams(group: Cluster) -> dict[object, object]:
@@ -75,7 +84,8 @@ async def test_publishing_resumes_after_the_standby_is_promoted(
         except AssertionError as failed:
             # Say where each replica stands: whether its passes hang, fail, or find no
             # registration (as when the standby was asynchronous and lacked the pairing).
-            raise AssertionError(f"{failed}: {await standing(group, mark)}") from None
+            said = await standing(group, mark, failover_pair.standby, database)
+            raise AssertionError(f"{failed}: {said}") from None
         print(f"first accepted snapshot {resumed:.1f}s after the promotion")
         assert resumed <= LEASE_S
         done.set()
