@@ -43,6 +43,22 @@ async def standing(group: Cluster, mark: int, promoted: PgCluster, database: str
     )
 
 
+def held_before_the_stop(pair: FailoverPair, database: str) -> str:
+    """Registrations on each server and the primary's connections to the database, as the
+    primary stops: whether the replicas wrote where the standby copies from."""
+    registrations = "SELECT count(*) FROM relay_config WHERE version = 2"
+    connections = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND pid <> pg_backend_pid()"
+    )
+    servers = (pair.primary, pair.standby)
+    primary, standby = (server.sql(registrations, database).strip() for server in servers)
+    return (
+        f"registrations primary|standby {primary}|{standby}, the primary's connections to it"
+        f" {pair.primary.sql(connections, database).strip()}"
+    )
+
+
 def streams(group: Cluster) -> dict[object, object]:
     return {row["sessionId"]: row["streamId"] for row in group.grant_rows()}
 
@@ -75,6 +91,7 @@ async def test_publishing_resumes_after_the_standby_is_promoted(
 
         changes = asyncio.create_task(keep_starting_turns())
         await until(lambda: accepted_snapshot_since(group, 0), LEASE_S)
+        before = await asyncio.to_thread(held_before_the_stop, failover_pair, database)
         await asyncio.to_thread(failover_pair.primary.stop, "immediate")
         await asyncio.sleep(1.0)
         await asyncio.to_thread(failover_pair.standby.promote)
@@ -85,7 +102,7 @@ async def test_publishing_resumes_after_the_standby_is_promoted(
             # Say where each replica stands: whether its passes hang, fail, or find no
             # registration (as when the standby was asynchronous and lacked the pairing).
             said = await standing(group, mark, failover_pair.standby, database)
-            raise AssertionError(f"{failed}: {said}") from None
+            raise AssertionError(f"{failed}: {said}; before the stop {before}") from None
         print(f"first accepted snapshot {resumed:.1f}s after the promotion")
         assert resumed <= LEASE_S
         done.set()
