@@ -15,6 +15,7 @@ pytestmark = pytest.mark.postgres
 START = 1_800_000_000.0
 LEASE_S = 20.0
 CHANGE_EVERY_S = 0.1
+REGISTRATIONS = "SELECT count(*) FROM relay_config WHERE version = 2"
 
 
 def accepted_snapshot_since(group: Cluster, mark: int) -> bool:
@@ -33,8 +34,8 @@ async def standing(group: Cluster, mark: int, promoted: PgCluster, database: str
     answers = [(r.route, r.status) for r in group.relay.requests[mark:]]
     holds = await asyncio.to_thread(
         promoted.sql,
-        "SELECT (SELECT count(*) FROM relay_config WHERE version = 2),"
-        " (SELECT count(*) FROM relay_turns), current_setting('transaction_read_only')",
+        f"SELECT ({REGISTRATIONS}), (SELECT count(*) FROM relay_turns),"
+        " current_setting('transaction_read_only')",
         database,
     )
     return (
@@ -46,13 +47,12 @@ async def standing(group: Cluster, mark: int, promoted: PgCluster, database: str
 def held_before_the_stop(pair: FailoverPair, database: str) -> str:
     """Registrations on each server and the primary's connections to the database, as the
     primary stops: whether the replicas wrote where the standby copies from."""
-    registrations = "SELECT count(*) FROM relay_config WHERE version = 2"
     connections = (
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
         " AND pid <> pg_backend_pid()"
     )
     servers = (pair.primary, pair.standby)
-    primary, standby = (server.sql(registrations, database).strip() for server in servers)
+    primary, standby = (server.sql(REGISTRATIONS, database).strip() for server in servers)
     return (
         f"registrations primary|standby {primary}|{standby}, the primary's connections to it"
         f" {pair.primary.sql(connections, database).strip()}"
@@ -99,8 +99,8 @@ async def test_publishing_resumes_after_the_standby_is_promoted(
         try:
             resumed = await until(lambda: accepted_snapshot_since(group, mark), 3 * LEASE_S)
         except AssertionError as failed:
-            # Say where each replica stands: whether its passes hang, fail, or find no
-            # registration (as when the standby was asynchronous and lacked the pairing).
+            # Say where each replica stands (whether its passes hang, fail, or find no
+            # registration) and what each server held: seen failing with none on the promoted one.
             said = await standing(group, mark, failover_pair.standby, database)
             raise AssertionError(f"{failed}: {said}; before the stop {before}") from None
         print(f"first accepted snapshot {resumed:.1f}s after the promotion")
