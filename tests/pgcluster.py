@@ -213,9 +213,9 @@ def start_standby(primary: PgCluster, standby: PgCluster) -> None:
     """Make the unstarted `standby` a synchronous streaming copy of `primary` (`pg_basebackup -R`
     through a slot of its own) and start it.
 
-    Synchronous, so that every commit the primary acknowledged is on the standby when it is
-    promoted: an asynchronous standby may lack the last moments of a loaded primary, which is
-    Postgres's choice, not the relay's."""
+    Synchronous, with `synchronous_commit` on (the test clusters turn it off), so that every
+    commit the primary acknowledged is on the standby when it is promoted: an asynchronous standby
+    may lack the last moments of a loaded primary, which is Postgres's choice, not the relay's."""
     for entry in standby.data.iterdir():  # the directory itself stays, owned by postgres
         if entry.is_dir():
             shutil.rmtree(entry)
@@ -227,6 +227,7 @@ def start_standby(primary: PgCluster, standby: PgCluster) -> None:
     standby.start()
     # After the base backup, so the standby, once promoted, waits for no standby of its own.
     primary.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+    primary.sql("ALTER SYSTEM SET synchronous_commit = 'on'")
     primary.sql("SELECT pg_reload_conf()")
     deadline = time.monotonic() + READY_S
     while primary.sql("SELECT sync_state FROM pg_stat_replication").strip() != "sync":
