@@ -4,10 +4,10 @@
 on a loop of its own thread; `web-2` a `ThreadedRelayService` whose routes werkzeug serves
 through `relay.wsgi`; `web-3` a threaded one that serves nothing. Each hosts one running turn,
 so each holds a lease in the store. After every replica published once, the relay answers 503
-to snapshots and `web-1` publishes again: it is backing off. A profile with a hostile name and
-one with a 4,096-character name are enrolled, and `web-1`'s session has a hostile title.
-`web-2` and `web-3` publish twice, so their fleet rows carry a pass and the page draws their
-strips from the fleet record.
+to snapshots (with `Retry-After: 600`) and `web-1` publishes again: it is backing off. A
+profile with a hostile name and one with a 4,096-character name are enrolled, and `web-1`'s
+session has a hostile title. `web-2` and `web-3` publish twice, so their fleet rows carry a pass
+and the page draws their strips from the fleet record.
 """
 
 from __future__ import annotations
@@ -124,9 +124,22 @@ class AsgiReplica:
         assert self.service is not None
         asyncio.run_coroutine_threadsafe(self.service.flush(), self._loop).result(30)
 
-    def changed(self) -> None:
+    def backing_off(self) -> None:
+        """Ask for a pass, and return once a pass failed and the publisher backs off."""
         assert self.service is not None
-        self._loop.call_soon_threadsafe(self.service.changed)
+        service = self.service
+
+        async def failed() -> None:
+            # Not `flush()`: a pass already under way may take the failure, and then the pass
+            # flush waits for begins only when the backoff ends (seen: a 30 s timeout).
+            service.changed()
+            for _ in range(1500):
+                if (await service.health()).backoff_until is not None:
+                    return
+                await asyncio.sleep(0.02)
+            raise AssertionError("web-1 did not back off within 30 s")
+
+        asyncio.run_coroutine_threadsafe(failed(), self._loop).result(60)
 
     def close(self) -> None:
         if self._stop is not None:
@@ -193,7 +206,9 @@ def scene(store_url: str) -> Iterator[Scene]:
             found.flush()
             others.append(found)
         wsgi_url = stack.enter_context(wsgi_served(others[0]))
-        dev.run(lambda relay: relay.inject("snapshot", 503, times=1000))
-        web1.changed()
-        web1.flush()
+        # With a long Retry-After, so web-1 is still backing off however slowly the browser
+        # starts (with the 5 s of a first failure, a loaded machine saw it publishing again).
+        retry = {"Retry-After": "600"}
+        dev.run(lambda relay: relay.inject("snapshot", 503, times=1000, headers=retry))
+        web1.backing_off()
         yield Scene(dev, web1.url, wsgi_url)
