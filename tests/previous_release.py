@@ -103,13 +103,18 @@ def _build(commit: str, home: Path) -> None:
     )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(building / "src", filter="data")
-    subprocess.run([sys.executable, "-m", "venv", str(building / "venv")], check=True, timeout=300)
     python = building / "venv" / "bin" / "python"
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", str(building / "src")],
-        check=True,
-        timeout=900,
-    )
+    # uv, which `make venv` puts beside this interpreter, makes the venv and builds and links
+    # from its cache: on a new machine ~2 s where venv and pip took ~11 s. pip where uv is not.
+    uv = Path(sys.executable).with_name("uv")
+    if uv.exists():
+        make = [str(uv), "venv", "--quiet", "--python", sys.executable, str(python.parents[1])]
+        install_into = [str(uv), "pip", "install", "--compile-bytecode", "--python", str(python)]
+    else:
+        make = [sys.executable, "-m", "venv", str(python.parents[1])]
+        install_into = [str(python), "-m", "pip", "install"]
+    subprocess.run(make, check=True, timeout=300)
+    subprocess.run([*install_into, "--quiet", str(building / "src")], check=True, timeout=900)
     head = subprocess.run(
         [str(python), "-c", "from relay.store.sql.migrate import head_revision as h; print(h())"],
         capture_output=True,
