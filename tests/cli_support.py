@@ -218,9 +218,12 @@ def _environment(env: Mapping[str, str]) -> Iterator[None]:
 @contextlib.contextmanager
 def _warnings_to(stderr: IO[str]) -> Iterator[None]:
     """Log records at WARNING and up reach `stderr` as bare messages, as a child with no handler
-    prints them (`logging.lastResort`); pytest's own handlers still see them."""
+    prints them (`logging.lastResort`); pytest's own handlers still see them. Only the command's:
+    from this thread or one started since, not from a thread an earlier test left running."""
+    caller, earlier = threading.get_ident(), {thread.ident for thread in threading.enumerate()}
     handler = logging.StreamHandler(stderr)
     handler.setLevel(logging.WARNING)
+    handler.addFilter(lambda record: record.thread == caller or record.thread not in earlier)
     handler.setFormatter(logging.Formatter("%(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)
