@@ -17,12 +17,8 @@ from relay.store.migrations import Standing
 
 async def collect(store: RelayStore, found: Standing | None = None) -> dict[str, Any]:
     """The status document of `store` (`found`: its schema, if already read)."""
-    now_ms = int(time.time() * 1000)
-    if store.backend_name == "postgres":
-        # Leases are on the server's clock: judged against it, not this host's (docs/clock.md).
-        # A pass view of nothing (no profile, no scope) claims and writes nothing: it only
-        # brings the store's time.
-        now_ms = (await store.pass_view("talaria-relay status", [], [], now_ms)).store_ms or now_ms
+    # Leases are on the store's clock: judged against it, not this host's (docs/clock.md).
+    now_ms = await store.clock_ms() or int(time.time() * 1000)
     return await gather(store, now_ms, standing=found)
 
 

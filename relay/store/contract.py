@@ -43,6 +43,10 @@ class Handle(Protocol):
     async def unwritable(self) -> str | None:
         """Why the store's server takes no writes now (read-only, a standby), else None."""
 
+    async def clock_ms(self) -> int | None:
+        """The store server's clock now, in Unix ms: the time base the replicas share (a lease
+        is judged on it); None for a store on this host's clock (SQLite, files, memory)."""
+
     def bound_waits(self, seconds: float) -> None:
         """Wait `seconds` at most for the store's server (to connect, for a statement, a lock,
         a silent connection), never longer than its URL says; a store without a server has

@@ -65,6 +65,9 @@ class Store:
     async def unwritable(self) -> str | None:
         return await self.backend.unwritable()
 
+    async def clock_ms(self) -> int | None:
+        return await self.backend.clock_ms()
+
     def bound_waits(self, seconds: float) -> None:
         if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds > 0:
             raise InvalidInputError("seconds must be a positive number: bound_waits(6.0)")

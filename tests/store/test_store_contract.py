@@ -9,6 +9,7 @@ one, holds on the real backends only: each open of `memory://` is a new store (`
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import pytest
@@ -161,6 +162,20 @@ async def seed(store: RelayStore) -> str:
 async def test_display_url_is_the_url_it_was_opened_with(store: RelayStore, store_url: str) -> None:
     """`display_url` is the opened URL in its canonical form, which is what messages name."""
     assert store.display_url == resolve(store_url).display
+
+
+async def test_clock_ms_is_the_servers_clock_or_none(store: RelayStore) -> None:
+    """Postgres answers its server's clock (this machine's here: within 5 s of it, and moving
+    on); a store on this host's clock answers None."""
+    first = await store.clock_ms()
+    if store.backend_name != "postgres":
+        assert first is None
+        return
+    assert first is not None
+    assert abs(first - time.time() * 1000) < 5000
+    second = await store.clock_ms()
+    assert second is not None
+    assert second >= first
 
 
 # ── config ────────────────────────────────────────────────────────────────────

@@ -63,6 +63,9 @@ class RulebookBackend:
     async def unwritable(self) -> str | None:
         return None  # no server to ask
 
+    async def clock_ms(self) -> int | None:
+        return None  # this host's clock is the documents'
+
     def bound_waits(self, seconds: float) -> None:
         """Nothing to bound: no server to wait for (a JSON lock's wait is its own)."""
 

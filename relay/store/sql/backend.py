@@ -90,6 +90,7 @@ class SqlBackend:
 
     schema_revision = hook(compat.schema_revision)
     unwritable = hook(compat.unwritable)
+    clock_ms = hook(passes.clock_ms)
 
     load_config = hook(registration.load_config)
     save_config = hook(registration.save_config)

@@ -54,6 +54,21 @@ def _tagged(tag: str, name: Any = None, text: Any = None, number: Any = None) ->
     )
 
 
+def _server_ms() -> Any:
+    """Postgres: the server's clock in Unix ms, as the statement started (not `now()`, the
+    transaction's start, nor `clock_timestamp()`, which moves during it): the replicas' one time
+    base. SQLite lives on this host: its clock is this host's."""
+    return cast(func.floor(extract("epoch", func.statement_timestamp()) * 1000), BigInteger)
+
+
+async def clock_ms(db: Runner) -> int | None:
+    """The store server's clock in Unix ms (a pass view's `store_ms`); None on SQLite."""
+    if not db.dialect.postgres:
+        return None
+    q = db.dialect.compile(select(_server_ms()))
+    return int((await db.read(lambda tx: tx.rows(q)))[0][0])
+
+
 @functools.cache
 class Statements:
     """With `taken`, the owned rows have `taken_from`."""
@@ -81,11 +96,7 @@ class Statements:
             .scalar_subquery()
             .is_not(None)
         )
-        # Postgres: the server's clock in Unix ms, as the statement started (not `now()`, the
-        # transaction's start, nor `clock_timestamp()`, which moves during it): the replicas'
-        # one time base. SQLite lives on this host: its clock is this host's.
-        epoch = extract("epoch", func.statement_timestamp())
-        clock = _tagged("clock", number=cast(func.floor(epoch * 1000), BigInteger))
+        clock = _tagged("clock", number=_server_ms())
         view = union_all(
             _tagged("generation", number=c.generation).where(c.version == CONFIG_VERSION),
             _tagged("identity", i.profile, i.identity),
