@@ -20,6 +20,8 @@ import json
 import logging
 import os
 import queue
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -90,6 +92,20 @@ def expect(result: Result, code: int) -> Result:
     """`result`, once its exit code is `code`."""
     assert result.code == code, result.describe()
     return result
+
+
+# A hint's command, as printed between backticks.
+_HINT = re.compile(r"`(talaria-relay [^`]*)`")
+
+
+def pasted(text: str) -> list[str]:
+    """The arguments of the one command `text` names (maybe more than once), split as a shell
+    splits a paste."""
+    found = set(_HINT.findall(text))
+    assert len(found) == 1, text
+    words = shlex.split(found.pop())
+    assert words[0] == "talaria-relay"
+    return words[1:]
 
 
 def sqlite_url(path: Path) -> str:

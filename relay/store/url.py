@@ -15,6 +15,7 @@ from typing import Literal
 from sqlalchemy import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from relay import hints
 from relay.errors import InvalidInputError
 from relay.store import budget, hosts, paths
 
@@ -341,18 +342,11 @@ def _first_schema(options: str) -> str:
 
 
 def command(args: str, store: StoreTarget | str | None) -> str:
-    """A fix-it hint's command to paste as it stands, "`talaria-relay ARGS --store 'URL'`", about
-    the store in question (a target, or a URL as `StoreTarget.display` shows it; no `--store` for
-    the embedded default or None). A password shows as `***`, and the hint says to put it back."""
+    """`relay.hints.command` about a target (or a URL as `StoreTarget.display` shows it): no
+    `--store` for the embedded default or None."""
     if isinstance(store, StoreTarget):
         store = None if store.written is None and store.backend == "sqlite" else store.display
-    if not store:
-        return f"`talaria-relay {args}`"
-    quoted = "'" + store.replace("'", "'\\''") + "'"
-    hint = f"`talaria-relay {args} --store {quoted}`"
-    if ":***@" in store:
-        hint += " (with the store's password in place of ***)"
-    return hint
+    return hints.command(args, store)
 
 
 def source(raw: str | None) -> str:

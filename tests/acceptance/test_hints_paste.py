@@ -7,13 +7,11 @@ a shell would split it, and checks that it fixed that store, and that nothing ma
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from pathlib import Path
 
 import asyncpg
 import pytest
-from cli_support import asyncpg_dsn, cli, expect, home, run, sqlite_url
+from cli_support import asyncpg_dsn, cli, expect, home, pasted, run, sqlite_url
 
 from relay.errors import SchemaError
 from relay.operator.judge import judge
@@ -21,19 +19,6 @@ from relay.store import migrations, open_store, resolve, standing
 from relay.store.url import command
 
 __all__ = ["home"]  # the fixture, imported for the tests below
-
-# A hint's command, as printed between backticks.
-_HINT = re.compile(r"`(talaria-relay [^`]*)`")
-
-
-def pasted(text: str) -> list[str]:
-    """The arguments of the one command `text` names (maybe more than once), split as a shell
-    splits a paste."""
-    found = set(_HINT.findall(text))
-    assert len(found) == 1, text
-    words = shlex.split(found.pop())
-    assert words[0] == "talaria-relay"
-    return words[1:]
 
 
 def run_pasted(home: Path, text: str) -> None:
@@ -150,4 +135,4 @@ def test_the_default_store_is_named_by_leaving_store_out(tmp_path: Path) -> None
     assert command("migrate", resolve(None)) == "`talaria-relay migrate`"
     url = sqlite_url(tmp_path / "a 'b'" / "relay.db")
     hint = command("migrate", resolve(url))
-    assert shlex.split(_HINT.findall(hint)[0]) == ["talaria-relay", "migrate", "--store", url]
+    assert pasted(hint) == ["migrate", "--store", url]

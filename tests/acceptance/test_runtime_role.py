@@ -1,5 +1,6 @@
 """Least privilege, as deployed: an owner role migrates, a runtime role runs the replicas with
-exactly what `talaria-relay grants ROLE` prints, and cannot change the schema.
+exactly what `talaria-relay grants ROLE` prints, and cannot change the schema; the refusal names
+that command for that role and store.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from pathlib import Path
 
 import pytest
 from backends import on
-from cli_support import run
+from cli_support import pasted, run
 from databases import admin_execute
 from harness import relay_env
 from intact import running
 from sqlalchemy import make_url
 
 from relay.cli.grants import grants_sql, quoted
-from relay.errors import InvalidInputError
+from relay.errors import InvalidInputError, StoreError
 from relay.store import open_store, resolve
 from relay.store.sql import migrate
 
@@ -49,13 +50,20 @@ async def test_the_runtime_role_publishes_with_the_printed_grants_and_cannot_mig
     runtime_role: str, store_url: str, tmp_path: Path
 ) -> None:
     """With only the printed grants, the runtime role pairs and publishes; `migrate` as that
-    role, on a database one revision below head, exits nonzero in one line and changes nothing."""
+    role, on a database one revision below head, exits nonzero in one line and changes nothing.
+    Before the grants, the role's refusal names the command that prints them, as pasted."""
     home = tmp_path / "xdg"
     home.mkdir()
     printed = run(home, "grants", runtime_role, "--store", store_url, timeout=60)
     assert printed.code == 0, printed.describe()
-    await admin_execute(store_url, printed.stdout)
     runtime = as_role(store_url, runtime_role)
+    # Before the grants, the runtime role is refused, naming the command that prints them.
+    with pytest.raises(StoreError) as refused:
+        async with open_store(runtime) as store:
+            await store.load_config()
+    hinted = run(home, *pasted(str(refused.value)), timeout=60)
+    assert (hinted.code, hinted.stdout) == (0, printed.stdout), hinted.describe()
+    await admin_execute(store_url, printed.stdout)
 
     async with open_store(runtime) as store, relay_env(store) as env:
         await env.pair()

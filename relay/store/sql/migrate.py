@@ -373,6 +373,8 @@ def migration_error(exc: BaseException, target: StoreTarget) -> StoreError:
         exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
     )
     message = sqlstate.explained(exc, state, message)
+    if state == "42501":
+        message += " (migrate as the owner role)"
     if "lock_timeout" in message:
         return StoreUnavailableError(
             f"relay store {target.display}: the migration waited past its lock timeout for a "

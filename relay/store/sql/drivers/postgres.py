@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import getpass
 import logging
 import math
+import os
+import shlex
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +30,7 @@ import asyncpg
 from sqlalchemy import URL
 
 from relay.errors import InvalidInputError, StoreError
+from relay.hints import command
 from relay.store.budget import PARAMETERS as BUDGET_PARAMETERS
 from relay.store.budget import Budget, budget
 from relay.store.hosts import dsn
@@ -137,10 +141,12 @@ class PostgresRunner:
 
     dialect = POSTGRES
 
-    def __init__(self, display: str, password: str | None, limits: Budget) -> None:
+    def __init__(self, display: str, password: str | None, limits: Budget, role: str) -> None:
         self.stats = Stats()
         self._display = display
         self._password = password
+        # Whom the server sees (the URL's user, else libpq's default), for the hints that name it.
+        self._role = role
         self.pool: Pool | None = None  # from `open` until `close`
         # Whether batches go to `relay_batch` (one round trip): until a call says the function is
         # missing or not ours to run; then, for this runner's life, they are transactions.
@@ -161,7 +167,9 @@ class PostgresRunner:
     @classmethod
     async def open(cls, url: URL, display: str) -> PostgresRunner:
         limits = budget({k: str(v) for k, v in url.query.items()})
-        runner = cls(display, url.password if isinstance(url.password, str) else None, limits)
+        password = url.password if isinstance(url.password, str) else None
+        role = url.username or os.environ.get("PGUSER") or getpass.getuser()
+        runner = cls(display, password, limits, role)
         options = connect_options(url)
         try:
             # No floor of idle connections to restore: passes connect on demand, so a database
@@ -221,9 +229,10 @@ class PostgresRunner:
                     self.batch_calls = False
                     logger.warning(
                         "%s; until a restart its write batches run statement by statement "
-                        "(run `talaria-relay migrate`, and what `talaria-relay grants ROLE` "
-                        "prints)",
+                        "(run %s, and what %s prints)",
                         error,
+                        command("migrate", self._display),
+                        self._grants(),
                     )
         return await self.write(lambda tx: run_steps(tx, steps))
 
@@ -312,12 +321,21 @@ class PostgresRunner:
             text = f"no answer within statement_timeout ({self.budget.statement_timeout:g}s)"
         else:
             text = sqlstate.explained(error, state, text)
+        if state == "42501":
+            text += (
+                f" (migrate as the owner role; to run as {self._role}, have the owner run what"
+                f" {self._grants()} prints)"
+            )
         if lost:
             text = f"the connection was lost ({text})"
         if self._password:
             text = text.replace(self._password, "***")
         failed = isinstance(error, asyncpg.PostgresError) and not sqlstate.unavailable(state)
         return sqlstate.store_error(self._display, text, failed=failed)
+
+    def _grants(self) -> str:
+        # `grants` connects to nothing: the store's password, hidden or not, has no place in it.
+        return command(f"grants {shlex.quote(self._role)}", self._display.replace(":***@", "@"))
 
     async def close(self) -> None:
         pool, self.pool = self.pool, None

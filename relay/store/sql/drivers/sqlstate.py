@@ -39,10 +39,7 @@ _CAUSES = {
     "57P02": "the server crashed",
     "57P03": "the server is not accepting connections yet",
     "40001": "the server cancelled the statement (a standby's recovery conflict)",
-    "42501": (
-        "the role lacks a privilege (migrate as the owner role; `talaria-relay grants ROLE` "
-        "prints what a runtime role needs)"
-    ),
+    "42501": "the role lacks a privilege",  # the runner adds whose grants would fix it
 }
 
 
