@@ -1,14 +1,22 @@
-"""Replica processes publishing through PgBouncer, in transaction mode and session mode."""
+"""Replica processes publishing through PgBouncer, in transaction mode and session mode; a
+schema, which PgBouncer cannot take from the URL, set where it can."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from backends import on
+from cli_support import asyncpg_dsn
+from databases import admin_execute
 from pgbouncer_proc import Bouncers, Mode
 from replicas import Cluster, cluster, until
 from sqlalchemy import make_url
+
+from relay.errors import StoreUnavailableError
+from relay.store import open_store, resolve
+from relay.store.sql.migrate import upgrade
 
 pytest_plugins = ["pgdeploy"]
 pytestmark = on("postgres")
@@ -71,3 +79,29 @@ async def test_replicas_publish_through_pgbouncer_and_leave_no_lock(
     print(f"PgBouncer {mode} mode: {len(logged)} warnings or errors logged by the replicas")
     assert logged == []
     assert await advisory_locks(pg_admin_url, database) == 0
+
+
+async def test_a_schema_through_pgbouncer_is_refused_naming_the_setting_that_works(
+    pg_database: str, bouncers: Bouncers
+) -> None:
+    """PgBouncer refuses the startup `options` that a URL's `schema=` sends: the store says so
+    and names the role setting that puts the relay in its schema instead. Run as printed, the
+    URL without the schema reaches the relay's tables in that schema through PgBouncer."""
+    import asyncpg
+
+    database = str(make_url(pg_database).database)
+    await upgrade(resolve(f"{pg_database}?schema=relay_pooled"))
+    pooled = bouncers("transaction")
+    with pytest.raises(StoreUnavailableError) as refused:
+        async with open_store(pooled.url(database, schema="relay_pooled")) as store:
+            await store.profile_identity("default")
+    (fix,) = re.findall(r"`(ALTER ROLE [^`]*)`", str(refused.value))
+    await admin_execute(pg_database, fix)
+    async with open_store(pooled.url(database)) as store:
+        identity = await store.profile_identity("default")
+    conn = await asyncpg.connect(asyncpg_dsn(pg_database))
+    try:
+        stored = await conn.fetchval("SELECT identity FROM relay_pooled.relay_identities")
+    finally:
+        await conn.close()
+    assert stored == identity

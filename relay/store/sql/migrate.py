@@ -243,7 +243,8 @@ async def open_runner(target: StoreTarget, *, read_only: bool = False) -> Runner
     if target.backend == "postgres":
         from relay.store.sql.drivers.postgres import PostgresRunner  # asyncpg: Postgres only
 
-        return await PostgresRunner.open(target.sqlalchemy_url, target.display)
+        url = target.sqlalchemy_url
+        return await PostgresRunner.open(url, target.display, schema=schema_name(url))
     assert target.path is not None
     if not read_only:
         try:

@@ -141,12 +141,14 @@ class PostgresRunner:
 
     dialect = POSTGRES
 
-    def __init__(self, display: str, password: str | None, limits: Budget, role: str) -> None:
+    def __init__(self, display: str, password: str | None, limits: Budget, url: URL) -> None:
         self.stats = Stats()
         self._display = display
         self._password = password
         # Whom the server sees (the URL's user, else libpq's default), for the hints that name it.
-        self._role = role
+        self._role = url.username or os.environ.get("PGUSER") or getpass.getuser()
+        self._database = url.database or self._role
+        self._schema: str | None = None  # the URL's schema (`open`), for a pooler's refusal
         self.pool: Pool | None = None  # from `open` until `close`
         # Whether batches go to `relay_batch` (one round trip): until a call says the function is
         # missing or not ours to run; then, for this runner's life, they are transactions.
@@ -165,11 +167,12 @@ class PostgresRunner:
         self._wait_s = min(self._wait_s, limits.statement_timeout)
 
     @classmethod
-    async def open(cls, url: URL, display: str) -> PostgresRunner:
+    async def open(cls, url: URL, display: str, *, schema: str | None = None) -> PostgresRunner:
+        """A runner on the store at `url` (`display`: as messages show it; `schema`: the
+        Postgres schema the URL puts the relay in, None for the server's default)."""
         limits = budget({k: str(v) for k, v in url.query.items()})
-        password = url.password if isinstance(url.password, str) else None
-        role = url.username or os.environ.get("PGUSER") or getpass.getuser()
-        runner = cls(display, password, limits, role)
+        runner = cls(display, url.password if isinstance(url.password, str) else None, limits, url)
+        runner._schema = schema
         options = connect_options(url)
         try:
             # No floor of idle connections to restore: passes connect on demand, so a database
@@ -321,6 +324,8 @@ class PostgresRunner:
             text = f"no answer within statement_timeout ({self.budget.statement_timeout:g}s)"
         else:
             text = sqlstate.explained(error, state, text)
+        if "unsupported startup parameter: options" in text:
+            text += self._pooled_schema()
         if state == "42501":
             text += (
                 f" (migrate as the owner role; to run as {self._role}, have the owner run what"
@@ -332,6 +337,19 @@ class PostgresRunner:
             text = text.replace(self._password, "***")
         failed = isinstance(error, asyncpg.PostgresError) and not sqlstate.unavailable(state)
         return sqlstate.store_error(self._display, text, failed=failed)
+
+    def _pooled_schema(self) -> str:
+        """How a schema reaches the relay through PgBouncer, which refuses startup `options`."""
+        if self._schema is None:
+            return " (a pooler such as PgBouncer takes no `options` in a store URL: leave it out)"
+        role, database = (
+            f'"{name.replace(chr(34), chr(34) * 2)}"' for name in (self._role, self._database)
+        )
+        return (
+            " (a pooler such as PgBouncer takes no `options`, which the URL's schema sends: have"
+            f" the owner run `ALTER ROLE {role} IN DATABASE {database} SET search_path ="
+            f" {self._schema}` and leave the schema out of this URL)"
+        )
 
     def _grants(self) -> str:
         # `grants` connects to nothing: the store's password, hidden or not, has no place in it.
