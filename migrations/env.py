@@ -46,11 +46,16 @@ def _target() -> StoreTarget:
 _WRITERS = frozenset({"upgrade", "downgrade", "stamp"})
 
 
+def _command() -> str:
+    """The alembic command line's command (`current`, `upgrade`, …); "" when code runs this."""
+    command = getattr(getattr(config, "cmd_opts", None), "cmd", None)
+    return getattr(command[0], "__name__", "") if command else ""
+
+
 def _read_only_on_nothing(target: StoreTarget) -> None:
     """`alembic current` (or `check`) on a SQLite file that is not there: say so and create
     nothing, rather than make an empty store (under the user's home, for the default)."""
-    command = getattr(getattr(config, "cmd_opts", None), "cmd", None)
-    name = getattr(command[0], "__name__", "") if command else ""
+    name = _command()
     if target.backend != "sqlite" or name in _WRITERS or target.path is None:
         return
     if not target.path.exists():
@@ -159,13 +164,23 @@ def run_migrations_offline() -> None:
         _record()
 
 
+def _version_table(connection: Connection) -> str:
+    """Where the revision is read: the relay's own table; for `alembic current` on a database
+    below 0010, which only a migration moves, `alembic_version` when it holds only the relay's
+    revision (with the host's in it too, alembic could not name them, and says nothing)."""
+    if _command() != "current" or version_table.legacy_revision(connection) is None:
+        return version_table.NAME
+    rows = {str(row[0]) for row in connection.execute(version_table.shared.select())}
+    return version_table.SHARED if rows <= set(version_table.LEGACY) else version_table.NAME
+
+
 def do_run_migrations(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         on_version_apply=_applied,
-        version_table=version_table.NAME,
+        version_table=_version_table(connection),
     )
     with context.begin_transaction():
         _lock(connection.dialect.name)

@@ -59,7 +59,8 @@ def test_offline_sql_without_a_url_names_its_dialect(home: Path) -> None:
 @pytest.mark.sqlite
 def test_alembic_current_in_a_checkout_creates_nothing_in_the_home(tmp_path: Path) -> None:
     """`alembic current` with no URL, the default store not there: it says so, fails, and
-    leaves the user's home as it was; `alembic upgrade head` on a named file then works."""
+    leaves the user's home as it was; `alembic upgrade head` on a named file then works, and
+    `current` names the revision, at head and below 0010 (kept in `alembic_version` there)."""
     fake_home = tmp_path / "home"
     fake_home.mkdir()
     env = {k: v for k, v in child_env(fake_home).items() if k != "XDG_STATE_HOME"}
@@ -73,7 +74,8 @@ def test_alembic_current_in_a_checkout_creates_nothing_in_the_home(tmp_path: Pat
     assert "nothing created" in done.stdout + done.stderr
     assert list(fake_home.iterdir()) == []
     url = sqlite_url(tmp_path / "named.db")
-    for args in (["upgrade", "head"], ["current"]):
+    said = []
+    for args in (["upgrade", "head"], ["current"], ["downgrade", "0009"], ["current"]):
         done = subprocess.run(
             [*alembic, "-x", f"url={url}", *args],
             cwd=ROOT,
@@ -83,7 +85,9 @@ def test_alembic_current_in_a_checkout_creates_nothing_in_the_home(tmp_path: Pat
             check=False,
         )
         assert done.returncode == 0, done.stdout + done.stderr
-    assert "(head)" in done.stdout
+        said.append(done.stdout)
+    assert "(head)" in said[1]
+    assert said[3].split() == ["0009"]
     assert os.path.exists(tmp_path / "named.db")
 
 
