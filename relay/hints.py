@@ -5,8 +5,8 @@ from __future__ import annotations
 
 
 def command(args: str, store: str | None) -> str:
-    """ "`talaria-relay ARGS --store 'URL'`" for a store URL as its display shows it (`***` for
-    a password); no `--store` for None (the embedded default)."""
+    """`talaria-relay ARGS --store 'URL'`, in backticks, for a store URL as its display shows it
+    (`***` for a password); no `--store` for None (the embedded default)."""
     if not store:
         return f"`talaria-relay {args}`"
     quoted = "'" + store.replace("'", "'\\''") + "'"

@@ -137,18 +137,19 @@ def connect_options(url: URL) -> dict[str, Any]:
 
 
 class PostgresRunner:
-    """Runs bodies on a pool; `await PostgresRunner.open(url, display)`."""
+    """Runs bodies on a pool; `await PostgresRunner.open(url, display, schema=…)`."""
 
     dialect = POSTGRES
 
-    def __init__(self, display: str, password: str | None, limits: Budget, url: URL) -> None:
+    def __init__(self, url: URL, display: str, schema: str | None) -> None:
         self.stats = Stats()
         self._display = display
-        self._password = password
-        # Whom the server sees (the URL's user, else libpq's default), for the hints that name it.
+        self._password = url.password if isinstance(url.password, str) else None
+        # Whom and where the server sees (the URL's, else libpq's defaults) and the relay's
+        # schema: what the hints name.
         self._role = url.username or os.environ.get("PGUSER") or getpass.getuser()
         self._database = url.database or self._role
-        self._schema: str | None = None  # the URL's schema (`open`), for a pooler's refusal
+        self._schema = schema
         self.pool: Pool | None = None  # from `open` until `close`
         # Whether batches go to `relay_batch` (one round trip): until a call says the function is
         # missing or not ours to run; then, for this runner's life, they are transactions.
@@ -157,7 +158,7 @@ class PostgresRunner:
         # and TCP_USER_TIMEOUT find a silent connection dead (`keepalive`).
         self._wait_s = CONNECT_TIMEOUT_S
         self._margin_s = _CLIENT_MARGIN_S
-        self._set_budget(limits)
+        self._set_budget(budget({k: str(v) for k, v in url.query.items()}))
 
     def _set_budget(self, limits: Budget) -> None:
         self.budget = limits
@@ -170,10 +171,8 @@ class PostgresRunner:
     async def open(cls, url: URL, display: str, *, schema: str | None = None) -> PostgresRunner:
         """A runner on the store at `url` (`display`: as messages show it; `schema`: the
         Postgres schema the URL puts the relay in, None for the server's default)."""
-        limits = budget({k: str(v) for k, v in url.query.items()})
-        runner = cls(display, url.password if isinstance(url.password, str) else None, limits, url)
-        runner._schema = schema
-        options = connect_options(url)
+        runner = cls(url, display, schema)
+        limits, options = runner.budget, connect_options(url)
         try:
             # No floor of idle connections to restore: passes connect on demand, so a database
             # outage costs a failed call, not a task logging tracebacks every few seconds.
@@ -341,7 +340,7 @@ class PostgresRunner:
     def _pooled_schema(self) -> str:
         """How a schema reaches the relay through PgBouncer, which refuses startup `options`."""
         if self._schema is None:
-            return " (a pooler such as PgBouncer takes no `options` in a store URL: leave it out)"
+            return " (a pooler such as PgBouncer takes no `options`: leave them out of the URL)"
         role, database = (
             f'"{name.replace(chr(34), chr(34) * 2)}"' for name in (self._role, self._database)
         )
