@@ -136,6 +136,11 @@ def connect_options(url: URL) -> dict[str, Any]:
     return options
 
 
+def _identifier(name: str) -> str:
+    """`name` as a quoted SQL identifier, for a hint's statement to paste."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 class PostgresRunner:
     """Runs bodies on a pool; `await PostgresRunner.open(url, display, schema=…)`."""
 
@@ -341,9 +346,7 @@ class PostgresRunner:
         """How a schema reaches the relay through PgBouncer, which refuses startup `options`."""
         if self._schema is None:
             return " (a pooler such as PgBouncer takes no `options`: leave them out of the URL)"
-        role, database = (
-            f'"{name.replace(chr(34), chr(34) * 2)}"' for name in (self._role, self._database)
-        )
+        role, database = (_identifier(name) for name in (self._role, self._database))
         return (
             " (a pooler such as PgBouncer takes no `options`, which the URL's schema sends: have"
             f" the owner run `ALTER ROLE {role} IN DATABASE {database} SET search_path ="
