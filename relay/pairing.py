@@ -35,7 +35,7 @@ from relay.errors import (
 )
 from relay.host import Host
 from relay.protocol import b64url, compact, validated_origin
-from relay.publishing.publisher import load_key
+from relay.publishing.signing import load_key
 from relay.store import DeletedScope, ProfileGrant, RelayConfig, checks
 from relay.store.contract import Registration
 

@@ -42,7 +42,7 @@ from relay.publishing.loop import LoopHealth, PassLoop, PassRecord
 from relay.publishing.options import PublisherOptions
 from relay.publishing.outbox import Outbox, View
 from relay.publishing.runs import HostedRuns
-from relay.publishing.signing import Signer, load_key
+from relay.publishing.signing import Signer
 from relay.publishing.states import Terminal
 from relay.publishing.storewatch import STORE_WAIT_SHARE, StoreWatch
 from relay.store import ProfileGrant, RelayConfig
@@ -59,8 +59,7 @@ from relay.store.contract import (
 )
 from relay.store.records import PassRows, PassView
 
-# `load_key` moved to `signing`; pairing and the tests still import it from here.
-__all__ = ["Accepted", "PublisherStore", "RelayPublisher", "load_key"]
+__all__ = ["Accepted", "PublisherStore", "RelayPublisher"]
 # The name predates this module's move into `publishing/`; operators filter on it.
 logger = logging.getLogger("relay.publisher")
 # What a relay that refuses viewed acknowledgements or session-started events (404) means.

@@ -19,7 +19,7 @@ from relay import PublisherOptions
 from relay.client import RelayClient
 from relay.errors import RelayHttpError, RelayPairingError
 from relay.protocol import compact, snapshot_path
-from relay.publishing.publisher import load_key
+from relay.publishing.signing import load_key
 from relay.service import RelayService
 from relay.store import RelayStore
 

@@ -26,7 +26,7 @@ from relay.errors import RelayHttpError, RelayPairingError
 from relay.host import ActiveRun
 from relay.protocol import REQUEST_TIMEOUT_S, canonical_string
 from relay.publishing.loop import backoff_delay
-from relay.publishing.publisher import load_key
+from relay.publishing.signing import load_key
 from relay.service import RelayService
 from relay.store import RelayStore, resolve
 from relay.store.sql import schema as tables

@@ -59,7 +59,7 @@ from rekey_command import (
 )
 
 from relay.errors import CorruptStateError, KeyPassphraseError, RelayError
-from relay.publishing.publisher import load_key
+from relay.publishing.signing import load_key
 from relay.store import open_store
 from relay.store.files.lock import LOCK
 from relay.store.files.state import KEY_FILE
