@@ -44,7 +44,6 @@ TESTS = Path(__file__).resolve().parent
 LAYERS = ("unit", "store", "publisher", "acceptance")
 FIRST = {
     "test_crash.py",
-    "test_rekey_crash.py",
     "test_concurrency.py",
     "test_bench.py",
     "test_replica_processes.py",
