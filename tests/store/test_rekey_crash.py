@@ -11,9 +11,10 @@ on, plain → A → B → plain → …, told the current passphrase by TALARIA_
 _FILE) and the new one by a variable or a file it names, never by an argument. Each round's
 command is killed once: every other round at a moment drawn from its start to a little past its
 measured length (start-up, the scrypt derivations, the write, the exit), the others the instant
-its write shows (`rekey_command.py`). The soak seals at the real scrypt cost, where most drawn kills land inside a derivation; the
-suite's three kills at a cheap one (milliseconds: the command's own `main` told the cost,
-`rekey_at_cost.py`), landing in the rest of its path; `test_keyring` holds the real cost.
+its write shows (`rekey_command.py`). The soak seals at the real scrypt cost, where most drawn
+kills land inside a derivation; the suite's three kills at a cheap one (milliseconds: the
+command's own `main` told the cost, `rekey_at_cost.py`), landing in the rest of its path;
+`test_keyring` holds the real cost.
 
 After each kill, from a fresh open of a copy of the store as the kill left it (so that the command
 run again meets the store itself as it was left; Postgres: the store):
