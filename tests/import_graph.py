@@ -4,6 +4,7 @@ level, inside a function (a lazy import ties two modules as firmly) or under `TY
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import relay
@@ -52,7 +53,11 @@ def imports(name: str) -> set[str]:
     return found
 
 
-GRAPH = {name: imports(name) for name in MODULES}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """What each `relay` module imports, read once a process (a third of a second: not at
+    collection, in every worker)."""
+    return {name: imports(name) for name in MODULES}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
