@@ -12,14 +12,15 @@ An untagged block fails `test_every_python_sample_is_tagged`, so no untested sam
 from __future__ import annotations
 
 import ast
+import asyncio
 import os
 import re
 import subprocess
-import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
+import forked
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,17 +74,11 @@ EXAMPLES = {sample.label: sample for sample in SAMPLES if sample.kind == "exampl
 def run_script(
     code: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """Run `code` as a script in `cwd`, in a process of its own (forked: no interpreter start)."""
     script = cwd / "sample.py"
     script.write_text(code)
-    return subprocess.run(
-        [sys.executable, str(script)],
-        cwd=cwd,
-        env={**os.environ, "XDG_STATE_HOME": str(cwd / "state"), **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    env = {**os.environ, "XDG_STATE_HOME": str(cwd / "state"), **(env or {})}
+    return asyncio.run(forked.run(str(script), env=env, cwd=cwd, within_s=90))
 
 
 def test_every_python_sample_is_tagged() -> None:
