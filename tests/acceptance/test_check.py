@@ -1,4 +1,5 @@
-"""`talaria-relay check`, the readiness probe, in subprocesses: exit codes and its JSON."""
+"""`talaria-relay check`, the readiness probe: exit codes and its JSON (run in this process with a
+child's environment; a subprocess once, as a probe runs it)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def home(tmp_path: Path) -> Path:
 
 
 def check(home: Path, url: str, *extra: str) -> tuple[int, dict[str, object]]:
-    result = run(home, "check", "--json", "--store", url, *extra, timeout=30, process=True)
+    result = run(home, "check", "--json", "--store", url, *extra, timeout=30)
     assert "Traceback" not in result.output, result.describe()
     document = json.loads(result.stdout)
     assert set(document) == KEYS
@@ -66,7 +67,7 @@ def test_a_missing_sqlite_file_is_missing_to_check_and_status_alike(
     assert (code, document["reachable"], document["schema_at_head"]) == (3, False, None)
     absent = f"no SQLite store at {path}"
     assert absent in str(document["problem"])
-    status = run(home, "status", "--store", f"sqlite:///{path}", timeout=30, process=True)
+    status = run(home, "status", "--store", f"sqlite:///{path}", timeout=30)
     assert status.code == 2
     assert absent in status.stderr
     assert not path.exists()

@@ -22,8 +22,8 @@ __all__ = ["home"]  # the fixture, imported for the tests below
 
 
 def run_pasted(home: Path, text: str) -> None:
-    """Run the hint's command in a child process; it must succeed."""
-    expect(cli(home, *pasted(text), timeout=60, process=True), 0)
+    """Run the hint's command (in this process, with a child's environment); it must succeed."""
+    expect(cli(home, *pasted(text), timeout=60), 0)
 
 
 async def at_head(url: str) -> bool:
@@ -52,7 +52,7 @@ async def test_check_and_status_hints_migrate_the_store_in_question(
     """`check` and `status` on a store below head print a `migrate` hint that, pasted, brings
     that store (not the default) to head."""
     url = await below_head(odd_dir)
-    result = expect(cli(home, *args, "--store", url, timeout=30, process=True), 1)
+    result = expect(cli(home, *args, "--store", url, timeout=30), 1)
     hint = json.loads(result.stdout)["hint"] if "--json" in args else result.output
     assert pasted(hint)[0] == "migrate", hint
     run_pasted(home, hint)
@@ -103,7 +103,7 @@ async def test_a_password_is_never_printed_and_the_hint_says_to_put_it_back(
     assert "hint-secret-9" not in result.output
     assert "in place of ***" in result.output
     args = [word.replace(":***@", ":hint-secret-9@") for word in pasted(result.output)]
-    expect(cli(home, *args, timeout=60, process=True), 0)
+    expect(cli(home, *args, timeout=60), 0)
     assert await at_head(pg_database)
 
 
@@ -119,7 +119,7 @@ async def test_lock_timeout_hint_migrates_once_the_lock_is_gone(
         transaction = holder.transaction()
         await transaction.start()
         await holder.execute("LOCK TABLE relay_fleet IN ACCESS SHARE MODE")
-        result = run(home, "migrate", "--lock-timeout", "0.5", "--store", pg_database, process=True)
+        result = run(home, "migrate", "--lock-timeout", "0.5", "--store", pg_database)
         assert result.code == 3, result.describe()
         await transaction.rollback()
     finally:
