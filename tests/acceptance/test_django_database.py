@@ -1,16 +1,15 @@
-"""Django and the relay in one database, with real `manage.py` processes: the site in
-tests/django_site with its `notes` app, whose second migration runs the relay's. Django's
-`migrate` builds both, `makemigrations --check` is clean beside the relay's tables, the
+"""Django and the relay in one database, with real `manage.py` processes (forked: `forked.py`):
+the site in tests/django_site with its `notes` app, whose second migration runs the relay's.
+Django's `migrate` builds both, `makemigrations --check` is clean beside the relay's tables, the
 management command finds the relay at head, and a relay migrated first changes none of that."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 
+import forked
 import pytest
 from backends import on
 from databases import behind_the_store, own_database
@@ -29,8 +28,9 @@ def database(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> st
     return own_database(request, tmp_path, backend)
 
 
-def django(tmp: Path, url: str, *args: str) -> str:
-    """`django-admin ARGS` for the site on `url`; its output (a nonzero exit fails the test)."""
+def process(tmp: Path, url: str, module: str, *args: str) -> str:
+    """`python -m MODULE ARGS` for the site on `url`, as a process of its own (forked from the
+    fork server, `forked.py`: no interpreter start); its output (a nonzero exit fails the test)."""
     unset = ("PYTHONPATH", "TALARIA_RELAY_STORE_URL")
     env = {k: v for k, v in os.environ.items() if k not in unset}
     env |= {
@@ -39,17 +39,14 @@ def django(tmp: Path, url: str, *args: str) -> str:
         "PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}",
         "XDG_STATE_HOME": str(tmp / "state"),
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "django", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp,
-        timeout=120,
-        check=False,
-    )
+    done = asyncio.run(forked.run(module, *args, module=True, env=env, cwd=tmp, within_s=120))
     assert done.returncode == 0, f"{args}: exit {done.returncode}\n{done.stdout}{done.stderr}"
     return done.stdout + done.stderr
+
+
+def django(tmp: Path, url: str, *args: str) -> str:
+    """`django-admin ARGS` for the site on `url`."""
+    return process(tmp, url, "django", *args)
 
 
 def test_django_migrate_runs_the_relays_migrations(database: str, tmp_path: Path) -> None:
@@ -69,16 +66,7 @@ def test_django_migrate_runs_the_relays_migrations(database: str, tmp_path: Path
 def test_relay_first_then_django(database: str, tmp_path: Path) -> None:
     """The relay migrated first (its CLI step): Django's `migrate` and `makemigrations --check`
     pass on the database holding it, and the relay stays at head."""
-    done = subprocess.run(
-        [sys.executable, "-m", "relay", "migrate", "--store", database],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")},
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert f"at head {HEAD}" in done.stdout
+    assert f"at head {HEAD}" in process(tmp_path, database, "relay", "migrate", "--store", database)
     django(tmp_path, database, "migrate", "--no-input")
     assert "No changes detected" in django(
         tmp_path, database, "makemigrations", "--check", "--dry-run"
