@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
+import forked
 import pytest
 from backends import on
 from databases import admin_execute
@@ -27,18 +27,11 @@ pytestmark = on("postgres")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def relay_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+async def relay_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`talaria-relay ARGS` as a process of its own (forked: `forked.py`)."""
     env = {k: v for k, v in os.environ.items() if k != "TALARIA_RELAY_STORE_URL"}
     env["XDG_STATE_HOME"] = str(tmp / "state")
-    return subprocess.run(
-        [sys.executable, "-m", "relay", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    return await forked.run("relay", *args, module=True, env=env, cwd=ROOT, within_s=120)
 
 
 async def objects(url: str) -> dict[str, set[str]]:
@@ -80,7 +73,7 @@ async def test_two_relays_in_two_schemas_side_by_side(pg_database: str, tmp_path
     first = f"{pg_database}?schema=relay_a"
     second = f"{pg_database}?options=-csearch_path%3Drelay_b"
     for url in (first, second):
-        done = relay_cli(tmp_path, "migrate", "--store", url)
+        done = await relay_cli(tmp_path, "migrate", "--store", url)
         assert done.returncode == 0, done.stderr
         assert f"at head {HEAD}" in done.stdout
     found = await objects(pg_database)
@@ -129,13 +122,14 @@ async def test_a_role_that_may_not_create_the_schema_is_told_the_grant(
     the owner runs, nothing made; `grants` prints that statement; once it ran, `migrate` works."""
     url = make_url(pg_database).set(username=plain_role).render_as_string(False)
     store = f"{url}?schema=relay_x"
-    refused = relay_cli(tmp_path, "migrate", "--store", store)
+    refused = await relay_cli(tmp_path, "migrate", "--store", store)
     assert refused.returncode == 1, refused.stderr
     assert f'CREATE SCHEMA relay_x AUTHORIZATION "{plain_role}"' in refused.stderr
     assert "relay_x" not in await objects(pg_database)
-    printed = relay_cli(tmp_path, "grants", "relay_rt", "--owner", plain_role, "--store", store)
+    grants = ("grants", "relay_rt", "--owner", plain_role, "--store", store)
+    printed = await relay_cli(tmp_path, *grants)
     assert f'CREATE SCHEMA IF NOT EXISTS "relay_x" AUTHORIZATION "{plain_role}";' in printed.stdout
     await admin_execute(pg_database, f'CREATE SCHEMA relay_x AUTHORIZATION "{plain_role}"')
-    done = relay_cli(tmp_path, "migrate", "--store", store)
+    done = await relay_cli(tmp_path, "migrate", "--store", store)
     assert done.returncode == 0, done.stderr
     assert {*TABLES, VERSION_TABLE} <= (await objects(pg_database))["relay_x"]

@@ -4,12 +4,13 @@ the manual's quick start with `unpair(if_relay_changed=True)` runs twice in one 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+import forked
 import pytest
 from cli_support import populate, run
 
@@ -90,15 +91,8 @@ def test_the_manuals_quick_start_runs_twice_in_one_folder(tmp_path: Path) -> Non
     script = tmp_path / "quickstart.py"
     script.write_text(match.group(1))
     for _ in range(2):
-        result = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=tmp_path,
-            env={**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")},
-            capture_output=True,
-            text=True,
-            timeout=90,
-            check=False,
-        )
+        env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+        result = asyncio.run(forked.run(str(script), env=env, cwd=tmp_path, within_s=90))
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == ["['chat-1']"]
     assert (tmp_path / "example-relay.db").exists()
