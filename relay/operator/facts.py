@@ -106,7 +106,8 @@ async def _fill(document: dict[str, Any], store: RelayStore, now_ms: int, own: O
     runs = await store.run_states()
     document["revision_floor"] = await store.revision_floor()
     if config is not None:
-        encrypted, fingerprint = await key_state(store, config.key_ref)
+        loaded = None if publisher is None else publisher.key_fingerprint(config.key_ref)
+        encrypted, fingerprint = await key_state(store, config.key_ref, loaded)
         document["registration"] = {
             "relay_url": config.url,
             "publisher_id": config.publisher_id,

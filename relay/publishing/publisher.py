@@ -34,6 +34,7 @@ from relay.protocol import RelayState, snapshot_body, snapshot_path
 from relay.publishing import fanout, states
 from relay.publishing.announcements import Announcements
 from relay.publishing.clock import StoreClock
+from relay.publishing.fingerprint import public_fingerprint
 from relay.publishing.fleet import Membership
 from relay.publishing.leases import Leases
 from relay.publishing.levels import Levels
@@ -160,6 +161,14 @@ class RelayPublisher:
     def config(self) -> RelayConfig:
         """The registration published (another replica's newer one once adopted)."""
         return self._signer.config
+
+    def key_fingerprint(self, ref: str) -> str | None:
+        """The public fingerprint of the key this publisher signs with, if it is `ref`'s (None
+        before `initialize`): shown without opening the stored key again."""
+        key, config = self._signer.key, self._signer.config
+        if key is None or config.key_ref != ref:
+            return None
+        return public_fingerprint(key.public_key())
 
     @property
     def terminal(self) -> dict[str, Terminal]:

@@ -11,9 +11,10 @@ from harness import RELAY_URL, Env, relay_env
 from key_support import ENCRYPTED, PASSPHRASE, WRONG, pem_body, raw_keys, use_passphrase
 
 from relay import PublisherOptions
+from relay.publishing.fingerprint import fingerprint
 from relay.service import RelayService
 from relay.store import RelayStore, open_store
-from relay.store.keys.keyring import PASSPHRASE_ENV
+from relay.store.keys.keyring import PASSPHRASE_ENV, Keyring
 
 # A restart reopens the store, and the stored key is read past it: the real backends.
 pytestmark = [pytest.mark.usefixtures("fast_scrypt"), on(*REAL)]
@@ -79,3 +80,26 @@ async def test_a_publisher_paired_under_a_passphrase_signs_with_its_encrypted_ke
     logged = caplog.text + "\n".join(env.logs)
     for secret in (PASSPHRASE, WRONG, pem_body(plain)):
         assert secret not in logged
+
+
+async def test_the_operator_page_shows_an_encrypted_keys_fingerprint_without_opening_it(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the key encrypted, a gather takes the fingerprint from the key the publisher holds:
+    no second opening (a scrypt derivation each), and the fingerprint is the stored key's."""
+    use_passphrase(monkeypatch, PASSPHRASE)
+    async with open_store(store_url) as store, relay_env(store) as env:
+        await env.pair()
+        config = await env.config()
+        expected = fingerprint(await store.load_key(config.key_ref))
+        opened: list[str] = []
+        opening = Keyring.open
+
+        def counted(keyring: Keyring, pem: str, ref: str) -> str:
+            opened.append(ref)
+            return opening(keyring, pem, ref)
+
+        monkeypatch.setattr(Keyring, "open", counted)
+        registration = (await env.service.operator_facts())["registration"]
+        assert (registration["key_fingerprint"], registration["key_encrypted"]) == (expected, True)
+        assert opened == []
