@@ -136,6 +136,9 @@ def test_the_page_shows_the_fleet_profiles_and_registration(
         watched.close()
 
 
+# What the browser is refused, and the page's layout, are the web faces' and the page's own, not
+# the store's: one backend (the page's content is read on both, in the tests around these).
+@on("sqlite")
 def test_refused_without_authorization_through_both_faces(browser: Browser, running: Scene) -> None:
     """Nobody gets 401, a member 403, through ASGI and WSGI; the owner reads the page (through
     WSGI it is `web-2`'s, which is not backing off). Every refusal, 405 included, carries the
@@ -164,6 +167,7 @@ def test_refused_without_authorization_through_both_faces(browser: Browser, runn
         assert_refusals_carry_the_pages_headers(base)
 
 
+@on("sqlite")
 def test_a_4096_character_profile_name_keeps_the_page_at_the_viewports_width(
     browser: Browser, running: Scene
 ) -> None:
