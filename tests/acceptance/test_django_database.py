@@ -6,12 +6,12 @@ management command finds the relay at head, and a relay migrated first changes n
 from __future__ import annotations
 
 import asyncio
-import os
 from pathlib import Path
 
 import forked
 import pytest
 from backends import on
+from cli_support import child_env
 from databases import behind_the_store, own_database
 from sqlalchemy import text
 
@@ -19,8 +19,6 @@ from relay.store import resolve
 from relay.store.migrations import HEAD, standing
 
 pytestmark = on("sqlite", "postgres")
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -31,14 +29,11 @@ def database(request: pytest.FixtureRequest, tmp_path: Path, backend: str) -> st
 def process(tmp: Path, url: str, module: str, *args: str) -> str:
     """`python -m MODULE ARGS` for the site on `url`, as a process of its own (forked from the
     fork server, `forked.py`: no interpreter start); its output (a nonzero exit fails the test)."""
-    unset = ("PYTHONPATH", "TALARIA_RELAY_STORE_URL")
-    env = {k: v for k, v in os.environ.items() if k not in unset}
-    env |= {
-        "DJANGO_SETTINGS_MODULE": "django_site.settings",
-        "DJANGO_SITE_DATABASE_URL": url,
-        "PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}",
-        "XDG_STATE_HOME": str(tmp / "state"),
-    }
+    env = child_env(
+        tmp / "state",
+        DJANGO_SETTINGS_MODULE="django_site.settings",
+        DJANGO_SITE_DATABASE_URL=url,
+    )
     done = asyncio.run(forked.run(module, *args, module=True, env=env, cwd=tmp, within_s=120))
     assert done.returncode == 0, f"{args}: exit {done.returncode}\n{done.stdout}{done.stderr}"
     return done.stdout + done.stderr

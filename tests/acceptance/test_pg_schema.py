@@ -4,7 +4,6 @@ version and fleet, and a role that may not create the schema is told the grant i
 
 from __future__ import annotations
 
-import os
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ import asyncpg
 import forked
 import pytest
 from backends import on
+from cli_support import child_env
 from databases import admin_execute
 from harness import relay_env
 from intact import running
@@ -29,8 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 async def relay_cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`talaria-relay ARGS` as a process of its own (forked: `forked.py`)."""
-    env = {k: v for k, v in os.environ.items() if k != "TALARIA_RELAY_STORE_URL"}
-    env["XDG_STATE_HOME"] = str(tmp / "state")
+    env = child_env(tmp / "state")
     return await forked.run("relay", *args, module=True, env=env, cwd=ROOT, within_s=120)
 
 

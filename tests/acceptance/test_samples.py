@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import os
 import re
 import subprocess
 import textwrap
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import forked
 import pytest
+from cli_support import child_env
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -77,7 +77,7 @@ def run_script(
     """Run `code` as a script in `cwd`, in a process of its own (forked: no interpreter start)."""
     script = cwd / "sample.py"
     script.write_text(code)
-    env = {**os.environ, "XDG_STATE_HOME": str(cwd / "state"), **(env or {})}
+    env = child_env(cwd / "state", **(env or {}))
     return asyncio.run(forked.run(str(script), env=env, cwd=cwd, within_s=90))
 
 

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import sys
 from pathlib import Path
 
 import forked
 import pytest
-from cli_support import populate, run
+from cli_support import child_env, populate, run
 
 from relay.cli.unpair import cmd_unpair
 from relay.store import open_store
@@ -91,7 +90,7 @@ def test_the_manuals_quick_start_runs_twice_in_one_folder(tmp_path: Path) -> Non
     script = tmp_path / "quickstart.py"
     script.write_text(match.group(1))
     for _ in range(2):
-        env = {**os.environ, "XDG_STATE_HOME": str(tmp_path / "state")}
+        env = child_env(tmp_path / "state")
         result = asyncio.run(forked.run(str(script), env=env, cwd=tmp_path, within_s=90))
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == ["['chat-1']"]
