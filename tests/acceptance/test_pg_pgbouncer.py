@@ -8,11 +8,10 @@ import re
 
 import pytest
 from backends import on
-from cli_support import asyncpg_dsn
-from databases import admin_execute
+from databases import admin_execute, behind_the_store
 from pgbouncer_proc import Bouncers, Mode
 from replicas import Cluster, cluster, until
-from sqlalchemy import make_url
+from sqlalchemy import make_url, text
 
 from relay.errors import StoreUnavailableError
 from relay.store import open_store, resolve
@@ -87,8 +86,6 @@ async def test_a_schema_through_pgbouncer_is_refused_naming_the_setting_that_wor
     """PgBouncer refuses the startup `options` that a URL's `schema=` sends: the store says so
     and names the role setting that puts the relay in its schema instead. Run as printed, the
     URL without the schema reaches the relay's tables in that schema through PgBouncer."""
-    import asyncpg
-
     database = str(make_url(pg_database).database)
     await upgrade(resolve(f"{pg_database}?schema=relay_pooled"))
     pooled = bouncers("transaction")
@@ -99,9 +96,7 @@ async def test_a_schema_through_pgbouncer_is_refused_naming_the_setting_that_wor
     await admin_execute(pg_database, fix)
     async with open_store(pooled.url(database)) as store:
         identity = await store.profile_identity("default")
-    conn = await asyncpg.connect(asyncpg_dsn(pg_database))
-    try:
-        stored = await conn.fetchval("SELECT identity FROM relay_pooled.relay_identities")
-    finally:
-        await conn.close()
-    assert stored == identity
+    (rows,) = await behind_the_store(
+        pg_database, text("SELECT identity FROM relay_pooled.relay_identities")
+    )
+    assert rows == [(identity,)]
