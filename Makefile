@@ -9,7 +9,8 @@ BIN := $(VENV)/bin
 # pip older than 22.3, or none, the venv gets its own), and uv installs pip, the project and its
 # extra: resolved as pip resolves and linked from uv's cache (`make venv` ~3 s on two cores, ~24 s
 # with pip alone). Nothing is compiled ahead: `make test` writes the bytecode of what it imports
-# (compiling all of site-packages took 9 s and saved the suite no measurable CPU).
+# (a first run's workers each compile it, ~7 s of CPU; compiling all of site-packages ahead adds
+# 2-6 s to `make venv`, and `make venv && make test` took no less time for it).
 define install
 	$(PYTHON) -m venv --without-pip $(VENV)
 	$(PYTHON) -m pip --python $(BIN)/python install --quiet uv 2>/dev/null || \
